@@ -1,0 +1,55 @@
+"""Entry point: builds the typer app from the command modules and maps errors to exit codes.
+
+Exit codes: 0 ok, 1 no feasible plan, 2 bad input (one line on stderr, no traceback), 3 probe failure."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from autoplan.errors import InputError, ProbeFailure
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the fastest parallel training strategy that fits in memory.")
+
+# Command modules; each defines `register(app)`.
+COMMAND_MODULES = (
+    "autoplan.cli.catalog",
+    "autoplan.cli.estimate",
+)
+
+
+def build_app() -> typer.Typer:
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+    return app
+
+
+def main(argv=None) -> None:
+    build_app()
+    try:
+        app(args=argv, standalone_mode=False)
+    except InputError as e:
+        print(f"autoplan: error: {e}", file=sys.stderr)
+        sys.exit(InputError.exit_code)
+    except ProbeFailure as e:
+        print(f"autoplan: probe failed: {e}", file=sys.stderr)
+        sys.exit(ProbeFailure.exit_code)
+    except SystemExit:
+        raise
+    except Exception as e:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(e, click.exceptions.Exit):
+            sys.exit(e.exit_code)
+        if isinstance(e, click.ClickException):
+            print(f"autoplan: error: {e.format_message()}", file=sys.stderr)
+            sys.exit(2)
+        if isinstance(e, click.exceptions.Abort):
+            sys.exit(130)
+        raise
+
+
+if __name__ == "__main__":
+    main()

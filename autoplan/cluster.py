@@ -1,0 +1,63 @@
+"""`GpuSpec` and `ClusterSpec`: the accelerator and how many of them, with their links.
+
+Units are in the field names (TFLOP/s, GiB, TB/s, GB/s per direction, Gb/s for NICs); the cost model converts
+them to SI once (`autoplan.costmodel.hardware`)."""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class GpuSpec(BaseModel):
+    """One accelerator and the node it sits in, from a datasheet (`profiles/gpus/*.yaml`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="Lower-case id used on the command line, e.g. 'h100'.")
+    name: str = Field(description="Marketing name.")
+    peak_tflops: Dict[str, float] = Field(description="Dense peak TFLOP/s per dtype: bf16, fp8, fp4 where it exists.")
+    gemm_efficiency: Dict[str, float] = Field(
+        description="Best achievable fraction of peak for a large GEMM per dtype (measured MAMF / peak).")
+    hbm_gib: float = Field(gt=0, description="Device memory visible to the framework, GiB.")
+    hbm_bandwidth_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s (10^12 B/s).")
+    nvlink_bandwidth_gbytes_per_s: float = Field(gt=0, description="Scale-up bandwidth per GPU per direction, GB/s.")
+    nvlink_domain_size: int = Field(gt=0, description="GPUs in one scale-up (NVLink) domain: 8 HGX, 72 NVL72.")
+    gpus_per_node: int = Field(gt=0, description="GPUs per server (OS image).")
+    nics_per_node: int = Field(ge=0, description="Scale-out (compute fabric) NICs per node.")
+    nic_gbit_per_s: float = Field(ge=0, description="Line rate of one NIC, Gb/s.")
+    nvlink_bus_efficiency: float = Field(0.80, gt=0, le=1.2,
+                                         description="Ring collective bus bandwidth / link rate in the domain.")
+    network_bus_efficiency: float = Field(0.80, gt=0, le=1.0,
+                                          description="Ring collective bus bandwidth / NIC rate across nodes.")
+    nvlink_latency_us: float = Field(5.0, ge=0, description="Per-step collective latency inside the domain, us.")
+    network_latency_us: float = Field(12.0, ge=0, description="Per-step collective latency across nodes, us.")
+    source: str = Field(description="Where the figures come from (datasheet, measurement).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "GpuSpec":
+        if "bf16" not in self.peak_tflops:
+            raise ValueError(f"GPU {self.id}: peak_tflops needs a bf16 entry")
+        return self
+
+    def has_dtype(self, dtype: str) -> bool:
+        return self.peak_tflops.get(dtype, 0) > 0
+
+    @property
+    def network_bandwidth_gbytes_per_s(self) -> float:
+        """Scale-out bandwidth per GPU per direction, GB/s."""
+        return self.nics_per_node * self.nic_gbit_per_s / 8.0 / self.gpus_per_node
+
+
+class ClusterSpec(BaseModel):
+    """A homogeneous cluster: `num_gpus` of one GPU type."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: GpuSpec = Field(description="The accelerator.")
+    num_gpus: int = Field(gt=0, description="Total GPUs in the job (world size).")
+    name: Optional[str] = Field(None, description="Optional label.")
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, -(-self.num_gpus // self.gpu.gpus_per_node))

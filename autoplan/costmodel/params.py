@@ -1,0 +1,101 @@
+"""Parameter counts per layer kind. Shapes follow Megatron-LM's GPT layers and the Hugging Face modelling files
+(llama, mixtral, qwen3_moe, deepseek_v3, gpt_oss); counts exclude vocabulary padding."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer, split by how they are sharded."""
+
+    attention: int  # QKV/MLA projections + output projection (+ biases, qk norms): sharded by tp
+    norms: int  # layer norms: replicated across tp
+    dense_mlp: int  # dense MLP (0 in an MoE layer): sharded by tp
+    router: int  # MoE router: replicated
+    experts: int  # all routed experts of the layer: sharded by ep * etp
+    shared_experts: int  # shared experts: sharded by tp
+    active_experts: int  # the top-k routed experts a token uses
+
+    @property
+    def total(self) -> int:
+        return self.attention + self.norms + self.dense_mlp + self.router + self.experts + self.shared_experts
+
+    @property
+    def active(self) -> int:
+        return self.attention + self.norms + self.dense_mlp + self.router + self.active_experts + self.shared_experts
+
+
+def attention_params(m: ModelSpec) -> int:
+    """Attention weights of one layer."""
+    h = m.hidden_size
+    if m.multi_latent_attention:
+        # DeepSeek-V2 (arXiv:2405.04434) eq. 9-14: low-rank q (optional) and joint kv compression.
+        qk_dim = m.qk_head_dim + m.qk_pos_emb_head_dim
+        heads = m.num_attention_heads
+        if m.q_lora_rank:
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk_dim  # q_a, q_a_norm, q_b
+        else:
+            q = h * heads * qk_dim
+        kv = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank  # kv_a (+rope k), kv_a_norm
+        kv += m.kv_lora_rank * heads * (m.qk_head_dim + m.v_head_dim)  # kv_b
+        out = heads * m.v_head_dim * h
+        return q + kv + out + (h if m.add_bias_linear else 0)
+    q_size = m.num_attention_heads * m.kv_channels
+    kv_size = m.num_query_groups * m.kv_channels
+    qkv = h * (q_size + 2 * kv_size)
+    if m.add_bias_linear or m.add_qkv_bias:
+        qkv += q_size + 2 * kv_size
+    out = q_size * h + (h if m.add_bias_linear else 0)
+    qk_norm = 2 * m.kv_channels if m.qk_layernorm else 0
+    sinks = m.num_attention_heads if m.sliding_window else 0  # gpt-oss attention sinks, one scalar per head
+    return qkv + out + qk_norm + sinks
+
+
+def mlp_params(m: ModelSpec, ffn: int, bias: bool) -> int:
+    """One MLP of inner width `ffn`: SwiGLU has gate, up and down matrices; GELU has up and down."""
+    h = m.hidden_size
+    mats = 3 if m.gated_mlp else 2
+    weights = mats * h * ffn
+    biases = ((mats - 1) * ffn + h) if bias else 0
+    return weights + biases
+
+
+def norm_params(m: ModelSpec) -> int:
+    """One norm over h: RMSNorm has a scale, LayerNorm a scale and a bias."""
+    return m.hidden_size * (2 if m.normalization == "layernorm" else 1)
+
+
+def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
+    """Parameters of one dense (`moe=False`) or MoE decoder layer."""
+    attention = attention_params(m)
+    norms = 2 * norm_params(m)
+    if not moe:
+        return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0)
+    expert = mlp_params(m, m.moe_ffn_hidden_size, m.add_bias_linear)
+    router = m.hidden_size * m.num_experts + (m.num_experts if m.add_bias_linear else 0)
+    shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
+    return LayerParams(attention, norms, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
+
+
+def embedding_params(m: ModelSpec) -> int:
+    """Input word embedding (+ learned positions)."""
+    pos = m.max_position_embeddings * m.hidden_size if m.position_embedding == "learned" else 0
+    return m.vocab_size * m.hidden_size + pos
+
+
+def head_params(m: ModelSpec) -> int:
+    """Final norm and the LM head (0 extra weights when tied to the embedding)."""
+    return norm_params(m) + (0 if m.tie_embeddings else m.vocab_size * m.hidden_size)
+
+
+def count_parameters(m: ModelSpec) -> tuple[int, int]:
+    """(total, active-per-token) parameters of the whole model."""
+    dense, moe = layer_params(m, False), layer_params(m, True) if m.is_moe else None
+    n_moe = m.num_moe_layers
+    n_dense = m.num_layers - n_moe
+    total = n_dense * dense.total + (n_moe * moe.total if moe else 0) + embedding_params(m) + head_params(m)
+    active = n_dense * dense.active + (n_moe * moe.active if moe else 0) + embedding_params(m) + head_params(m)
+    return total, active

@@ -1,0 +1,183 @@
+"""`Strategy`: one parallel layout and its memory/precision switches, with the contract key names.
+
+Key names follow Megatron-LM's arguments: tp (--tensor-model-parallel-size), pp, vpp (model chunks per pipeline
+rank, --num-virtual-stages-per-pipeline-rank), cp, ep, etp, mbs, sp, zero (0 DDP, 1 distributed optimizer /
+ZeRO-1, 2, 3), recompute, fp8."""
+from __future__ import annotations
+
+from typing import Any, Dict, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from autoplan.errors import InputError, did_you_mean
+
+Recompute = Literal["none", "selective", "full"]
+Fp8 = Literal["none", "hybrid", "e4m3"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+
+# Keys that are part of the command-line contract, and the extras that plan output may carry.
+CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
+DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "fp8_recipe", "first_stage_layers", "last_stage_layers")
+OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap")
+
+
+class Strategy(BaseModel):
+    """A complete parallel strategy. dp is derived: world / (tp * pp * cp)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(1, gt=0, description="Tensor-parallel degree; 1 = off.")
+    pp: int = Field(1, gt=0, description="Pipeline-parallel stages; 1 = off.")
+    vpp: int = Field(1, gt=0, description="Model chunks per pipeline rank (interleaved 1F1B); 1 = no interleaving.")
+    cp: int = Field(1, gt=0, description="Context-parallel degree (sequence split for attention); 1 = off.")
+    ep: int = Field(1, gt=0, description="Expert-parallel degree (inside dp*cp, MoE parallel folding); 1 = off.")
+    etp: int = Field(1, gt=0, description="Tensor-parallel degree of expert layers.")
+    dp: Optional[int] = Field(None, gt=0, description="Data-parallel degree; derived when None.")
+    mbs: int = Field(1, gt=0, description="Micro-batch size, sequences.")
+    sp: bool = Field(False, description="Sequence parallelism (needs tp > 1).")
+    zero: int = Field(1, ge=0, le=3, description="0 = DDP, 1 = distributed optimizer / ZeRO-1, 2 = +grads, 3 = +params.")
+    recompute: Recompute = Field("none", description="Activation recompute granularity.")
+    recompute_method: Optional[Literal["uniform", "block"]] = Field(None, description="For full recompute.")
+    recompute_layers: Optional[int] = Field(None, gt=0,
+                                            description="Full recompute: layers per pipeline rank (block) or per group.")
+    fp8: Fp8 = Field("none", description="FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.")
+    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="FP8 scaling recipe; default per GPU.")
+    first_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the first pipeline stage (uneven).")
+    last_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the last pipeline stage (uneven).")
+    overlap_grad_reduce: bool = Field(True, description="Overlap DP gradient reduction with backward.")
+    overlap_param_gather: bool = Field(True, description="Overlap distributed-optimizer param all-gather.")
+    tp_comm_overlap: bool = Field(False, description="Overlap TP communication with GEMMs (userbuffers).")
+    moe_a2a_overlap: bool = Field(False, description="Overlap MoE all-to-all with compute (1F1B a2a overlap).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _full_recompute_defaults(cls, data: Any) -> Any:
+        # Megatron's full recompute needs a method and a layer count; uniform/1 recomputes every layer.
+        if isinstance(data, dict) and data.get("recompute") == "full":
+            data = dict(data)
+            data.setdefault("recompute_method", "uniform")
+            data.setdefault("recompute_layers", 1)
+            data["recompute_method"] = data["recompute_method"] or "uniform"
+            data["recompute_layers"] = data["recompute_layers"] or 1
+        return data
+
+    @model_validator(mode="after")
+    def _local_rules(self) -> "Strategy":
+        if self.recompute != "full" and (self.recompute_method is not None or self.recompute_layers is not None):
+            raise ValueError(f"recompute_method/recompute_layers apply only to recompute=full "
+                             f"(got recompute={self.recompute}); drop them or set recompute=full")
+        if self.fp8 == "none" and self.fp8_recipe is not None:
+            raise ValueError(f"fp8_recipe={self.fp8_recipe} needs fp8=hybrid or e4m3")
+        return self
+
+    @property
+    def uses_fp8(self) -> bool:
+        return self.fp8 != "none"
+
+    @property
+    def distributed_optimizer(self) -> bool:
+        return self.zero >= 1
+
+    def label(self) -> str:
+        """Short human label, e.g. 'tp8 pp4 v2 dp8 mbs1 sp sel'."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"v{self.vpp}")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.etp != self.tp and self.ep > 1:
+            parts.append(f"etp{self.etp}")
+        if self.dp:
+            parts.append(f"dp{self.dp}")
+        parts.append(f"mbs{self.mbs}")
+        if self.sp:
+            parts.append("sp")
+        parts.append(f"z{self.zero}")
+        if self.recompute == "selective":
+            parts.append("rc-sel")
+        elif self.recompute == "full":
+            parts.append(f"rc-full{self.recompute_layers}{'b' if self.recompute_method == 'block' else 'u'}")
+        if self.uses_fp8:
+            parts.append("fp8")
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            parts.append(f"stages[{self.first_stage_layers},{self.last_stage_layers}]")
+        return " ".join(parts)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Stable JSON form: contract keys, details that are set, and overlap switches only when not default."""
+        out: Dict[str, Any] = {k: getattr(self, k) for k in CONTRACT_KEYS}
+        for k in DETAIL_KEYS:
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        for k in OVERLAP_KEYS:
+            v = getattr(self, k)
+            if v != Strategy.model_fields[k].default:
+                out[k] = v
+        return out
+
+
+_BOOL_TRUE = {"true", "1", "yes", "on"}
+_BOOL_FALSE = {"false", "0", "no", "off"}
+_INT_KEYS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_layers", "first_stage_layers",
+             "last_stage_layers"}
+_BOOL_KEYS = {"sp"} | set(OVERLAP_KEYS)
+ALL_KEYS = tuple(Strategy.model_fields)
+
+
+def coerce_strategy_value(key: str, raw: Any) -> Any:
+    """Turn a command-line or file value into the field's type; one-line InputError when it cannot."""
+    if key not in Strategy.model_fields:
+        raise InputError(f"unknown strategy key {key!r}{did_you_mean(key, ALL_KEYS)}; "
+                         f"valid keys: {', '.join(ALL_KEYS)}")
+    if isinstance(raw, str):
+        text = raw.strip()
+        low = text.lower()
+        if key in _INT_KEYS:
+            try:
+                return int(text)
+            except ValueError:
+                raise InputError(f"strategy key {key} must be an integer, got {text!r}") from None
+        if key in _BOOL_KEYS:
+            if low in _BOOL_TRUE:
+                return True
+            if low in _BOOL_FALSE:
+                return False
+            raise InputError(f"strategy key {key} must be true or false, got {text!r}")
+        if key == "fp8":
+            if low in _BOOL_TRUE:
+                return "hybrid"
+            if low in _BOOL_FALSE:
+                return "none"
+        if key == "recompute" and low in _BOOL_FALSE:
+            return "none"
+        return low
+    return raw
+
+
+def parse_strategy_text(text: str) -> Dict[str, Any]:
+    """'tp=8,pp=4,sp=true' -> {'tp': 8, 'pp': 4, 'sp': True}. Keys left out are absent (chosen later)."""
+    out: Dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in item:
+            raise InputError(f"strategy item {item!r} must be key=value (e.g. tp=8,pp=4)")
+        key, value = (s.strip() for s in item.split("=", 1))
+        key = key.lower().replace("-", "_")
+        if key in out:
+            raise InputError(f"strategy key {key} given twice")
+        out[key] = coerce_strategy_value(key, value)
+    return out
+
+
+def strategy_from_mapping(values: Dict[str, Any]) -> Strategy:
+    """Build a Strategy, turning pydantic's errors into one-line InputErrors."""
+    from pydantic import ValidationError
+
+    try:
+        return Strategy(**{k: coerce_strategy_value(k, v) for k, v in values.items()})
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "strategy"
+        raise InputError(f"strategy {loc}={err.get('input')!r}: {err['msg']}") from None
