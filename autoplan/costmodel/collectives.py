@@ -1,0 +1,54 @@
+"""One alpha-beta collective cost function (Hockney model; Thakur, Rabenseifner & Gropp 2005, "Optimization of
+collective communication operations in MPICH", ring algorithms), vectorised over candidates.
+
+Bus-bandwidth factors follow nccl-tests' PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer over the
+slowest link, all-gather / reduce-scatter / all-to-all (n-1)/n, send/recv 1."""
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.costmodel.hardware import Hardware
+
+# Link-rate fraction reached by all-to-all (DeepEP V1 on H800: 153-158 of 200 GB/s NVLink, 43-58 of 50 GB/s
+# RDMA; ../reference gpus.md S3) relative to ring collectives.
+ALL_TO_ALL_EFF = 0.78
+
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: np.ones_like(n, dtype=float),
+}
+# Latency steps: ring all-reduce 2(n-1), ring all-gather / reduce-scatter (n-1), pairwise all-to-all (n-1).
+_STEPS = {
+    "all_reduce": lambda n: 2.0 * (n - 1),
+    "all_gather": lambda n: (n - 1.0),
+    "reduce_scatter": lambda n: (n - 1.0),
+    "all_to_all": lambda n: (n - 1.0),
+    "send_recv": lambda n: np.ones_like(n, dtype=float),
+}
+
+
+def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardware, *, inter_fraction=None):
+    """Seconds for one collective of `size_bytes` (the full buffer, per rank) over `group_size` ranks.
+
+    `spans_network`: the group crosses NVLink domains, so the slowest link is the NIC (rail-optimised: one NIC per
+    GPU). `inter_fraction` (all-to-all only): share of the traffic that leaves the domain; the two kinds of link
+    work in parallel and the slower one decides.
+    """
+    n = np.asarray(group_size, dtype=float)
+    size = np.asarray(size_bytes, dtype=float)
+    single = n <= 1
+    n_safe = np.where(single, 2.0, n)
+    bus = _BUS_FACTOR[kind](n_safe) * size
+    nv_bw = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff
+    net_bw = hw.network_bytes_per_s * hw.network_bus_eff
+    spans = np.asarray(spans_network, dtype=bool)
+    latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS[kind](n_safe)
+    if kind == "all_to_all":
+        frac = np.where(spans, 1.0 if inter_fraction is None else inter_fraction, 0.0)
+        beta = np.maximum(bus * (1 - frac) / (nv_bw * ALL_TO_ALL_EFF), bus * frac / (net_bw * ALL_TO_ALL_EFF))
+    else:
+        beta = bus / np.where(spans, net_bw, nv_bw)
+    return np.where(single, 0.0, latency + beta)

@@ -1,0 +1,174 @@
+"""Per-layer compute time on one rank for one micro batch, vectorised over candidates.
+
+GEMM shapes follow Megatron-LM's tensor-parallel layers (Shoeybi et al. 2019, sec. 3: column-parallel QKV/FC1,
+row-parallel output/FC2) and MoE parallel folding (Liu et al. 2025, arXiv:2504.14960: experts sharded by ep x etp,
+tokens routed by all-to-all). Times: GEMMs at a shape-dependent efficiency, core attention at a flash-attention
+efficiency, elementwise work at HBM bandwidth, plus a per-kernel launch floor."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplan.costmodel.calibration import Calibration
+from autoplan.costmodel.hardware import Hardware
+from autoplan.costmodel.layout import Layouts
+from autoplan.model import ModelSpec
+
+BF16 = 2  # bytes
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Per-rank sizes derived from a layout (arrays over candidates)."""
+
+    tokens: np.ndarray  # tokens through a layer on this rank, one micro batch: mbs * seq / cp
+    tokens_sp: np.ndarray  # tokens held between TP regions (tokens / tp with sequence parallel)
+    heads: np.ndarray  # query heads per rank
+    groups: np.ndarray  # KV heads per rank (replicated when groups < tp)
+    expert_tokens: np.ndarray  # routed token copies computed by this rank's experts
+    local_experts: np.ndarray
+
+
+def shard_of(m: ModelSpec, lay: Layouts, seq_len: int) -> Shard:
+    tokens = lay.mbs * seq_len / lay.cp
+    tokens_sp = np.where(lay.sp, tokens / lay.tp, tokens)
+    heads = m.num_attention_heads / lay.tp
+    groups = np.maximum(m.num_query_groups / lay.tp, 1.0)
+    if m.is_moe:
+        # Each rank routes its own (SP-sharded) tokens; with etp > 1 the expert-TP group gathers them.
+        routed_in = np.where(lay.tp > 1, tokens / lay.tp, tokens)
+        expert_tokens = routed_in * m.moe_router_topk * lay.etp
+        local_experts = m.num_experts / lay.ep
+    else:
+        expert_tokens = np.zeros_like(tokens)
+        local_experts = np.zeros_like(tokens)
+    return Shard(tokens, tokens_sp, heads, groups, expert_tokens, local_experts)
+
+
+def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None, eff_scale=1.0):
+    """Seconds of one (mm x kk) @ (kk x nn) GEMM: compute at a size-dependent efficiency, HBM roofline, launch floor."""
+    mm, nn, kk = (np.asarray(x, dtype=float) for x in (mm, nn, kk))
+    flops = 2.0 * mm * nn * kk
+    use_fp8 = lay.fp8 if fp8 is None else fp8
+    peak = np.where(use_fp8, hw.peak_flops_fp8 * hw.gemm_eff_fp8 * (1 - cal.fp8_overhead),
+                    hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    harmonic = 3.0 / (1.0 / np.maximum(mm, 1) + 1.0 / np.maximum(nn, 1) + 1.0 / np.maximum(kk, 1))
+    size_eff = harmonic / (harmonic + cal.gemm_half_dim)
+    t_compute = flops / (peak * cal.gemm_scale * size_eff * eff_scale)
+    t_memory = BF16 * (mm * kk + kk * nn + mm * nn) / (hw.hbm_bytes_per_s * cal.hbm_eff)
+    return np.maximum(t_compute, t_memory) + cal.kernel_overhead_s
+
+
+def elementwise_time(num_bytes, hw: Hardware, cal: Calibration, kernels):
+    return num_bytes / (hw.hbm_bytes_per_s * cal.hbm_eff) + kernels * cal.kernel_overhead_s
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Forward seconds of one decoder layer, by part; backward is derived (2x GEMMs, attention ratio)."""
+
+    attn_gemm: np.ndarray
+    attn_core: np.ndarray
+    mlp_gemm: np.ndarray
+    elementwise: np.ndarray
+
+    @property
+    def fwd(self):
+        return self.attn_gemm + self.attn_core + self.mlp_gemm + self.elementwise
+
+    def bwd(self, cal: Calibration):
+        # dgrad + wgrad: two GEMMs per forward GEMM; flash backward ~attention_bwd_ratio x forward.
+        return 2.0 * (self.attn_gemm + self.mlp_gemm + self.elementwise) + cal.attention_bwd_ratio * self.attn_core
+
+
+def attention_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
+    T, h = sh.tokens, m.hidden_size
+    if m.multi_latent_attention:
+        # Megatron MLA: the down projections are replicated across TP; the up projections are column-parallel.
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        t = gemm_time(T, m.kv_lora_rank + m.qk_pos_emb_head_dim, h, lay, hw, cal)
+        t = t + gemm_time(T, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal)
+        if m.q_lora_rank:
+            t = t + gemm_time(T, m.q_lora_rank, h, lay, hw, cal)
+            t = t + gemm_time(T, sh.heads * qk, m.q_lora_rank, lay, hw, cal)
+        else:
+            t = t + gemm_time(T, sh.heads * qk, h, lay, hw, cal)
+        return t + gemm_time(T, h, sh.heads * m.v_head_dim, lay, hw, cal)
+    d = m.kv_channels
+    qkv = gemm_time(T, (sh.heads + 2 * sh.groups) * d, h, lay, hw, cal)
+    return qkv + gemm_time(T, h, sh.heads * d, lay, hw, cal)
+
+
+def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
+                        window: int = 0):
+    """Causal flash attention forward (bf16 even under FP8 recipes, as in TransformerEngine)."""
+    dims = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) if m.multi_latent_attention else 2 * m.kv_channels
+    keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
+    flops = 2.0 * sh.tokens * keys * sh.heads * dims
+    return flops / (hw.peak_flops_bf16 * cal.attention_eff_fwd) + cal.kernel_overhead_s
+
+
+def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Calibration, shards):
+    up = (2 if m.gated_mlp else 1) * ffn / shards
+    return gemm_time(tokens, up, m.hidden_size, lay, hw, cal) + gemm_time(tokens, m.hidden_size, ffn / shards,
+                                                                          lay, hw, cal)
+
+
+def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
+    """Grouped expert GEMMs (balanced routing: tokens*k/E per expert), router, shared experts."""
+    per_expert = sh.expert_tokens / np.maximum(sh.local_experts, 1)
+    f = m.moe_ffn_hidden_size / lay.etp
+    up = (2 if m.gated_mlp else 1) * f
+    one = gemm_time(per_expert, up, m.hidden_size, lay, hw, cal, eff_scale=cal.grouped_gemm_eff) + \
+        gemm_time(per_expert, m.hidden_size, f, lay, hw, cal, eff_scale=cal.grouped_gemm_eff)
+    # One grouped kernel covers all local experts: scale compute, keep one launch floor per GEMM.
+    experts = (one - 2 * cal.kernel_overhead_s) * sh.local_experts + 2 * cal.kernel_overhead_s
+    router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal, fp8=np.zeros_like(lay.fp8))
+    shared = 0.0
+    if m.shared_expert_ffn_hidden_size:
+        shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
+    return experts + router + shared
+
+
+def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
+    """Forward HBM traffic of norms, residual adds, rotary and activation functions for one layer, bytes."""
+    h = m.hidden_size
+    norms_and_residuals = (2 * 2 * h + 2 * 3 * h) * BF16 * sh.tokens_sp  # 2 norms (r+w), 2 adds (2r+w)
+    qk_dim = (m.qk_pos_emb_head_dim if m.multi_latent_attention else m.kv_channels)
+    rotary = 2 * (sh.heads + sh.groups) * qk_dim * BF16 * sh.tokens
+    if moe:
+        f = m.moe_ffn_hidden_size / lay.etp
+        act = (3 if m.gated_mlp else 2) * f * BF16 * sh.expert_tokens
+        permute = 4 * h * BF16 * sh.expert_tokens  # permute + unpermute, read + write
+        if m.shared_expert_ffn_hidden_size:
+            act = act + (3 if m.gated_mlp else 2) * m.shared_expert_ffn_hidden_size / lay.tp * BF16 * sh.tokens
+        return norms_and_residuals + rotary + act + permute
+    act = (3 if m.gated_mlp else 2) * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens
+    return norms_and_residuals + rotary + act
+
+
+def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration, moe: bool,
+               window: int = 0) -> LayerTime:
+    attn = attention_gemm_time(m, sh, lay, hw, cal)
+    core = attention_core_time(m, sh, lay, seq_len, hw, cal, window)
+    if moe:
+        mlp = moe_gemm_time(m, sh, lay, hw, cal)
+    else:
+        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
+    kernels = 10 if not moe else 18
+    elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, kernels)
+    return LayerTime(attn, core, mlp, elem)
+
+
+def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
+    """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward."""
+    no_fp8 = np.zeros_like(lay.fp8)
+    gemm = gemm_time(sh.tokens, m.vocab_size / lay.tp, m.hidden_size, lay, hw, cal, fp8=no_fp8)
+    xent = elementwise_time(3 * 4 * sh.tokens * m.vocab_size / lay.tp, hw, cal, 6)
+    return gemm + xent
+
+
+def embedding_time(m: ModelSpec, sh: Shard, hw: Hardware, cal: Calibration):
+    """Embedding lookup: write tokens x h (memory bound)."""
+    return elementwise_time(2 * BF16 * sh.tokens * m.hidden_size, hw, cal, 2)

@@ -1,0 +1,151 @@
+"""Reduce per-rank costs to per-candidate step time and peak memory, and build `Estimate`s."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.evaluate import MEMORY_KEYS, TIME_KEYS, num_microbatches, rank_cost
+from autoplan.costmodel.flops import model_flops_per_token
+from autoplan.costmodel.hardware import GIB, hardware_of
+from autoplan.costmodel.layout import Layouts, layouts_from_strategies
+from autoplan.model import ModelSpec
+from autoplan.results import Estimate, StageMemory
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Per-candidate results (arrays of length n)."""
+
+    step_time_s: np.ndarray
+    peak_mem_bytes: np.ndarray
+    capacity_bytes: float
+    time_terms: Dict[str, np.ndarray]  # seconds per step, sums to step_time_s
+    memory_terms: Dict[str, np.ndarray]  # bytes on the peak rank
+    num_microbatches: np.ndarray
+    stage_memory: Optional[np.ndarray] = None  # (n, pp) bytes, only when every rank was priced
+    stage_terms: Optional[Dict[str, np.ndarray]] = None  # (n, pp) per memory key
+
+    def fits(self, headroom: float = 0.0) -> np.ndarray:
+        return self.peak_mem_bytes <= self.capacity_bytes * (1.0 - headroom)
+
+
+def sampled_stages(lay: Layouts):
+    """Ranks priced per candidate, and their weights in the sum over ranks: first, second, second-to-last and
+    last. Middle ranks hold equal layer counts, so the two sampled middles bracket the rest."""
+    pp = lay.pp
+    stages = np.stack([np.zeros_like(pp), np.minimum(1, pp - 1), np.maximum(pp - 2, 0), pp - 1], axis=1)
+    mid = np.maximum(pp - 2, 0) / 2.0
+    weights = np.stack([np.ones_like(mid), mid, mid, (pp > 1).astype(float)], axis=1)
+    return stages, weights
+
+
+def all_stages(lay: Layouts):
+    width = int(lay.pp.max())
+    stages = np.minimum(np.arange(width)[None, :], lay.pp[:, None] - 1)
+    weights = (np.arange(width)[None, :] < lay.pp[:, None]).astype(float)
+    return stages, weights
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layouts,
+             cal: Calibration = DEFAULT, profile=None, every_rank: bool = False) -> Evaluation:
+    hw = hardware_of(cluster)
+    stages, weights = (all_stages if every_rank else sampled_stages)(lay)
+    n, k = stages.shape
+    rows = np.repeat(np.arange(n), k)
+    rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile)
+
+    def grid(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), (n * k,)).reshape(n, k)
+
+    per_mb = grid(rc.per_microbatch)
+    valid = weights > 0
+    per_mb_masked = np.where(valid, per_mb, -np.inf)
+    crit = np.argmax(per_mb_masked, axis=1)
+    t_max = per_mb[np.arange(n), crit]
+    t_sum = (per_mb * weights).sum(axis=1)
+    m_micro = num_microbatches(workload, lay).astype(float)
+    bubble = np.maximum(t_sum - t_max, 0.0) / lay.vpp
+    tail = grid(rc.dp_exposed) + grid(rc.optimizer)
+    tail_idx = np.argmax(np.where(valid, tail, -np.inf), axis=1)
+    pick = np.arange(n)
+
+    def at(x, idx):
+        return grid(x)[pick, idx]
+
+    time_terms = {
+        "compute": m_micro * at(rc.fwd_bwd, crit),
+        "recompute": m_micro * at(rc.recompute, crit),
+        "tp_comm": m_micro * at(rc.tp, crit),
+        "cp_comm": m_micro * at(rc.cp, crit),
+        "ep_comm": m_micro * at(rc.ep, crit),
+        "pp_comm": m_micro * at(rc.p2p, crit),
+        "bubble": bubble,
+        "dp_comm": at(rc.dp_exposed, tail_idx),
+        "optimizer": at(rc.optimizer, tail_idx),
+    }
+    step = sum(time_terms[key] for key in TIME_KEYS)
+    mem_grid = {key: grid(rc.memory[key]) for key in MEMORY_KEYS}
+    total = sum(mem_grid.values())
+    total_masked = np.where(valid, total, -np.inf)
+    peak_idx = np.argmax(total_masked, axis=1)
+    return Evaluation(
+        step_time_s=step,
+        peak_mem_bytes=total[pick, peak_idx],
+        capacity_bytes=hw.capacity_bytes,
+        time_terms=time_terms,
+        memory_terms={key: v[pick, peak_idx] for key, v in mem_grid.items()},
+        num_microbatches=m_micro.astype(int),
+        stage_memory=total if every_rank else None,
+        stage_terms=mem_grid if every_rank else None,
+    )
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, workload: Workload, *,
+             cal: Calibration = DEFAULT, profile=None, headroom: float = 0.0,
+             notes: Optional[List[str]] = None) -> Estimate:
+    """Predict one strategy, pricing every pipeline rank."""
+    lay = layouts_from_strategies([strategy], cluster.num_gpus)
+    ev = evaluate(model, cluster, workload, lay, cal, profile, every_rank=True)
+    return estimate_from(ev, 0, model, cluster, workload, lay, headroom=headroom, notes=notes,
+                         profile=profile)
+
+
+def estimate_from(ev: Evaluation, i: int, model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                  lay: Layouts, *, headroom: float = 0.0, notes=None, profile=None) -> Estimate:
+    """The Estimate of candidate i of an Evaluation."""
+    step = float(ev.step_time_s[i])
+    tokens_per_s = workload.tokens_per_step / step
+    per_gpu = tokens_per_s / cluster.num_gpus
+    flops_per_gpu = model_flops_per_token(model, workload.seq_len) * per_gpu
+    peak = cluster.gpu.peak_tflops["bf16"] * 1e12
+    time_breakdown = {k: float(v[i]) for k, v in ev.time_terms.items()}
+    memory = {k: float(v[i]) / GIB for k, v in ev.memory_terms.items()}
+    stage_memory = []
+    if ev.stage_memory is not None:
+        pp = int(lay.pp[i])
+        from autoplan.costmodel.stages import stage_layers
+
+        layers = stage_layers(model, lay.take(np.full(pp, i)), np.arange(pp)).layers
+        for s in range(pp):
+            stage_memory.append(StageMemory(
+                stage=s, num_layers=int(layers[s]), total_gib=float(ev.stage_memory[i, s]) / GIB,
+                breakdown_gib={k: float(v[i, s]) / GIB for k, v in ev.stage_terms.items()}))
+    bottleneck = max(time_breakdown, key=time_breakdown.get)
+    source = "analytic" if profile is None else f"measured:{getattr(profile, 'path', None) or 'profile'}"
+    sources = {k: "analytic" for k in time_breakdown}
+    sources["compute"] = source
+    return Estimate(
+        step_time_s=step, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
+        model_tflops_per_gpu=flops_per_gpu / 1e12, mfu=flops_per_gpu / peak,
+        peak_mem_gib=float(ev.peak_mem_bytes[i]) / GIB,
+        fits=bool(ev.peak_mem_bytes[i] <= ev.capacity_bytes * (1.0 - headroom)),
+        time_breakdown=time_breakdown, memory_breakdown=memory, stage_memory=stage_memory,
+        capacity_gib=ev.capacity_bytes / GIB, num_microbatches=int(ev.num_microbatches[i]),
+        dp=int(lay.dp[i]), bottleneck=bottleneck, sources=sources, notes=list(notes or []),
+    )

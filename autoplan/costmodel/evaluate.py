@@ -1,0 +1,267 @@
+"""The vectorised cost model: price (candidate, pipeline-rank) pairs, then reduce per candidate.
+
+Pipeline schedule (Narayanan et al. SC'21, sec. 2.2): with m micro batches, p ranks and v chunks per rank,
+1F1B takes m * t_max + (sum_s t_s - t_max) / v, i.e. the bubble (p - 1)/(v m) of a balanced pipeline; the
+slowest rank governs and the others contribute to warm-up and cool-down. In-flight micro batches per rank follow
+Megatron's schedules.py: warm-up = (p - s - 1) * 2 + (v - 1) * p for interleaving, p - s - 1 without."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import numpy as np
+
+from autoplan.cluster import ClusterSpec
+from autoplan.costmodel import compute as C
+from autoplan.costmodel import memory as M
+from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.collectives import collective_time
+from autoplan.costmodel.hardware import GIB, Hardware, hardware_of
+from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.params import embedding_params, head_params, layer_params
+from autoplan.costmodel.stages import stage_layers
+from autoplan.model import ModelSpec
+from autoplan.workload import Workload
+
+TIME_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
+MEMORY_KEYS = ("weights", "grads", "optimizer", "activations", "logits", "transient", "cuda_context", "nccl",
+               "fragmentation")
+
+
+@dataclass(frozen=True)
+class RankCost:
+    """Per (candidate, rank) figures: seconds per micro batch and bytes."""
+
+    fwd_bwd: np.ndarray  # compute of one micro batch (fwd + bwd, no recompute)
+    recompute: np.ndarray
+    tp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    p2p: np.ndarray
+    dp_exposed: np.ndarray  # per step
+    optimizer: np.ndarray  # per step
+    memory: Dict[str, np.ndarray]
+
+    @property
+    def per_microbatch(self):
+        return self.fwd_bwd + self.recompute + self.tp + self.cp + self.ep + self.p2p
+
+
+def _spans(group_stride, group_size, hw: Hardware):
+    """A group of `group_size` ranks spaced `group_stride` apart leaves the NVLink domain when it spans more
+    ranks than the domain holds (Megatron rank order tp-cp-ep-dp-pp)."""
+    return group_stride * group_size > hw.domain_size
+
+
+def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.ndarray, cal: Calibration,
+              profile=None) -> RankCost:
+    seq = wl.seq_len
+    sh = C.shard_of(m, lay, seq)
+    st = stage_layers(m, lay, stage)
+    n_moe, n_dense = st.moe, st.layers - st.moe
+    n_win_dense, n_win_moe = st.window - st.window_moe, st.window_moe
+
+    # ---- compute, one micro batch -------------------------------------------------------------------
+    dense = C.layer_time(m, sh, lay, seq, hw, cal, moe=False)
+    dense_fwd, dense_bwd = dense.fwd, dense.bwd(cal)
+    core = (n_dense - n_win_dense) * dense.attn_core
+    moe_fwd = moe_bwd = 0.0
+    if m.is_moe:
+        moe = C.layer_time(m, sh, lay, seq, hw, cal, moe=True)
+        moe_fwd, moe_bwd = moe.fwd, moe.bwd(cal)
+        core = core + (n_moe - n_win_moe) * moe.attn_core
+    if profile is not None:
+        dense_fwd, dense_bwd, moe_fwd, moe_bwd = apply_profile(profile, m, lay, seq, (dense_fwd, dense_bwd,
+                                                                                    moe_fwd, moe_bwd))
+    fwd = n_dense * dense_fwd + n_moe * moe_fwd
+    bwd = n_dense * dense_bwd + n_moe * moe_bwd
+    if m.sliding_window:
+        # Replace the core-attention part of window layers.
+        w_core = C.attention_core_time(m, sh, lay, seq, hw, cal, window=m.sliding_window)
+        delta = (w_core - dense.attn_core) * st.window
+        fwd, bwd = fwd + delta, bwd + cal.attention_bwd_ratio * delta
+        core = core + st.window * w_core
+    head = C.head_time(m, sh, lay, hw, cal)
+    emb = C.embedding_time(m, sh, hw, cal)
+    fwd = fwd + np.where(st.last, head, 0.0) + np.where(st.first, emb, 0.0)
+    bwd = bwd + np.where(st.last, 2.0 * head, 0.0) + np.where(st.first, emb, 0.0)
+
+    # ---- communication per micro batch ----------------------------------------------------------------
+    act_bytes = C.BF16 * sh.tokens * m.hidden_size  # a full [s/cp, b, h] activation
+    tp_spans = _spans(1, lay.tp, hw)
+    ar = collective_time("all_reduce", act_bytes, lay.tp, tp_spans, hw)  # = all-gather + reduce-scatter with SP
+    # Per layer: attention and MLP blocks each do one all-reduce (or AG + RS) forward and one backward
+    # (Shoeybi et al. 2019, Fig. 4; Korthikanti et al. 2022 Fig. 5).
+    moe_blocks = 1.0 + (1.0 if m.shared_expert_ffn_hidden_size else 0.0) * (lay.tp > 1)
+    tp_per_mb = 2 * ar * (2 * n_dense + moe_blocks * n_moe)
+    etp_ag = collective_time("all_reduce", sh.expert_tokens / np.maximum(lay.etp, 1) * C.BF16 * m.hidden_size,
+                             lay.etp, _spans(1, lay.etp, hw), hw)
+    tp_per_mb = tp_per_mb + 2 * etp_ag * n_moe * (lay.etp > 1)
+    tp_exposed = tp_per_mb * (1.0 - cal.tp_overlap_hidden * lay.tp_comm_overlap)
+
+    # Context parallel: ring exchange of K and V (cp - 1 steps), overlapped with the attention blocks
+    # (Liu et al. 2023 Ring Attention; Megatron CP). Backward also returns dK, dV: twice the bytes.
+    if m.multi_latent_attention:
+        kv_elems = sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
+    else:
+        kv_elems = 2 * sh.groups * m.kv_channels
+    kv_bytes = C.BF16 * sh.tokens * kv_elems
+    cp_spans = _spans(lay.tp, lay.cp, hw)
+    cp_step = collective_time("send_recv", kv_bytes, np.where(lay.cp > 1, 2, 1), cp_spans, hw)
+    cp_fwd = (lay.cp - 1) * cp_step
+    layers_full_attn = st.layers - st.window
+    cp_exposed = layers_full_attn * (np.maximum(cp_fwd - dense.attn_core, 0.0)
+                                     + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * dense.attn_core, 0.0))
+
+    # Expert parallel: dispatch + combine all-to-all forward, and both again backward.
+    ep_spans = _spans(lay.etp, lay.ep, hw)
+    in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
+    inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
+    routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
+    a2a_bytes = C.BF16 * routed_in * max(m.moe_router_topk, 1) * m.hidden_size
+    a2a = collective_time("all_to_all", a2a_bytes, lay.ep, ep_spans, hw, inter_fraction=inter)
+    ep_exposed = 4 * a2a * n_moe * (1.0 - cal.a2a_overlap_hidden * lay.moe_a2a_overlap)
+
+    # Pipeline point-to-point: one activation forward and one gradient backward per chunk and micro batch.
+    pp_spans = _spans(lay.tp * lay.cp * lay.dp, np.where(lay.pp > 1, 2, 1), hw)
+    p2p_one = collective_time("send_recv", C.BF16 * sh.tokens_sp * m.hidden_size, np.where(lay.pp > 1, 2, 1),
+                              pp_spans, hw)
+    p2p = 2 * lay.vpp * p2p_one * np.where(lay.vpp > 1, 0.5, 1.0)
+
+    # ---- recompute ----------------------------------------------------------------------------------------
+    recomputed_layers = _recomputed_layers(lay, st.layers)
+    layer_fwd_avg = np.where(st.layers > 0, (fwd - np.where(st.first, emb, 0) - np.where(st.last, head, 0))
+                             / np.maximum(st.layers, 1), 0.0)
+    comm_fwd_avg = np.where(st.layers > 0, (tp_per_mb / 2 + ep_exposed / 2) / np.maximum(st.layers, 1), 0.0)
+    recompute = np.select(
+        [lay.recompute == 1, lay.recompute == 2],
+        [core, recomputed_layers * (layer_fwd_avg + comm_fwd_avg)], 0.0)
+
+    # ---- parameters on this rank ---------------------------------------------------------------------
+    lp_dense = layer_params(m, False)
+    lp_moe = layer_params(m, True) if m.is_moe else lp_dense
+    tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
+        n_moe * (lp_moe.attention + lp_moe.shared_experts)
+    replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router)
+    emb_p = embedding_params(m)
+    head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
+    # A tied head on a separate last stage keeps its own copy of the embedding (Megatron shared embedding).
+    head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
+    tp_sharded = tp_sharded + np.where(st.first, emb_p, 0.0) + np.where(st.last, head_w, 0.0)
+    params_dense = tp_sharded / lay.tp + replicated
+    params_expert = n_moe * lp_moe.experts / (lay.ep * lay.etp)
+    edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)
+
+    # ---- data parallel and optimizer, per step ---------------------------------------------------------
+    m_micro = num_microbatches(wl, lay)
+    dp_group = lay.dp * lay.cp
+    dp_spans = _spans(lay.tp, dp_group, hw)
+    edp_spans = _spans(lay.etp * lay.ep, edp, hw)
+    grad_bytes = 4.0  # fp32 main-grad reduction (Megatron default for bf16 with the distributed optimizer)
+    rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
+        collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw)
+    ag = collective_time("all_gather", C.BF16 * params_dense, dp_group, dp_spans, hw) + \
+        collective_time("all_gather", C.BF16 * params_expert, edp, edp_spans, hw)
+    ar_dp = collective_time("all_reduce", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
+        collective_time("all_reduce", grad_bytes * params_expert, edp, edp_spans, hw)
+    total_local = np.maximum(params_dense + params_expert, 1.0)
+    tail_frac = np.minimum(cal.dp_bucket_params / total_local, 1.0)
+    bwd_window = cal.dp_overlap_window * (bwd + recompute)
+    fwd_window = cal.dp_overlap_window * fwd
+    grad_comm = np.where(lay.zero == 0, ar_dp, rs)
+    grad_exposed = np.where(lay.overlap_grad_reduce, np.maximum(grad_comm - bwd_window, 0) + tail_frac * grad_comm,
+                            grad_comm)
+    gather_exposed = np.where(lay.overlap_param_gather & (lay.zero >= 1),
+                              np.maximum(ag - fwd_window, 0) + tail_frac * ag, ag)
+    gather_exposed = np.where(lay.zero == 0, 0.0, gather_exposed)
+    # ZeRO-2 reduces gradients every micro step; ZeRO-3 also gathers parameters for forward and backward.
+    per_micro = np.where(lay.zero == 2, rs, np.where(lay.zero == 3, rs + 2 * ag, 0.0))
+    per_micro_exposed = np.maximum(per_micro - cal.dp_overlap_window * (fwd + bwd), 0.0) * m_micro
+    dp_exposed = np.where(lay.zero >= 2, per_micro_exposed + tail_frac * per_micro, grad_exposed + gather_exposed)
+    owned = np.where(lay.zero >= 1, params_dense / dp_group + params_expert / edp, params_dense + params_expert)
+    optimizer = cal.optimizer_bytes_per_param * owned / (hw.hbm_bytes_per_s * cal.hbm_eff)
+
+    # ---- memory ---------------------------------------------------------------------------------------------
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal)
+    return RankCost(fwd + bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer, memory)
+
+
+def _recomputed_layers(lay: Layouts, layers):
+    """Layers whose forward is recomputed under full recompute: all (uniform), or the first n of each chunk
+    (block; megatron/core/transformer/transformer_block.py `_checkpointed_forward`)."""
+    block = np.minimum(lay.recompute_layers * lay.vpp, layers)
+    return np.where(lay.recompute_block, block, layers)
+
+
+def num_microbatches(wl: Workload, lay: Layouts):
+    return np.maximum(wl.global_batch_size // np.maximum(lay.mbs * lay.dp, 1), 1)
+
+
+def in_flight(lay: Layouts, stage, m_micro):
+    """(micro batch, chunk) pairs whose activations rank `stage` holds at its peak (schedules.py warm-up + 1)."""
+    warmup = np.where(lay.vpp > 1, (lay.pp - stage - 1) * 2 + (lay.vpp - 1) * lay.pp, lay.pp - stage - 1)
+    return np.minimum(warmup + 1, m_micro * lay.vpp)
+
+
+def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
+                cal: Calibration) -> Dict[str, np.ndarray]:
+    m_micro = num_microbatches(wl, lay)
+    chunks = in_flight(lay, stage, m_micro)
+    chunk_layers = st.layers / lay.vpp
+    n_moe_frac = np.where(st.layers > 0, st.moe / np.maximum(st.layers, 1), 0.0)
+    dense_none, dense_sel, ckpt = M.layer_activation_bytes(m, sh, lay, moe=False)
+    if m.is_moe:
+        moe_none, moe_sel, _ = M.layer_activation_bytes(m, sh, lay, moe=True)
+    else:
+        moe_none = moe_sel = dense_none
+    per_layer_none = (1 - n_moe_frac) * dense_none + n_moe_frac * moe_none
+    per_layer_sel = (1 - n_moe_frac) * dense_sel + n_moe_frac * moe_sel
+    worst_layer = np.maximum(dense_none, moe_none) if m.is_moe else dense_none
+    # Full recompute keeps the layer inputs of recomputed layers (uniform: one per group of n layers) and
+    # full activations of the others.
+    chunk_recomputed = np.minimum(np.where(lay.recompute_block, lay.recompute_layers, chunk_layers), chunk_layers)
+    uniform_ckpts = np.ceil(chunk_layers / np.maximum(lay.recompute_layers, 1))
+    full_chunk = np.where(lay.recompute_block,
+                          chunk_recomputed * ckpt + (chunk_layers - chunk_recomputed) * per_layer_none,
+                          uniform_ckpts * ckpt)
+    per_chunk = np.select([lay.recompute == 0, lay.recompute == 1],
+                          [chunk_layers * per_layer_none, chunk_layers * per_layer_sel], full_chunk)
+    activations = chunks * per_chunk + np.where(st.first, chunks * M.embedding_activation_bytes(m, sh), 0.0)
+    logits = np.where(st.last, M.logits_bytes(m, sh, lay), 0.0)
+    # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt
+    # — n layers at once under uniform recompute with groups of n.
+    group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
+    transient = worst_layer * np.where(lay.recompute == 2, group + 1, 1)
+    weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
+    # ZeRO-3 gathers one layer's parameters (and prefetches the next) in bf16.
+    layer_total = (params_dense + params_expert) / np.maximum(st.layers, 1)
+    weights = weights + np.where(lay.zero >= 3, 2 * C.BF16 * layer_total, 0.0)
+    groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
+    fragmentation = cal.fragmentation * (activations + logits + transient)
+    return {
+        "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
+        "logits": logits, "transient": transient,
+        "cuda_context": np.full(np.shape(weights), cal.cuda_context_gib * GIB),
+        "nccl": groups * cal.nccl_gib_per_group * GIB,
+        "fragmentation": fragmentation,
+    }
+
+
+def apply_profile(profile, m: ModelSpec, lay: Layouts, seq, analytic):
+    """Measured per-layer (fwd, bwd) times where the profile covers the point; analytic elsewhere (NaN = not
+    covered). `analytic` = (dense_fwd, dense_bwd, moe_fwd, moe_bwd)."""
+    seq_arr = np.full(len(lay), float(seq))
+    out = list(analytic)
+    for slot, (kind, mlp_kind) in enumerate((("dense", "mlp"), ("moe", "moe"))):
+        if kind == "moe" and not m.is_moe:
+            continue
+        for p, pass_ in enumerate(("fwd", "bwd")):
+            per_dtype = []
+            for dtype in ("bf16", "fp8"):
+                parts = [profile.layer_time(part, pass_, lay.tp, lay.mbs, seq_arr / lay.cp, dtype, ep=lay.ep)
+                         for part in ("attention", mlp_kind)]
+                per_dtype.append(parts[0] + parts[1])
+            measured = np.where(lay.fp8, per_dtype[1], per_dtype[0])
+            idx = 2 * slot + p
+            out[idx] = np.where(np.isfinite(measured), measured, out[idx])
+    return tuple(out)

@@ -1,0 +1,74 @@
+"""Model FLOPs per step, as Megatron-LM counts them for its TFLOP/s/GPU log line
+(megatron/training/training.py `num_floating_point_operations`): 3 x forward (fwd + dgrad + wgrad), 2 FLOPs per
+multiply-add, causal core attention counted at half, GQA/MLA projections, SwiGLU's three matrices, top-k routed
+plus shared experts, the LM head; recompute not counted. Sliding-window layers count min(window, seq) keys."""
+from __future__ import annotations
+
+from autoplan.model import ModelSpec
+
+
+def attention_linear_flops_per_token(m: ModelSpec) -> float:
+    """Forward FLOPs of the attention projections for one token (2 x weights used)."""
+    h, a = m.hidden_size, m.num_attention_heads
+    if m.multi_latent_attention:
+        qk = m.qk_head_dim + m.qk_pos_emb_head_dim
+        q = h * a * qk if not m.q_lora_rank else m.q_lora_rank * (h + a * qk)
+        kv = m.kv_lora_rank * (h + a * (m.qk_head_dim + m.v_head_dim)) + h * m.qk_pos_emb_head_dim
+        return 2.0 * (q + kv + a * m.v_head_dim * h)
+    q = a * m.kv_channels
+    kv = 2 * m.num_query_groups * m.kv_channels
+    return 2.0 * (h * (q + kv) + q * h)
+
+
+def attention_core_flops_per_token(m: ModelSpec, seq_len: int, window: int = 0) -> float:
+    """Forward FLOPs of QK^T and PV for one token of a causal sequence (average over positions)."""
+    a = m.num_attention_heads
+    if m.multi_latent_attention:
+        dims = m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim
+    else:
+        dims = 2 * m.kv_channels
+    keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
+    return 2.0 * a * dims * keys
+
+
+def mlp_flops_per_token(m: ModelSpec, ffn: int) -> float:
+    return 2.0 * (3 if m.gated_mlp else 2) * m.hidden_size * ffn
+
+
+def layer_flops_per_token(m: ModelSpec, seq_len: int, moe: bool, window: int = 0) -> float:
+    """Forward FLOPs of one decoder layer per token."""
+    f = attention_linear_flops_per_token(m) + attention_core_flops_per_token(m, seq_len, window)
+    if moe:
+        f += m.moe_router_topk * mlp_flops_per_token(m, m.moe_ffn_hidden_size)
+        f += mlp_flops_per_token(m, m.shared_expert_ffn_hidden_size) if m.shared_expert_ffn_hidden_size else 0.0
+        f += 2.0 * m.hidden_size * m.num_experts  # router
+    else:
+        f += mlp_flops_per_token(m, m.ffn_hidden_size)
+    return f
+
+
+def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs (fwd + bwd, no recompute) per token for the whole model."""
+    n_window = m.num_sliding_window_layers if m.sliding_window else 0
+    fwd = 0.0
+    for i in range(m.num_layers):
+        moe = m.is_moe_layer(i)
+        # gpt-oss alternates sliding and full layers; which ones does not change the total.
+        window = m.sliding_window if i < n_window else 0
+        fwd += layer_flops_per_token(m, seq_len, moe, window)
+    fwd += 2.0 * m.hidden_size * m.vocab_size  # LM head
+    return 3.0 * fwd
+
+
+def megatron_reference_flops(m: ModelSpec, batch: int, seq_len: int) -> float:
+    """Megatron-LM's closed form for a dense GQA/MHA model without windows (used by tests as the oracle):
+    training.py `transformer_flops`, expressed per its comments."""
+    h, a, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
+    ffn_factor = 3 if m.gated_mlp else 2
+    tokens = batch * seq_len
+    q = d * a
+    self_attn = 3 * 2 * (h * (q + 2 * d * g) + q * h)
+    core = 3 * 2 * q / 2 * 2
+    mlp = 3 * 2 * ffn_factor * h * m.ffn_hidden_size
+    per_layer = tokens * (self_attn + mlp) + batch * seq_len * seq_len * core
+    return m.num_layers * per_layer + 3 * 2 * tokens * h * m.vocab_size

@@ -1,0 +1,52 @@
+"""SI view of a GPU profile: the only place where datasheet units are converted (TFLOP/s -> FLOP/s, GiB -> B,
+GB/s -> B/s, us -> s)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.cluster import ClusterSpec
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Per-GPU rates in SI units."""
+
+    peak_flops_bf16: float  # FLOP/s, dense
+    peak_flops_fp8: float  # FLOP/s, dense; 0 when the GPU has no FP8
+    gemm_eff_bf16: float  # best achievable fraction of peak, large GEMM (MAMF)
+    gemm_eff_fp8: float
+    hbm_bytes_per_s: float
+    capacity_bytes: float  # framework-visible device memory
+    nvlink_bytes_per_s: float  # per direction
+    network_bytes_per_s: float  # per GPU per direction
+    nvlink_bus_eff: float
+    network_bus_eff: float
+    nvlink_latency_s: float
+    network_latency_s: float
+    domain_size: int  # GPUs per NVLink domain
+    gpus_per_node: int
+    num_gpus: int
+
+
+def hardware_of(cluster: ClusterSpec) -> Hardware:
+    g = cluster.gpu
+    fp8 = g.peak_tflops.get("fp8", 0.0)
+    return Hardware(
+        peak_flops_bf16=g.peak_tflops["bf16"] * 1e12,
+        peak_flops_fp8=fp8 * 1e12,
+        gemm_eff_bf16=g.gemm_efficiency.get("bf16", 0.8),
+        gemm_eff_fp8=g.gemm_efficiency.get("fp8", g.gemm_efficiency.get("bf16", 0.8)),
+        hbm_bytes_per_s=g.hbm_bandwidth_tbps * 1e12,
+        capacity_bytes=g.hbm_gib * GIB,
+        nvlink_bytes_per_s=g.nvlink_bandwidth_gbytes_per_s * 1e9,
+        network_bytes_per_s=max(g.network_bandwidth_gbytes_per_s, 1e-3) * 1e9,
+        nvlink_bus_eff=g.nvlink_bus_efficiency,
+        network_bus_eff=g.network_bus_efficiency,
+        nvlink_latency_s=g.nvlink_latency_us * 1e-6,
+        network_latency_s=g.network_latency_us * 1e-6,
+        domain_size=min(g.nvlink_domain_size, cluster.num_gpus) if cluster.num_gpus else g.nvlink_domain_size,
+        gpus_per_node=g.gpus_per_node,
+        num_gpus=cluster.num_gpus,
+    )

@@ -1,0 +1,89 @@
+"""`Layouts`: strategies as a struct of numpy arrays, so one pass of the cost model prices many candidates.
+
+A single strategy is a `Layouts` of length 1; the search builds them straight from the enumerated grid."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import numpy as np
+
+from autoplan.strategy import Strategy
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """One entry per candidate. Integers unless noted; `first`/`last` = -1 means an even split."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    vpp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    dp: np.ndarray
+    mbs: np.ndarray
+    sp: np.ndarray  # bool
+    zero: np.ndarray
+    recompute: np.ndarray  # 0 none, 1 selective, 2 full
+    recompute_block: np.ndarray  # bool: full recompute by block (first n layers of a chunk) vs uniform
+    recompute_layers: np.ndarray  # full: block size n (block) or group size (uniform)
+    fp8: np.ndarray  # bool
+    first: np.ndarray
+    last: np.ndarray
+    overlap_grad_reduce: np.ndarray  # bool
+    overlap_param_gather: np.ndarray  # bool
+    tp_comm_overlap: np.ndarray  # bool
+    moe_a2a_overlap: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    def take(self, index) -> "Layouts":
+        """Rows `index` (an int array or boolean mask)."""
+        return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def strategy(self, i: int) -> Strategy:
+        """Row i as a Strategy."""
+        rc = RECOMPUTE_NAMES[int(self.recompute[i])]
+        full = rc == "full"
+        return Strategy(
+            tp=int(self.tp[i]), pp=int(self.pp[i]), vpp=int(self.vpp[i]), cp=int(self.cp[i]), ep=int(self.ep[i]),
+            etp=int(self.etp[i]), dp=int(self.dp[i]), mbs=int(self.mbs[i]), sp=bool(self.sp[i]),
+            zero=int(self.zero[i]), recompute=rc,
+            recompute_method=("block" if self.recompute_block[i] else "uniform") if full else None,
+            recompute_layers=int(self.recompute_layers[i]) if full else None,
+            fp8="hybrid" if self.fp8[i] else "none",
+            first_stage_layers=int(self.first[i]) if self.first[i] >= 0 else None,
+            last_stage_layers=int(self.last[i]) if self.last[i] >= 0 else None,
+            overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
+            overlap_param_gather=bool(self.overlap_param_gather[i]),
+            tp_comm_overlap=bool(self.tp_comm_overlap[i]), moe_a2a_overlap=bool(self.moe_a2a_overlap[i]),
+        )
+
+
+def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> Layouts:
+    """Stack strategies; dp is derived as world / (tp * pp * cp) when a strategy leaves it out."""
+
+    def col(fn, dtype=np.int64):
+        return np.array([fn(s) for s in strategies], dtype=dtype)
+
+    return Layouts(
+        tp=col(lambda s: s.tp), pp=col(lambda s: s.pp), vpp=col(lambda s: s.vpp), cp=col(lambda s: s.cp),
+        ep=col(lambda s: s.ep), etp=col(lambda s: s.etp),
+        dp=col(lambda s: s.dp or max(1, num_gpus // (s.tp * s.pp * s.cp))),
+        mbs=col(lambda s: s.mbs), sp=col(lambda s: s.sp and s.tp > 1, bool), zero=col(lambda s: s.zero),
+        recompute=col(lambda s: RECOMPUTE_CODES[s.recompute]),
+        recompute_block=col(lambda s: s.recompute_method == "block", bool),
+        recompute_layers=col(lambda s: s.recompute_layers or 0),
+        fp8=col(lambda s: s.uses_fp8, bool),
+        first=col(lambda s: -1 if s.first_stage_layers is None else s.first_stage_layers),
+        last=col(lambda s: -1 if s.last_stage_layers is None else s.last_stage_layers),
+        overlap_grad_reduce=col(lambda s: s.overlap_grad_reduce, bool),
+        overlap_param_gather=col(lambda s: s.overlap_param_gather, bool),
+        tp_comm_overlap=col(lambda s: s.tp_comm_overlap, bool),
+        moe_a2a_overlap=col(lambda s: s.moe_a2a_overlap, bool),
+    )

@@ -1,0 +1,83 @@
+"""Measured layer times for the cost model: load a `MeasuredProfile` (written by `autoplan profile`) and find the
+shipped one for a GPU and model.
+
+The cost model calls `profile.layer_time(kind, pass_, tp, mbs, seq, dtype, ep)` per layer kind ("attention",
+"mlp", "moe", "embedding", "head"; norms are folded into attention/mlp/moe/head) and uses the non-NaN values in
+place of its analytic per-layer times. Times are per decoder layer (embedding/head: per model) for one micro batch
+of `mbs` sequences of `seq` tokens on one rank."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Iterator, Optional, Union
+
+from pydantic import ValidationError
+
+from autoplan.errors import InputError
+from autoplan.profiler.schema import LAYER_KINDS, PASSES, SCHEMA_VERSION, MeasuredProfile
+
+__all__ = ["MeasuredProfile", "LAYER_KINDS", "PASSES", "SCHEMA_VERSION", "load_profile", "find_profile",
+           "shipped_profiles"]
+
+
+def _first_error(e: ValidationError) -> str:
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "<root>"
+    return f"{where}: {err['msg']}"
+
+
+def parse_profile(text: str, origin: str) -> MeasuredProfile:
+    """Validate profile JSON text; `origin` names it in the one-line InputError."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"measured profile {origin} is not valid JSON ({e.msg} at line {e.lineno}); "
+                         f"regenerate it with `autoplan profile`") from None
+    if not isinstance(data, dict):
+        raise InputError(f"measured profile {origin} must hold a JSON object, got {type(data).__name__}; "
+                         f"regenerate it with `autoplan profile`")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise InputError(f"measured profile {origin} has schema_version={version!r}, this autoplan reads "
+                         f"schema_version={SCHEMA_VERSION}; regenerate it with `autoplan profile`")
+    try:
+        return MeasuredProfile.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"measured profile {origin} does not match the profile schema ({_first_error(e)}); "
+                         f"regenerate it with `autoplan profile`") from None
+
+
+def load_profile(path: Union[str, Path]) -> MeasuredProfile:
+    """Read and validate a profile file; bad or mismatched files raise a one-line InputError."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"measured profile {p} does not exist; pass a file written by `autoplan profile --out`")
+    return parse_profile(p.read_text(encoding="utf-8"), str(p))
+
+
+def save_profile(profile: MeasuredProfile, path: Union[str, Path]) -> Path:
+    """Write a profile as indented JSON (creating the folder)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(profile.model_dump_json(indent=1, by_alias=True) + "\n", encoding="utf-8")
+    return p
+
+
+def shipped_profiles() -> Iterator[tuple[str, MeasuredProfile]]:
+    """(file name, profile) for every profile under `profiles/measured/` in the installed package."""
+    folder = resources.files("autoplan.profiles").joinpath("measured")
+    if not folder.is_dir():
+        return
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".json"):
+            yield entry.name, parse_profile(entry.read_text(encoding="utf-8"), f"profiles/measured/{entry.name}")
+
+
+def find_profile(gpu_id: str, model_name: str) -> Optional[MeasuredProfile]:
+    """The shipped profile measured on `gpu_id` for `model_name` (both case-insensitive), or None."""
+    for _, profile in shipped_profiles():
+        if (profile.device.gpu_id.lower() == gpu_id.lower()
+                and profile.model.name.lower() == model_name.lower()):
+            return profile
+    return None

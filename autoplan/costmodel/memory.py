@@ -1,0 +1,103 @@
+"""Per-rank memory, bytes, vectorised over candidates.
+
+Activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+arXiv:2205.05198) sec. 4.1 / Table 2 counts 34sbh + 5as^2b per layer (16-bit, dropout masks 1 byte). We keep
+its itemisation but size each tensor from the real shapes (GQA/MLA projections, SwiGLU's two FC1 outputs, MoE's
+top-k token copies), and use flash attention (no s^2 term; Dao et al. 2022 stores the output and the fp32
+log-sum-exp). Sequence parallelism shards the norm/dropout regions by tp (Table 2, row 'sequence parallel').
+Weights/grads/optimizer: Megatron-LM megatron/training/theoretical_memory_usage.py: bf16 params (2), fp32 main
+grads (4), fp32 master params + Adam m, v (12); the distributed optimizer shards the 12 over DP (6 + 12/dp);
+experts shard over expert-DP."""
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.costmodel.compute import BF16, Shard
+from autoplan.costmodel.layout import Layouts
+from autoplan.model import ModelSpec
+
+FP32 = 4
+
+
+def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """(kept with no recompute, kept under selective recompute) for the attention block of one layer."""
+    h = m.hidden_size
+    region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
+    norm_in = BF16 * region
+    qkv_in = BF16 * region  # norm output, saved sharded under SP and re-gathered in backward
+    if m.multi_latent_attention:
+        # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
+        latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
+        qkv = BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+        out = BF16 * sh.tokens * sh.heads * m.v_head_dim
+        qkv = qkv + latents
+    else:
+        qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
+        out = BF16 * sh.tokens * sh.heads * m.kv_channels
+    lse = FP32 * sh.tokens * sh.heads  # flash-attention softmax statistics
+    dropout_mask = region  # 1 byte per element, after the output projection
+    kept = norm_in + qkv_in + qkv + out + lse + dropout_mask
+    # Selective recompute (Korthikanti sec. 4.2 / Megatron --recompute-modules core_attn): the core
+    # attention output and statistics are recomputed from q, k, v.
+    return kept, kept - out - lse
+
+
+def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards):
+    h = m.hidden_size
+    region = sh.tokens_sp * h
+    gate_up = (2 if m.gated_mlp else 1) * ffn / shards
+    return (BF16 * region  # norm input
+            + BF16 * region  # fc1 input (norm output)
+            + BF16 * tokens * gate_up  # fc1 output (gate and up for SwiGLU)
+            + BF16 * tokens * ffn / shards  # activation output = fc2 input
+            + region)  # dropout mask
+
+
+def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    h = m.hidden_size
+    region = sh.tokens_sp * h
+    f = m.moe_ffn_hidden_size / lay.etp
+    copies = sh.expert_tokens  # top-k copies of each token, after dispatch
+    routed = (BF16 * copies * h  # permuted expert input (fc1 input)
+              + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
+              + BF16 * copies * f  # activation output
+              + BF16 * copies * h  # expert output, kept to scale by routing probabilities
+              + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
+    base = 2 * BF16 * region + region  # norm input + router input + dropout mask
+    shared = 0.0
+    if m.shared_expert_ffn_hidden_size:
+        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp) - 3 * region
+    return base + routed + shared
+
+
+def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
+    """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
+    attn_none, attn_sel = attention_activation_bytes(m, sh, lay)
+    mlp = moe_activation_bytes(m, sh, lay) if moe else \
+        mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
+    checkpoint = BF16 * sh.tokens_sp * m.hidden_size  # the layer input (Korthikanti sec. 4.1, 2sbh/t with SP)
+    return attn_none + mlp, attn_sel + mlp, checkpoint
+
+
+def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """Last stage, one micro batch: bf16 logits + fp32 softmax in vocab-parallel cross entropy
+    (megatron/core/tensor_parallel/cross_entropy.py upcasts to fp32) + bf16 logits gradient."""
+    return (BF16 + FP32 + BF16) * sh.tokens * m.vocab_size / lay.tp
+
+
+def embedding_activation_bytes(m: ModelSpec, sh: Shard):
+    """Embedding output + dropout mask, and the int64 token ids (Megatron theoretical_memory_usage: 8sb)."""
+    return (BF16 + 1) * sh.tokens_sp * m.hidden_size + 8 * sh.tokens
+
+
+def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
+    """(weights, grads, optimizer) bytes per rank for `params_dense` TP/DP-replicated-sharded and
+    `params_expert` EP-sharded local parameters. ZeRO-2/3 follow Rajbhandari et al. 2020 (ZeRO), sec. 5."""
+    dp = lay.dp * lay.cp  # Megatron shards the optimizer over the data-parallel x context-parallel group
+    total = params_dense + params_expert
+    weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
+    grads = np.where(lay.zero >= 2, FP32 * (params_dense / dp + params_expert / edp), FP32 * total)
+    optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
+    # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose.
+    weights = weights + np.where(fp8, 2.0 * total, 0.0)
+    return weights, grads, optimizer

@@ -1,0 +1,69 @@
+"""Which layers each pipeline rank holds (vectorised). Megatron splits decoder layers evenly over pp ranks, or
+puts `--decoder-first/last-pipeline-num-layers` on the end ranks and splits the rest evenly
+(megatron/core/transformer/transformer_block.py `get_num_layers_to_build`). With interleaving a rank holds vpp
+chunks; for counting layer kinds we take a rank's layers as one contiguous range, which is exact without
+interleaving and places the leading dense layers (first_k_dense) on rank 0 either way."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoplan.costmodel.layout import Layouts
+from autoplan.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    layers: np.ndarray  # decoder layers on the rank
+    moe: np.ndarray  # of which MoE layers
+    window: np.ndarray  # of which sliding-window layers
+    window_moe: np.ndarray  # sliding-window MoE layers
+    first: np.ndarray  # bool: holds the embedding
+    last: np.ndarray  # bool: holds the LM head and loss
+
+
+def _prefix(flags) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(flags, dtype=np.int64))])
+
+
+def layer_flags(m: ModelSpec):
+    """(is_moe, is_window) per layer. gpt-oss alternates sliding and full attention, starting with sliding."""
+    moe = np.array([m.is_moe_layer(i) for i in range(m.num_layers)], dtype=bool)
+    window = np.zeros(m.num_layers, dtype=bool)
+    if m.sliding_window and m.num_sliding_window_layers:
+        stride = max(1, m.num_layers // m.num_sliding_window_layers)
+        idx = np.arange(0, m.num_layers, stride)[: m.num_sliding_window_layers]
+        window[idx] = True
+    return moe, window
+
+
+def middle_layers(m: ModelSpec, lay: Layouts):
+    """Layers per rank that is neither an explicitly sized first nor last rank (float; validated integral)."""
+    has_first = lay.first >= 0
+    has_last = (lay.last >= 0) & (lay.pp > 1)
+    n_mid = lay.pp - has_first - has_last
+    rest = m.num_layers - np.where(has_first, lay.first, 0) - np.where(has_last, lay.last, 0)
+    return np.where(n_mid > 0, rest / np.maximum(n_mid, 1), 0.0)
+
+
+def stage_layers(m: ModelSpec, lay: Layouts, stage: np.ndarray) -> StageLayers:
+    mid = middle_layers(m, lay)
+    is_first = stage == 0
+    is_last = stage == lay.pp - 1
+    layers = np.where(is_first & (lay.first >= 0), lay.first,
+                      np.where(is_last & (lay.last >= 0) & (lay.pp > 1), lay.last, mid))
+    first_size = np.where(lay.first >= 0, lay.first, mid)
+    start = np.where(is_first, 0, first_size + (stage - 1) * mid)
+    start_i = np.clip(np.rint(start).astype(np.int64), 0, m.num_layers)
+    end_i = np.clip(np.rint(start + layers).astype(np.int64), 0, m.num_layers)
+    moe_f, win_f = layer_flags(m)
+    cm, cw, cwm = _prefix(moe_f), _prefix(win_f), _prefix(moe_f & win_f)
+    return StageLayers(
+        layers=(end_i - start_i).astype(float),
+        moe=(cm[end_i] - cm[start_i]).astype(float),
+        window=(cw[end_i] - cw[start_i]).astype(float),
+        window_moe=(cwm[end_i] - cwm[start_i]).astype(float),
+        first=is_first,
+        last=is_last,
+    )
