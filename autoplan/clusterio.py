@@ -1,0 +1,146 @@
+"""Cluster inputs: a GPU id from `profiles/gpus/<id>.yaml` (read through `importlib.resources`, so it works from an
+installed package) or a cluster YAML file (`gpu: <id or a full GpuSpec mapping>`, `num_gpus: N`, optional `name`).
+Every bad input becomes a one-line `InputError`."""
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import yaml
+from pydantic import ValidationError
+
+from autoplan.cluster import ClusterSpec, GpuSpec
+from autoplan.errors import InputError, did_you_mean
+
+__all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID"]
+
+CPU_ID = "cpu"  # host CPU cores standing in as devices (gloo) for probe runs; see profiles/gpus/cpu.yaml
+
+
+def _gpu_dir():
+    return resources.files("autoplan.profiles") / "gpus"
+
+
+def gpu_ids() -> List[str]:
+    """Ids of the bundled GPU profiles, sorted."""
+    return sorted(p.name[: -len(".yaml")] for p in _gpu_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def _validation_line(err: ValidationError, where: str) -> str:
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown field{did_you_mean(field.split('.')[-1], GpuSpec.model_fields)}"
+        parts.append(f"{field}={e['input']!r}: {msg}" if field else msg)
+    return f"{where}: " + "; ".join(parts)
+
+
+def _gpu_from_mapping(data: Mapping[str, Any], where: str) -> GpuSpec:
+    try:
+        return GpuSpec.model_validate(dict(data))
+    except ValidationError as e:
+        raise InputError(_validation_line(e, where)) from None
+
+
+def load_gpu(gpu_id: str) -> GpuSpec:
+    """The bundled profile for `gpu_id` (case-insensitive)."""
+    key = gpu_id.strip().lower()
+    ids = gpu_ids()
+    if key not in ids:
+        raise InputError(f"unknown GPU {gpu_id!r}{did_you_mean(key, ids)}; known GPUs: {', '.join(ids)} "
+                         f"(see `autoplan clusters`)")
+    data = yaml.safe_load((_gpu_dir() / f"{key}.yaml").read_text(encoding="utf-8"))
+    return _gpu_from_mapping(data, f"GPU profile {key!r}")
+
+
+def list_gpus() -> List[GpuSpec]:
+    """Every bundled GPU profile, sorted by id."""
+    return [load_gpu(i) for i in gpu_ids()]
+
+
+def _read_cluster_file(path: Path) -> Dict[str, Any]:
+    if not path.exists():
+        raise InputError(f"cluster file {str(path)!r} does not exist; pass a GPU id ({', '.join(gpu_ids())}) or a "
+                         f"cluster YAML")
+    if path.is_dir():
+        raise InputError(f"cluster path {str(path)!r} is a directory; pass a cluster YAML file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError as e:
+        raise InputError(f"cluster file {str(path)!r} is not valid YAML ({' '.join(str(e).split())}); fix the "
+                         f"syntax") from None
+    if not isinstance(data, dict):
+        raise InputError(f"cluster file {str(path)!r} holds a {type(data).__name__}, not a mapping; write "
+                         f"`gpu: <id>` and `num_gpus: <N>`")
+    unknown = set(data) - {"gpu", "num_gpus", "name"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise InputError(f"cluster file {str(path)!r}: unknown key {key!r}"
+                         f"{did_you_mean(key, ['gpu', 'num_gpus', 'name'])}; allowed: gpu, num_gpus, name")
+    if "gpu" not in data:
+        raise InputError(f"cluster file {str(path)!r} has no `gpu:`; add `gpu: <id>` (one of "
+                         f"{', '.join(gpu_ids())}) or a full GPU mapping")
+    return data
+
+
+def _gpu_of(value: Any, where: str) -> GpuSpec:
+    if isinstance(value, str):
+        return load_gpu(value)
+    if isinstance(value, dict):
+        return _gpu_from_mapping(value, f"{where} gpu")
+    raise InputError(f"{where}: gpu={value!r} must be a GPU id or a mapping of GPU fields")
+
+
+def _check_positive(num_gpus: Any) -> int:
+    if isinstance(num_gpus, bool) or not isinstance(num_gpus, int):
+        raise InputError(f"gpus={num_gpus!r} must be a whole number of GPUs")
+    if num_gpus <= 0:
+        raise InputError(f"gpus={num_gpus} must be > 0")
+    return num_gpus
+
+
+def _check_count(gpu: GpuSpec, num_gpus: Any) -> int:
+    """num_gpus > 0 and, past one node, a whole number of nodes."""
+    num_gpus = _check_positive(num_gpus)
+    per_node = gpu.gpus_per_node
+    if num_gpus > per_node and num_gpus % per_node:
+        lower, upper = num_gpus // per_node * per_node, -(-num_gpus // per_node) * per_node
+        raise InputError(f"gpus={num_gpus} must be a multiple of gpus_per_node={per_node} for {gpu.id}; "
+                         f"try {lower} or {upper}")
+    return num_gpus
+
+
+def _cpu_node(gpu: GpuSpec, num_gpus: Optional[int]) -> tuple[GpuSpec, int]:
+    """CPU probe devices: any count up to os.cpu_count(), all in one node and one 'scale-up' domain."""
+    cores = os.cpu_count() or 1
+    count = _check_positive(min(gpu.gpus_per_node, cores) if num_gpus is None else num_gpus)
+    if count > cores:
+        raise InputError(f"gpus={count} exceeds the {cores} CPU cores of this machine for gpu 'cpu'; use at most "
+                         f"{cores}")
+    return gpu.model_copy(update={"gpus_per_node": count, "nvlink_domain_size": count}), count
+
+
+def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
+    """A ClusterSpec from a GPU id (`num_gpus` defaults to one node) or a cluster YAML; `num_gpus` (the CLI's
+    --gpus) overrides the file's count."""
+    if not ref or not ref.strip():
+        raise InputError(f"cluster is empty; pass a GPU id ({', '.join(gpu_ids())}) or a cluster YAML")
+    name = None
+    if ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref:
+        path = Path(ref).expanduser()
+        data = _read_cluster_file(path)
+        gpu = _gpu_of(data["gpu"], f"cluster file {str(path)!r}")
+        name = data.get("name") or path.stem
+        if num_gpus is None:
+            num_gpus = data.get("num_gpus")
+    else:
+        gpu = load_gpu(ref)
+    if gpu.id == CPU_ID:
+        gpu, count = _cpu_node(gpu, num_gpus)
+    else:
+        count = _check_count(gpu, gpu.gpus_per_node if num_gpus is None else num_gpus)
+    return ClusterSpec(gpu=gpu, num_gpus=count, name=str(name) if name is not None else None)

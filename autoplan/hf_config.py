@@ -1,0 +1,282 @@
+"""Hugging Face `config.json` -> `ModelSpec`, one small parser per `model_type`.
+
+Field names and defaults follow the `transformers` configuration classes of each model type
+(`configuration_llama.py`, `configuration_mixtral.py`, `configuration_qwen2_moe.py`, `configuration_deepseek_v3.py`,
+`configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`). Anything the parameter and cost
+model does not need (dropout, rope scaling, router jitter, `norm_topk_prob`, MTP layers) is ignored."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Optional
+
+from autoplan.errors import InputError
+
+_MISSING = object()
+
+
+class _Config:
+    """A config mapping that names the model type and the file in its error messages."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str):
+        self.cfg, self.model_type, self.where = cfg, model_type, where
+
+    def req(self, *keys: str) -> Any:
+        """The first of `keys` present (aliases, e.g. `n_layer` / `num_hidden_layers`); InputError when none is."""
+        for key in keys:
+            value = self.cfg.get(key, _MISSING)
+            if value is not _MISSING and value is not None:
+                return value
+        raise InputError(f"{self.where}: model_type {self.model_type!r} needs field {keys[0]!r}, which is missing; "
+                         f"add it to the config")
+
+    def get(self, key: str, default: Any) -> Any:
+        """`key`, or `default` when it is absent or null."""
+        value = self.cfg.get(key)
+        return default if value is None else value
+
+    def int_req(self, *keys: str) -> int:
+        value = self.req(*keys)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{self.where}: field {keys[0]!r}={value!r} must be an integer; fix the config")
+        return value
+
+
+def _head_dim(c: _Config, hidden: int, heads: int) -> int:
+    """Explicit `head_dim` when given (Qwen3, gpt-oss, Mistral-Nemo), else hidden / heads."""
+    head_dim = c.get("head_dim", None)
+    if head_dim is not None:
+        return int(head_dim)
+    if hidden % heads:
+        raise InputError(f"{c.where}: hidden_size={hidden} is not divisible by num_attention_heads={heads} and "
+                         f"there is no head_dim; add head_dim to the config")
+    return hidden // heads
+
+
+def _llama_like(c: _Config) -> Dict[str, Any]:
+    """Fields shared by the Llama family: pre-norm RMSNorm, RoPE, gated (SwiGLU) MLP, GQA, no biases."""
+    hidden = c.int_req("hidden_size")
+    heads = c.int_req("num_attention_heads")
+    return dict(
+        num_layers=c.int_req("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=c.int_req("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=int(c.get("num_key_value_heads", heads)),  # absent in old configs = MHA
+        kv_channels=_head_dim(c, hidden, heads),
+        vocab_size=c.int_req("vocab_size"),
+        max_position_embeddings=c.int_req("max_position_embeddings"),
+        activation="swiglu",
+        normalization="rmsnorm",
+        position_embedding="rope",
+        rotary_base=float(c.get("rope_theta", 10000.0)),
+        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+        add_qkv_bias=bool(c.get("attention_bias", False)),
+    )
+
+
+def _sliding_window(c: _Config, num_layers: int) -> Dict[str, Any]:
+    """Mistral applies `sliding_window` to every layer; Qwen2 only when `use_sliding_window` is true."""
+    window = c.get("sliding_window", 0)
+    if not window or not c.get("use_sliding_window", True):
+        return {}
+    return dict(sliding_window=int(window), num_sliding_window_layers=num_layers)
+
+
+def _llama(c: _Config) -> Dict[str, Any]:
+    fields = _llama_like(c)
+    return {**fields, **_sliding_window(c, fields["num_layers"])}
+
+
+def _qwen2(c: _Config) -> Dict[str, Any]:
+    # Qwen2 / Qwen2.5: q, k and v projections carry biases (modeling_qwen2.py, Qwen2Attention).
+    return {**_llama(c), "add_qkv_bias": True}
+
+
+def _qwen3(c: _Config) -> Dict[str, Any]:
+    # Qwen3: no qkv bias, per-head RMSNorm on q and k (modeling_qwen3.py, Qwen3Attention.q_norm/k_norm).
+    return {**_llama(c), "add_qkv_bias": bool(c.get("attention_bias", False)), "qk_layernorm": True}
+
+
+def _mixtral(c: _Config) -> Dict[str, Any]:
+    fields = _llama(c)
+    return {**fields, "num_experts": c.int_req("num_local_experts"), "moe_router_topk": c.int_req("num_experts_per_tok"),
+            "moe_ffn_hidden_size": fields["ffn_hidden_size"]}
+
+
+def _leading_dense_layers(c: _Config, num_layers: int, step: int) -> Dict[str, int]:
+    """Qwen-MoE layer rule: layer i is sparse when i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+    (modeling_qwen2_moe.py, Qwen2MoeDecoderLayer). Maps to ModelSpec's first_k_dense_layers / moe_layer_freq."""
+    dense = sorted(int(i) for i in c.get("mlp_only_layers", []))
+    if not dense:
+        return dict(first_k_dense_layers=step - 1, moe_layer_freq=step)
+    if step == 1 and dense == list(range(len(dense))) and len(dense) < num_layers:
+        return dict(first_k_dense_layers=len(dense), moe_layer_freq=1)
+    raise InputError(f"{c.where}: mlp_only_layers={dense} with decoder_sparse_step={step} is not a leading run of "
+                     f"dense layers, the only pattern supported; edit mlp_only_layers or pass a native model YAML")
+
+
+def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
+    fields = _llama(c)
+    step = int(c.get("decoder_sparse_step", 1))
+    return {
+        **fields,
+        "add_qkv_bias": qkv_bias,
+        "qk_layernorm": qk_norm,
+        "num_experts": c.int_req("num_experts"),
+        "moe_router_topk": c.int_req("num_experts_per_tok"),
+        "moe_ffn_hidden_size": c.int_req("moe_intermediate_size"),
+        # Qwen2-MoE's shared expert also has a 1-wide sigmoid gate (h weights per layer); too small to model.
+        "shared_expert_ffn_hidden_size": int(c.get("shared_expert_intermediate_size", 0)),
+        **_leading_dense_layers(c, fields["num_layers"], step),
+    }
+
+
+def _qwen2_moe(c: _Config) -> Dict[str, Any]:
+    return _qwen_moe(c, qkv_bias=True, qk_norm=False)
+
+
+def _qwen3_moe(c: _Config) -> Dict[str, Any]:
+    return _qwen_moe(c, qkv_bias=bool(c.get("attention_bias", False)), qk_norm=True)
+
+
+def _deepseek(c: _Config) -> Dict[str, Any]:
+    """DeepSeek-V2/V3 (and Kimi K2, which reuses the V3 architecture): MLA + fine-grained MoE with shared experts.
+    The multi-token-prediction module (`num_nextn_predict_layers`) is not part of the main model and is ignored."""
+    hidden = c.int_req("hidden_size")
+    heads = c.int_req("num_attention_heads")
+    num_layers = c.int_req("num_hidden_layers")
+    first_k = int(c.get("first_k_dense_replace", 0))
+    freq = int(c.get("moe_layer_freq", 1))
+    # modeling_deepseek.py: MoE when idx >= first_k_dense_replace and idx % moe_layer_freq == 0; ModelSpec counts
+    # the period from the first sparse layer, which agrees only when first_k is a multiple of the period.
+    if freq > 1 and first_k % freq:
+        raise InputError(f"{c.where}: moe_layer_freq={freq} with first_k_dense_replace={first_k} is not supported; "
+                         f"first_k_dense_replace must be a multiple of moe_layer_freq")
+    n_shared = int(c.get("n_shared_experts", 0))
+    moe_ffn = c.int_req("moe_intermediate_size")
+    q_lora_rank = c.get("q_lora_rank", None)
+    return dict(
+        num_layers=num_layers,
+        hidden_size=hidden,
+        ffn_hidden_size=c.int_req("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=int(c.get("num_key_value_heads", heads)),
+        kv_channels=c.int_req("v_head_dim"),  # Megatron's --kv-channels for MLA models
+        vocab_size=c.int_req("vocab_size"),
+        max_position_embeddings=c.int_req("max_position_embeddings"),
+        rotary_base=float(c.get("rope_theta", 10000.0)),
+        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+        multi_latent_attention=True,
+        q_lora_rank=int(q_lora_rank) if q_lora_rank else None,  # null in DeepSeek-V2-Lite: full-rank q
+        kv_lora_rank=c.int_req("kv_lora_rank"),
+        qk_head_dim=c.int_req("qk_nope_head_dim"),
+        qk_pos_emb_head_dim=c.int_req("qk_rope_head_dim"),
+        v_head_dim=c.int_req("v_head_dim"),
+        num_experts=c.int_req("n_routed_experts"),
+        moe_router_topk=c.int_req("num_experts_per_tok"),
+        moe_ffn_hidden_size=moe_ffn,
+        shared_expert_ffn_hidden_size=n_shared * moe_ffn,
+        first_k_dense_layers=first_k,
+        moe_layer_freq=freq,
+    )
+
+
+def _gpt_oss(c: _Config) -> Dict[str, Any]:
+    """gpt-oss: alternating sliding-window / full attention, attention sinks, biased linears and experts
+    (modeling_gpt_oss.py)."""
+    fields = _llama_like(c)
+    num_layers = fields["num_layers"]
+    layer_types = c.get("layer_types", None)
+    if layer_types:
+        num_sliding = sum(t == "sliding_attention" for t in layer_types)
+    else:  # configuration_gpt_oss.py default: even layers (0, 2, ...) slide
+        num_sliding = (num_layers + 1) // 2
+    topk = c.req("num_experts_per_tok", "experts_per_token")
+    return {
+        **fields,
+        "add_bias_linear": True,
+        "add_qkv_bias": True,
+        "num_experts": c.int_req("num_local_experts"),
+        "moe_router_topk": int(topk),
+        "moe_ffn_hidden_size": fields["ffn_hidden_size"],
+        "sliding_window": int(c.req("sliding_window")),
+        "num_sliding_window_layers": num_sliding,
+    }
+
+
+def _gpt2(c: _Config) -> Dict[str, Any]:
+    """GPT-2: learned positions, LayerNorm, GELU, biases everywhere, LM head tied to the embedding."""
+    hidden = c.int_req("n_embd", "hidden_size")
+    heads = c.int_req("n_head", "num_attention_heads")
+    return dict(
+        num_layers=c.int_req("n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=int(c.get("n_inner", 4 * hidden)),  # n_inner null = 4h (configuration_gpt2.py)
+        num_attention_heads=heads,
+        num_query_groups=heads,
+        kv_channels=_head_dim(c, hidden, heads),
+        vocab_size=c.int_req("vocab_size"),
+        max_position_embeddings=c.int_req("n_positions", "max_position_embeddings"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding="learned",
+        tie_embeddings=bool(c.get("tie_word_embeddings", True)),
+        add_bias_linear=True,
+    )
+
+
+def _gpt_neox(c: _Config) -> Dict[str, Any]:
+    """GPT-NeoX / Pythia: rotary (partial, `rotary_pct`), LayerNorm, GELU, biases, untied `embed_out`.
+    The parallel-residual wiring changes no shapes and is ignored."""
+    hidden = c.int_req("hidden_size")
+    heads = c.int_req("num_attention_heads")
+    return dict(
+        num_layers=c.int_req("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=c.int_req("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=heads,
+        kv_channels=_head_dim(c, hidden, heads),
+        vocab_size=c.int_req("vocab_size"),
+        max_position_embeddings=c.int_req("max_position_embeddings"),
+        activation="gelu",
+        normalization="layernorm",
+        position_embedding="rope",
+        rotary_base=float(c.get("rotary_emb_base", c.get("rope_theta", 10000.0))),
+        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+        add_bias_linear=bool(c.get("attention_bias", True)),
+    )
+
+
+PARSERS: Dict[str, Callable[[_Config], Dict[str, Any]]] = {
+    "llama": _llama,
+    "mistral": _llama,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen2_moe,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "kimi_k2": _deepseek,
+    "gpt_oss": _gpt_oss,
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+}
+
+SUPPORTED_MODEL_TYPES = tuple(PARSERS)
+
+
+def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """ModelSpec fields (without `name`) read from a Hugging Face config mapping; `where` names it in errors."""
+    model_type = cfg.get("model_type")
+    parser = PARSERS.get(model_type) if isinstance(model_type, str) else None
+    if parser is None:
+        raise InputError(f"{where}: model_type {model_type!r} is not supported; supported: "
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")
+    return parser(_Config(cfg, model_type, where))
+
+
+def model_type_of(cfg: Mapping[str, Any]) -> Optional[str]:
+    """The `model_type` of a mapping, or None when it is not a Hugging Face config."""
+    value = cfg.get("model_type")
+    return value if isinstance(value, str) else None
