@@ -41,12 +41,16 @@ def main(argv=None) -> None:
     except Exception as e:  # click usage errors arrive here in non-standalone mode
         import click
 
-        if isinstance(e, click.exceptions.Exit):
+        try:  # typer >= 0.2x raises usage errors from its own vendored copy of click
+            from typer._click.exceptions import ClickException as VendoredClickException
+        except ImportError:
+            VendoredClickException = click.ClickException
+        if isinstance(e, (click.exceptions.Exit, typer.Exit)):
             sys.exit(e.exit_code)
-        if isinstance(e, click.ClickException):
+        if isinstance(e, (click.ClickException, VendoredClickException)):
             print(f"autoplan: error: {e.format_message()}", file=sys.stderr)
             sys.exit(2)
-        if isinstance(e, click.exceptions.Abort):
+        if isinstance(e, (click.exceptions.Abort, typer.Abort)):
             sys.exit(130)
         raise
 
