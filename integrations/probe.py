@@ -1,0 +1,243 @@
+"""Probe a plan: write its `--probe` launch files, train a few iterations for real, and measure.
+
+`run_probe(plan, engine=...)` emits the engine files into a folder, launches the training program with the chosen
+launcher (local ranks, torchrun or Slurm), parses the log and returns a `ProbeResult`: ok, oom, failed (with the
+line that says why) or hung (killed on timeout, the whole process group). The step time is the median over the
+iterations after the warm-up ones; tokens/s follow from the workload.
+
+Testing hook: `AUTOPLAN_FAULT=fail|hang` in the environment of a DeepSpeed probe makes `ds_train.py` fail or hang on
+purpose (`autoplan tune` sets it per trial from `AUTOPLAN_TUNE_FAULTS`); it exists to test failure handling.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoplan.errors import InputError
+from autoplan.integrations.launchers import LaunchOutcome, LaunchRequest, LauncherName, launch
+from autoplan.integrations.logparse import LogFormat, ParsedLog, parse_log
+from autoplan.results import Plan
+
+Engine = Literal["megatron", "deepspeed"]
+ENGINES = ("megatron", "deepspeed")
+ProbeStatus = Literal["ok", "oom", "failed", "hung"]
+DEFAULT_ITERS = 10
+DEFAULT_WARMUP = 2
+DEFAULT_TIMEOUT_S = 600.0
+FAULT_ENV = "AUTOPLAN_FAULT"
+
+
+class ProbeResult(BaseModel):
+    """What one short real training run of a plan measured, next to what the cost model predicted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: ProbeStatus = Field(description="ok, oom (out of device memory), failed (error) or hung (timed out).")
+    error: Optional[str] = Field(None, description="The log line (or exit status) that explains a non-ok status.")
+    engine: Engine = Field(description="Training engine that ran the probe.")
+    launcher: LauncherName = Field(description="How the ranks were started.")
+    strategy_label: str = Field(description="Short label of the probed strategy.")
+    world_size: int = Field(description="Ranks (devices) the probe ran on.")
+    iterations_logged: int = Field(description="Iteration lines found in the log (all ranks).")
+    warmup_iters: int = Field(description="Leading iterations left out of the median.")
+    step_times_s: List[float] = Field(default_factory=list, description="Measured step times after warm-up, s.")
+    step_time_s: Optional[float] = Field(None, description="Median measured step time after warm-up, s.")
+    tokens_per_s: Optional[float] = Field(None, description="Measured training tokens per second, whole job.")
+    tokens_per_s_per_gpu: Optional[float] = Field(None, description="Measured tokens per second per device.")
+    peak_mem_gib_by_rank: Dict[int, float] = Field(
+        default_factory=dict, description="Peak allocated device memory per rank where the engine reports it, GiB.")
+    predicted_step_time_s: float = Field(description="Cost-model step time, s.")
+    predicted_tokens_per_s_per_gpu: float = Field(description="Cost-model tokens per second per device.")
+    predicted_peak_mem_gib: float = Field(description="Cost-model peak memory over ranks, GiB.")
+    step_time_ratio: Optional[float] = Field(None, description="measured / predicted step time; None unless ok.")
+    log_path: str = Field(description="Log of all ranks.")
+    out_dir: str = Field(description="Folder holding the emitted probe files.")
+    wall_time_s: float = Field(description="Launch to exit (or kill), s.")
+    command: List[str] = Field(description="Command line that was started.")
+
+    @property
+    def measured_peak_mem_gib(self) -> Optional[float]:
+        return max(self.peak_mem_gib_by_rank.values()) if self.peak_mem_gib_by_rank else None
+
+
+class ProbeProgram(BaseModel):
+    """The training program a probe runs: script, arguments, environment and how to read its log."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    script: str = Field(description="Python script every rank runs.")
+    args: List[str] = Field(default_factory=list, description="Its arguments.")
+    env: Dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    log_format: LogFormat = Field(description="Parser for its log.")
+
+
+def write_files(files: Dict[str, str], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = out_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if name.endswith(".sh"):
+            path.chmod(0o755)
+
+
+def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optional[str] = None) -> ProbeProgram:
+    """pretrain_gpt.py of a Megatron-LM checkout ($MEGATRON_LM) with the emitted megatron_args.txt."""
+    from autoplan.integrations.megatron import emit_megatron, needs_max_connections_1
+
+    root = megatron_lm or os.environ.get("MEGATRON_LM")
+    if not root:
+        raise InputError("a Megatron probe needs a Megatron-LM checkout: set MEGATRON_LM to the folder holding "
+                         "pretrain_gpt.py")
+    script = Path(root) / "pretrain_gpt.py"
+    if not script.is_file():
+        raise InputError(f"MEGATRON_LM={root!r} has no pretrain_gpt.py; point it at a Megatron-LM checkout")
+    files = emit_megatron(plan, probe=True, probe_iters=iters)
+    write_files(files, out_dir)
+    args: List[str] = []
+    for line in files["megatron_args.txt"].splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            args += shlex.split(line)
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if needs_max_connections_1(plan) else {}
+    return ProbeProgram(script=str(script), args=args, env=env, log_format="megatron")
+
+
+def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
+    """ds_train.py with the emitted ds_config.json and the plan's model (see autoplan.integrations.deepspeed)."""
+    from autoplan.integrations import deepspeed as ds_emit
+
+    files = ds_emit.emit_deepspeed(plan, probe=True)
+    write_files(files, out_dir)
+    script, args = ds_emit.probe_command(plan, out_dir, iters)
+    return ProbeProgram(script=script, args=args, log_format="ds_train")
+
+
+def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int) -> ProbeProgram:
+    if engine == "megatron":
+        return megatron_program(plan, out_dir, iters)
+    if engine == "deepspeed":
+        return deepspeed_program(plan, out_dir, iters)
+    raise InputError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
+
+
+def step_times_after_warmup(parsed: ParsedLog, warmup: int, global_batch: int) -> List[float]:
+    """Per-iteration step time (slowest rank) for iterations > warmup, in iteration order, s."""
+    by_iter: Dict[int, float] = {}
+    for rec in parsed.iterations:
+        step = rec.step_time_s
+        if step is None and rec.samples_per_s:
+            step = global_batch / rec.samples_per_s  # DeepSpeed logs a rate over the whole batch
+        if step is None or rec.iteration <= warmup:
+            continue
+        by_iter[rec.iteration] = max(by_iter.get(rec.iteration, 0.0), step)
+    return [by_iter[k] for k in sorted(by_iter)]
+
+
+def classify(outcome: LaunchOutcome, parsed: ParsedLog, step_times: List[float]) -> tuple[ProbeStatus, Optional[str]]:
+    """Status and the line that explains it. OOM wins over a generic failure; a timeout is a hang."""
+    if outcome.timed_out:
+        return "hung", f"no exit within the timeout ({outcome.wall_time_s:.0f} s); process group killed"
+    if parsed.oom_line:
+        return "oom", parsed.oom_line
+    if outcome.returncode != 0:
+        state = f" (Slurm state {outcome.job_state})" if outcome.job_state else ""
+        return "failed", parsed.error_line or f"exit status {outcome.returncode}{state}"
+    if not step_times:
+        return "failed", "the run exited cleanly but logged no iteration after the warm-up ones"
+    return "ok", None
+
+
+def result_from_log(plan: Plan, engine: Engine, outcome: LaunchOutcome, log_format: LogFormat, warmup: int,
+                    out_dir: Path) -> ProbeResult:
+    """Build the ProbeResult of a finished launch from its log."""
+    text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
+    parsed = parse_log(text, log_format)
+    w = plan.workload
+    steps = step_times_after_warmup(parsed, warmup, w.global_batch_size)
+    status, error = classify(outcome, parsed, steps)
+    median = statistics.median(steps) if status == "ok" else None
+    tokens = w.tokens_per_step / median if median else None
+    est = plan.estimate
+    return ProbeResult(
+        status=status, error=error, engine=engine, launcher=outcome.launcher, strategy_label=plan.strategy.label(),
+        world_size=plan.cluster.num_gpus, iterations_logged=len(parsed.iterations), warmup_iters=warmup,
+        step_times_s=steps if status == "ok" else [], step_time_s=median, tokens_per_s=tokens,
+        tokens_per_s_per_gpu=tokens / plan.cluster.num_gpus if tokens else None,
+        peak_mem_gib_by_rank=parsed.peak_mem_gib_by_rank(), predicted_step_time_s=est.step_time_s,
+        predicted_tokens_per_s_per_gpu=est.tokens_per_s_per_gpu, predicted_peak_mem_gib=est.peak_mem_gib,
+        step_time_ratio=median / est.step_time_s if median and est.step_time_s > 0 else None,
+        log_path=outcome.log_path, out_dir=str(out_dir), wall_time_s=outcome.wall_time_s, command=outcome.command)
+
+
+def check_iters(iters: int, warmup: int, timeout_s: float) -> None:
+    if warmup < 0:
+        raise InputError(f"--warmup={warmup} must be >= 0")
+    if iters <= warmup:
+        raise InputError(f"--iters={iters} must exceed --warmup={warmup} so that some iterations are measured; "
+                         f"use --iters {warmup + 3} or more")
+    if timeout_s <= 0:
+        raise InputError(f"--timeout={timeout_s} must be > 0 seconds")
+
+
+def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT_ITERS,
+              warmup: int = DEFAULT_WARMUP, launcher: LauncherName = "torchrun",
+              timeout_s: float = DEFAULT_TIMEOUT_S, fault: Optional[str] = None,
+              program: Optional[ProbeProgram] = None) -> ProbeResult:
+    """Emit, launch, wait (or kill on timeout) and measure one plan. `fault` sets AUTOPLAN_FAULT (testing hook)."""
+    check_iters(iters, warmup, timeout_s)
+    out_dir = Path(out_dir)
+    program = program or build_program(plan, engine, out_dir, iters)
+    env = dict(program.env)
+    if fault:
+        env[FAULT_ENV] = fault
+    nodes = plan.cluster.num_nodes
+    req = LaunchRequest(script=program.script, args=program.args, nproc_per_node=plan.cluster.num_gpus // nodes,
+                        nnodes=nodes, env=env, cwd=str(out_dir),
+                        gpus_per_node=0 if plan.cluster.gpu.id == "cpu" else plan.cluster.num_gpus // nodes)
+    log_path = out_dir / "probe.log"
+    if log_path.exists():
+        log_path.unlink()
+    outcome = launch(launcher, req, log_path, timeout_s)
+    result = result_from_log(plan, engine, outcome, program.log_format, warmup, out_dir)
+    (out_dir / "probe_result.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
+    return result
+
+
+def load_plan_file(path: Path) -> Plan:
+    """A serialized Plan, or `autoplan plan --json` output (its first plan)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InputError(f"plan file {str(path)!r} does not exist; write one with `autoplan plan ... --json`") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"plan file {str(path)!r} is not valid JSON ({e.msg} at line {e.lineno}); "
+                         f"pass the output of `autoplan plan --json`") from None
+    return plan_from_json(data, str(path))
+
+
+def plan_from_json(data: object, where: str) -> Plan:
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise InputError(f"{where}: expected a JSON object (a plan or `autoplan plan --json` output)")
+    if "plans" in data:
+        if not data["plans"]:
+            raise InputError(f"{where}: 'plans' is empty; there is no plan to probe")
+        first = data["plans"][0]
+        data = {"model": data.get("model"), "cluster": data.get("cluster"), "workload": data.get("workload"),
+                "strategy": first.get("strategy"), "estimate": first.get("estimate")}
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InputError(f"{where}: {loc}: {err['msg']}; pass a plan written by `autoplan plan --json`") from None
+
+
