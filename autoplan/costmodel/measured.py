@@ -53,7 +53,7 @@ def load_profile(path: Union[str, Path]) -> MeasuredProfile:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"measured profile {p} does not exist; pass a file written by `autoplan profile --out`")
-    return parse_profile(p.read_text(encoding="utf-8"), str(p))
+    return parse_profile(p.read_text(encoding="utf-8"), str(p)).with_path(str(p))
 
 
 def save_profile(profile: MeasuredProfile, path: Union[str, Path]) -> Path:
@@ -71,7 +71,8 @@ def shipped_profiles() -> Iterator[tuple[str, MeasuredProfile]]:
         return
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
-            yield entry.name, parse_profile(entry.read_text(encoding="utf-8"), f"profiles/measured/{entry.name}")
+            origin = f"profiles/measured/{entry.name}"
+            yield entry.name, parse_profile(entry.read_text(encoding="utf-8"), origin).with_path(origin)
 
 
 def find_profile(gpu_id: str, model_name: str) -> Optional[MeasuredProfile]:

@@ -1,0 +1,144 @@
+"""Timers and memory probes. The benchmark discipline follows nanoGPT's bench.py and nccl-tests: warm up, then
+time each repeat on the device clock (CUDA events + synchronize on GPU, `time.perf_counter` on CPU) and keep every
+repeat; callers report the median."""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
+
+import torch
+
+from autoplan.profiler.layers import ProfiledLayer
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], object], device: torch.device) -> Tuple[float, object]:
+    """(seconds, result) of one call, measured on the device's own clock."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        result = fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3, result  # elapsed_time is in ms
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Every timed repeat, s."""
+
+    raw: Tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.raw)
+
+
+class SavedTensorBytes:
+    """Counts the bytes autograd saves for backward (deduplicated by storage), excluding the layer's parameters:
+    the activation memory a forward pass leaves behind on any device."""
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        self.param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self.storages = {}
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr not in self.param_storages:
+            self.storages[ptr] = storage.nbytes()
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.storages.values())
+
+    def hooks(self) -> ContextManager:
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+
+@dataclass(frozen=True)
+class LayerMeasurement:
+    """Forward and backward samples of one layer at one shape, with its memory."""
+
+    fwd: Samples
+    bwd: Samples
+    activation_bytes: int  # saved-for-backward bytes (CPU) or allocated delta held after forward (GPU)
+    peak_bytes: Optional[int]  # max_memory_allocated delta over forward+backward (GPU only)
+    weight_bytes: int
+
+
+def weight_bytes(layer: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in layer.parameters())
+
+
+def _backward(out: torch.Tensor) -> None:
+    grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
+    out.backward(grad)
+
+
+def _clear_grads(layer: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> None:
+    layer.zero_grad(set_to_none=True)
+    for x in inputs:
+        if x.requires_grad:
+            x.grad = None
+
+
+def measure_activation(layer: ProfiledLayer, inputs, device: torch.device,
+                       autocast: Callable[[], ContextManager]) -> Tuple[int, Optional[int]]:
+    """(activation bytes, peak bytes) of one forward (+ backward for the peak)."""
+    if device.type != "cuda":
+        counter = SavedTensorBytes(list(layer.parameters()))
+        with counter.hooks(), autocast():
+            out = layer(*inputs)
+        _backward(out)
+        _clear_grads(layer, inputs)
+        return counter.total, None
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    with autocast():
+        out = layer(*inputs)
+    synchronize(device)
+    held = torch.cuda.memory_allocated(device) - before
+    _backward(out)
+    synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    del out
+    _clear_grads(layer, inputs)
+    return held, peak
+
+
+def measure_layer(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torch.device, warmup: int,
+                  repeats: int, autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> LayerMeasurement:
+    """Warm up, then time `repeats` forward passes and the backward pass of each (autograd from the output)."""
+    for _ in range(warmup):
+        with autocast():
+            out = layer(*inputs)
+        _backward(out)
+        _clear_grads(layer, inputs)
+    synchronize(device)
+    fwd: List[float] = []
+    bwd: List[float] = []
+    for _ in range(repeats):
+        with autocast():
+            t_fwd, out = time_call(lambda: layer(*inputs), device)
+        grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
+        synchronize(device)
+        t_bwd, _ = time_call(lambda: out.backward(grad), device)
+        fwd.append(t_fwd)
+        bwd.append(t_bwd)
+        del out
+        _clear_grads(layer, inputs)
+    activation, peak = measure_activation(layer, inputs, device, autocast)
+    return LayerMeasurement(Samples(tuple(fwd)), Samples(tuple(bwd)), activation, peak, weight_bytes(layer))
