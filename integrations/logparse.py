@@ -60,13 +60,16 @@ class ParsedLog(BaseModel):
     format: LogFormat = Field(description="Which parser read it.")
     iterations: List[IterationRecord] = Field(default_factory=list, description="Iteration lines in log order.")
     memory: List[MemoryRecord] = Field(default_factory=list, description="Memory reports in log order.")
+    host_memory: List[MemoryRecord] = Field(default_factory=list,
+                                            description="Host (CPU) peak resident memory reports, GiB.")
     oom_line: Optional[str] = Field(None, description="First out-of-memory error line, stripped.")
     error_line: Optional[str] = Field(None, description="Last exception line (`XxxError: ...`), stripped.")
 
-    def peak_mem_gib_by_rank(self) -> Dict[int, float]:
-        """Highest max-allocated per rank, GiB; reports without a rank count as rank 0."""
+    def peak_mem_gib_by_rank(self, host: bool = False) -> Dict[int, float]:
+        """Highest max-allocated device memory (host RSS with host=True) per rank, GiB; reports without a rank
+        count as rank 0."""
         peaks: Dict[int, float] = {}
-        for rec in self.memory:
+        for rec in (self.host_memory if host else self.memory):
             rank = rec.rank if rec.rank is not None else 0
             peaks[rank] = max(peaks.get(rank, 0.0), rec.max_allocated_gib)
         return peaks
@@ -170,32 +173,38 @@ def parse_deepspeed_log(text: str) -> ParsedLog:
 
 
 def parse_ds_train_line(line: str) -> Optional[Dict]:
-    """`AUTOPLAN_ITER {json}` -> the JSON object, or None for any other line."""
+    """`AUTOPLAN_ITER {json}` -> the JSON object, or None for any other line (format: ds_train.py docstring)."""
     at = line.find(DS_TRAIN_TAG)
     if at < 0:
         return None
     try:
-        return json.loads(line[at + len(DS_TRAIN_TAG):].strip())
+        obj = json.loads(line[at + len(DS_TRAIN_TAG):].strip())
     except json.JSONDecodeError:
         return None
+    return obj if isinstance(obj, dict) and "iteration" in obj and "elapsed_ms" in obj else None
 
 
 def parse_ds_train_log(text: str) -> ParsedLog:
-    """ds_train.py's own per-iteration lines, plus any DeepSpeed lines around them."""
+    """ds_train.py's `AUTOPLAN_ITER` lines (every rank prints one per iteration), plus DeepSpeed lines around them.
+
+    Device memory comes from `device_mem_peak_gib` (null on CPU); host RSS is kept apart in `host_memory`."""
     base = parse_deepspeed_log(text)
     iterations: List[IterationRecord] = []
     memory: List[MemoryRecord] = []
+    host: List[MemoryRecord] = []
     for line in text.splitlines():
         obj = parse_ds_train_line(line)
         if obj is None:
             continue
         rank = obj.get("rank")
         iterations.append(IterationRecord(
-            iteration=int(obj["iter"]), step_time_s=float(obj["step_time_s"]), loss=obj.get("loss"), rank=rank,
-            samples_per_s=obj.get("samples_per_s")))
-        if obj.get("peak_mem_gib") is not None:
-            memory.append(MemoryRecord(rank=rank, max_allocated_gib=float(obj["peak_mem_gib"])))
-    return ParsedLog(format="ds_train", iterations=iterations, memory=memory + list(base.memory),
+            iteration=int(obj["iteration"]), step_time_s=float(obj["elapsed_ms"]) / 1000.0, loss=obj.get("loss"),
+            rank=rank))
+        if obj.get("device_mem_peak_gib") is not None:
+            memory.append(MemoryRecord(rank=rank, max_allocated_gib=float(obj["device_mem_peak_gib"])))
+        if obj.get("host_rss_peak_gib") is not None:
+            host.append(MemoryRecord(rank=rank, max_allocated_gib=float(obj["host_rss_peak_gib"])))
+    return ParsedLog(format="ds_train", iterations=iterations, memory=memory + list(base.memory), host_memory=host,
                      oom_line=base.oom_line, error_line=base.error_line)
 
 

@@ -53,6 +53,8 @@ class ProbeResult(BaseModel):
     tokens_per_s_per_gpu: Optional[float] = Field(None, description="Measured tokens per second per device.")
     peak_mem_gib_by_rank: Dict[int, float] = Field(
         default_factory=dict, description="Peak allocated device memory per rank where the engine reports it, GiB.")
+    host_rss_peak_gib_by_rank: Dict[int, float] = Field(
+        default_factory=dict, description="Peak resident host memory per rank where the program reports it, GiB.")
     predicted_step_time_s: float = Field(description="Cost-model step time, s.")
     predicted_tokens_per_s_per_gpu: float = Field(description="Cost-model tokens per second per device.")
     predicted_peak_mem_gib: float = Field(description="Cost-model peak memory over ranks, GiB.")
@@ -110,13 +112,20 @@ def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optiona
 
 
 def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
-    """ds_train.py with the emitted ds_config.json and the plan's model (see autoplan.integrations.deepspeed)."""
-    from autoplan.integrations import deepspeed as ds_emit
+    """The emitted ds_train.py with the emitted ds_config.json and model.json (autoplan.integrations.deepspeed);
+    the same arguments launch.sh passes, with --iters set to the probe's count."""
+    from autoplan.integrations.deepspeed import emit_deepspeed
 
-    files = ds_emit.emit_deepspeed(plan, probe=True)
-    write_files(files, out_dir)
-    script, args = ds_emit.probe_command(plan, out_dir, iters)
-    return ProbeProgram(script=script, args=args, log_format="ds_train")
+    write_files(emit_deepspeed(plan, probe=True), out_dir)
+    s = plan.strategy
+    args = ["--deepspeed_config", str(out_dir / "ds_config.json"), "--model-json", str(out_dir / "model.json"),
+            "--seq-len", str(plan.workload.seq_len), "--iters", str(iters)]
+    if s.recompute != "none":
+        args += ["--recompute", s.recompute]
+    if s.recompute == "full":
+        args += ["--recompute-method", s.recompute_method or "uniform", "--recompute-layers",
+                 str(s.recompute_layers or 1)]
+    return ProbeProgram(script=str(out_dir / "ds_train.py"), args=args, log_format="ds_train")
 
 
 def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int) -> ProbeProgram:
@@ -170,7 +179,8 @@ def result_from_log(plan: Plan, engine: Engine, outcome: LaunchOutcome, log_form
         world_size=plan.cluster.num_gpus, iterations_logged=len(parsed.iterations), warmup_iters=warmup,
         step_times_s=steps if status == "ok" else [], step_time_s=median, tokens_per_s=tokens,
         tokens_per_s_per_gpu=tokens / plan.cluster.num_gpus if tokens else None,
-        peak_mem_gib_by_rank=parsed.peak_mem_gib_by_rank(), predicted_step_time_s=est.step_time_s,
+        peak_mem_gib_by_rank=parsed.peak_mem_gib_by_rank(),
+        host_rss_peak_gib_by_rank=parsed.peak_mem_gib_by_rank(host=True), predicted_step_time_s=est.step_time_s,
         predicted_tokens_per_s_per_gpu=est.tokens_per_s_per_gpu, predicted_peak_mem_gib=est.peak_mem_gib,
         step_time_ratio=median / est.step_time_s if median and est.step_time_s > 0 else None,
         log_path=outcome.log_path, out_dir=str(out_dir), wall_time_s=outcome.wall_time_s, command=outcome.command)

@@ -92,3 +92,14 @@ def test_error_line_is_last_exception():
 def test_unparseable_text_gives_empty_result():
     parsed = parse_ds_train_log("hello\nworld\n")
     assert parsed.iterations == [] and parsed.memory == [] and parsed.error_line is None
+
+
+def test_ds_train_log_from_real_cpu_run():
+    parsed = parse_ds_train_log(_read("ds_train_cpu_2rank.log"))
+    assert {r.rank for r in parsed.iterations} == {0, 1}
+    assert sorted({r.iteration for r in parsed.iterations}) == [1, 2, 3, 4, 5, 6]
+    assert len(parsed.iterations) == 12
+    first_rank0 = next(r for r in parsed.iterations if r.rank == 0 and r.iteration == 1)
+    assert first_rank0.step_time_s == pytest.approx(4.170692)
+    assert parsed.memory == []  # device memory is null on CPU
+    assert set(parsed.peak_mem_gib_by_rank(host=True)) == {0, 1}
