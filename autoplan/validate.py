@@ -1,0 +1,397 @@
+"""Megatron-LM's layout, batch and precision rules, checked before a strategy is estimated.
+
+`validate` raises `InputError` with one line for the first rule a strategy breaks: the rule, the values and the
+values that would work. Rules run in a fixed order and each may rely on the ones before it (e.g. the pipeline
+rules run after the world size is known to tile). Sources, cited at each rule:
+  [V]  validate_args, megatron/training/arguments.py
+  [TC] TransformerConfig.__post_init__, megatron/core/transformer/transformer_config.py
+  [PS] initialize_model_parallel, megatron/core/parallel_state.py
+  [TB] get_num_layers_to_build, megatron/core/transformer/transformer_block.py
+  [MB] megatron/core/num_microbatches_calculator.py
+  [TL] divide() in ColumnParallelLinear / RowParallelLinear, megatron/core/tensor_parallel/layers.py
+  [TM] _split_along_first_dim, megatron/core/tensor_parallel/mappings.py
+  [TE] TransformerEngine's FP8 GEMM shape check (transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec)
+Preferences that are not rules (TP or EP*ETP inside the NVLink domain) belong to the search, not here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+from autoplan import valid_values as vv
+from autoplan.cluster import ClusterSpec
+from autoplan.errors import InputError
+from autoplan.model import ModelSpec
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+# GPUs of compute capability 10 (Blackwell): the only ones with MXFP8 tensor cores (TransformerEngine's
+# MXFP8BlockScaling recipe needs sm100). Matched on the id's prefix, e.g. 'gb200-nvl72'.
+BLACKWELL_GPU_IDS = ("b200", "b300", "gb200", "gb300")
+FP8_GEMM_MULTIPLE = 16  # [TE] the inner (K) dimension of every FP8 GEMM
+FP8_TOKEN_MULTIPLE = 8  # [TE] the token (M) dimension of every FP8 GEMM
+
+
+@dataclass(frozen=True)
+class Case:
+    """One strategy on one model, cluster and workload: the inputs every rule reads."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    strategy: Strategy
+
+    @property
+    def world(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def model_parallel(self) -> int:
+        s = self.strategy
+        return s.tp * s.pp * s.cp
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree; exact once `_world_tiles` has passed."""
+        return self.world // self.model_parallel
+
+    @property
+    def uneven(self) -> bool:
+        return self.strategy.first_stage_layers is not None or self.strategy.last_stage_layers is not None
+
+
+Rule = Callable[[Case], Optional[str]]
+
+
+def _first(checks) -> Optional[str]:
+    """The first message among (broken, message-builder) pairs; builders run only when their rule is broken."""
+    return next((build() for broken, build in checks if broken), None)
+
+
+# ---- parallel sizes and world size -------------------------------------------------------------------------
+
+def _degrees_fit_world(c: Case) -> Optional[str]:
+    """No parallel degree can exceed the number of GPUs."""
+    for name in ("tp", "pp", "cp", "ep", "etp"):
+        value = getattr(c.strategy, name)
+        if value > c.world:
+            return (f"{name}={value} exceeds the {c.world} GPUs of the cluster; "
+                    f"valid {name}: {vv.join(vv.divisors(c.world))}")
+    return None
+
+
+def _world_tiles(c: Case) -> Optional[str]:
+    """[V][PS] WORLD_SIZE must be divisible by TP*PP*CP; DP is the quotient (EP is not in the product)."""
+    s = c.strategy
+    if c.world % c.model_parallel == 0:
+        return None
+    return (f"world size {c.world} must be divisible by tp*pp*cp={s.tp}*{s.pp}*{s.cp}={c.model_parallel}; "
+            f"{vv.world_alternatives(c.world, s.tp, s.pp, s.cp)}")
+
+
+def _dp_matches(c: Case) -> Optional[str]:
+    """dp is derived (world / (tp*pp*cp)); a given dp must agree with it."""
+    s = c.strategy
+    if s.dp is None or s.dp == c.dp:
+        return None
+    return (f"dp={s.dp} does not match world/(tp*pp*cp)={c.world}/{c.model_parallel}={c.dp}; "
+            f"drop dp or use dp={c.dp}")
+
+
+# ---- attention shape and tensor parallelism ----------------------------------------------------------------
+
+def _attention_shape(c: Case) -> Optional[str]:
+    """[V] MLA and GQA are mutually exclusive; hidden % heads == 0 when kv_channels is the implied default."""
+    m = c.model
+    implied_kv = m.kv_channels == m.hidden_size // m.num_attention_heads
+    return _first((
+        (m.multi_latent_attention and m.num_query_groups != m.num_attention_heads,
+         lambda: f"multi_latent_attention cannot be combined with grouped-query attention "
+                 f"(num_query_groups={m.num_query_groups}, num_attention_heads={m.num_attention_heads}); "
+                 f"set num_query_groups={m.num_attention_heads} for an MLA model"),
+        (not m.multi_latent_attention and implied_kv and m.hidden_size % m.num_attention_heads,
+         lambda: f"hidden_size={m.hidden_size} must be divisible by num_attention_heads={m.num_attention_heads} "
+                 f"when kv_channels={m.kv_channels} is the implied hidden_size/num_attention_heads; "
+                 f"give the model's real kv_channels (head dim)"),
+    ))
+
+
+def _tensor_parallel_attention(c: Case) -> Optional[str]:
+    """[TC] heads divisible by TP; query groups a multiple or a divisor of TP."""
+    m, s = c.model, c.strategy
+    valid = lambda: vv.join(vv.valid_tp(m, c.world, s.pp, s.cp))  # noqa: E731
+    return _first((
+        (m.num_attention_heads % s.tp,
+         lambda: f"tp={s.tp} must divide num_attention_heads={m.num_attention_heads}; valid tp: {valid()}"),
+        (not vv.gqa_allows_tp(m, s.tp),
+         lambda: f"num_query_groups={m.num_query_groups} must be a multiple or a divisor of tp={s.tp}; "
+                 f"valid tp: {valid()}"),
+    ))
+
+
+def _tensor_parallel_mlp(c: Case) -> Optional[str]:
+    """[TL] the MLP widths are split across TP (dense, shared experts) and ETP (routed experts) ranks."""
+    m, s = c.model, c.strategy
+    widths = (
+        ("ffn_hidden_size", m.ffn_hidden_size, "tp", s.tp, m.num_dense_layers > 0),
+        ("shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size, "tp", s.tp,
+         m.shared_expert_ffn_hidden_size > 0),
+        ("moe_ffn_hidden_size", m.moe_ffn_hidden_size, "etp", s.etp, m.is_moe),
+    )
+    for name, width, degree_name, degree, used in widths:
+        if used and width % degree:
+            return (f"{degree_name}={degree} must divide {name}={width}; "
+                    f"valid {degree_name}: {vv.join(d for d in vv.divisors(width) if d <= c.world)}")
+    return None
+
+
+# ---- mixture of experts ------------------------------------------------------------------------------------
+
+def _experts(c: Case) -> Optional[str]:
+    """[V][TC] EP needs experts, num_experts % EP == 0; ETP only shards experts; [PS] ETP*EP*PP divides world."""
+    m, s = c.model, c.strategy
+    if not m.is_moe:
+        return _first((
+            (s.ep > 1, lambda: f"ep={s.ep} needs an MoE model; {m.name} is dense (num_experts=0), use ep=1"),
+            (s.etp != 1, lambda: f"etp={s.etp} shards expert layers only; {m.name} is dense, use etp=1"),
+        ))
+    grid = s.etp * s.ep * s.pp
+    return _first((
+        (m.num_experts % s.ep,
+         lambda: f"ep={s.ep} must divide num_experts={m.num_experts}; "
+                 f"valid ep: {vv.join(vv.valid_ep(m, c.world, s.etp, s.pp))}"),
+        (c.world % grid,
+         lambda: f"world size {c.world} must be divisible by etp*ep*pp={s.etp}*{s.ep}*{s.pp}={grid} "
+                 f"(expert-DP = world/(etp*ep*pp)); "
+                 f"{vv.expert_grid_alternatives(m, c.world, s.ep, s.etp, s.pp)}"),
+    ))
+
+
+def _moe_runtime(c: Case) -> Optional[str]:
+    """[RT] MoE with TP > 1 needs SP (megatron/core/transformer/moe/moe_layer.py); [TC] biased MoE needs ETP 1;
+    [TC] overlap_moe_expert_parallel_comm needs EP > 1, VPP when PP > 1, and no full recompute."""
+    m, s = c.model, c.strategy
+    return _first((
+        (m.is_moe and s.tp > 1 and not s.sp,
+         lambda: f"an MoE model with tp={s.tp} needs sequence parallelism; set sp=true or tp=1"),
+        (m.is_moe and m.add_bias_linear and s.etp != 1,
+         lambda: f"etp={s.etp} is not allowed: MoE layers with biases (add_bias_linear) need etp=1"),
+        (s.moe_a2a_overlap and not (m.is_moe and s.ep > 1),
+         lambda: f"moe_a2a_overlap=true needs an MoE model with ep>1 (ep={s.ep}); "
+                 f"set moe_a2a_overlap=false or ep>1"),
+        (s.moe_a2a_overlap and s.pp > 1 and s.vpp == 1,
+         lambda: f"moe_a2a_overlap=true with pp={s.pp} needs the interleaved schedule (vpp>1); "
+                 f"set vpp>1 or moe_a2a_overlap=false"),
+        (s.moe_a2a_overlap and s.recompute == "full",
+         lambda: "moe_a2a_overlap=true cannot be combined with recompute=full; "
+                 "use recompute=selective/none or moe_a2a_overlap=false"),
+    ))
+
+
+# ---- layers, pipeline, virtual pipeline --------------------------------------------------------------------
+
+def _pipeline_split(c: Case) -> Optional[str]:
+    """[V][TB] layers divisible by PP, unless the first/last stages are sized explicitly; [TC] uneven rules."""
+    m, s = c.model, c.strategy
+    layers = m.num_layers
+    if c.uneven and s.pp == 1:
+        return "first_stage_layers/last_stage_layers need pp>1 (got pp=1); drop them or set pp>1"
+    if c.uneven:
+        problem = vv.uneven_split_problem(layers, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
+        if problem is None:
+            return None
+        split = vv.suggest_uneven_split(layers, s.pp, s.vpp)
+        fix = (f"e.g. first_stage_layers={split[0]}, last_stage_layers={split[1]}" if split
+               else f"valid even pp: {vv.join(vv.valid_pp(layers, c.world, s.tp, s.cp))}")
+        return f"{problem} (num_layers={layers}, pp={s.pp}); {fix}"
+    if layers % s.pp == 0:
+        return None
+    split = vv.suggest_uneven_split(layers, s.pp, s.vpp)
+    uneven = f", or an uneven split such as first_stage_layers={split[0]}, last_stage_layers={split[1]}" \
+        if split else ""
+    return (f"num_layers={layers} must be divisible by pp={s.pp}; "
+            f"valid pp: {vv.join(vv.valid_pp(layers, c.world, s.tp, s.cp))}{uneven}")
+
+
+def _virtual_pipeline(c: Case) -> Optional[str]:
+    """[V][PS] VPP needs PP > 1 (p2p overlap on; PP > 2 without it); [TB] even stages: layers per rank % VPP.
+    The uneven case's VPP rules are in `_pipeline_split`."""
+    m, s = c.model, c.strategy
+    if s.vpp == 1:
+        return None
+    if s.pp == 1:
+        return f"vpp={s.vpp} needs pp>1 (the interleaved schedule splits pipeline stages); use vpp=1 or pp>1"
+    per_rank = m.num_layers // s.pp
+    if c.uneven or per_rank % s.vpp == 0:
+        return None
+    return (f"vpp={s.vpp} must divide the layers per pipeline rank num_layers/pp={m.num_layers}/{s.pp}={per_rank}; "
+            f"valid vpp: {vv.join(vv.divisors(per_rank))}")
+
+
+# ---- sequence, sequence parallel, batch --------------------------------------------------------------------
+
+def _sequence(c: Case) -> Optional[str]:
+    """[V] seq_len <= max_position_embeddings; with CP > 1, seq_len divisible by 2*CP."""
+    m, s, seq = c.model, c.strategy, c.workload.seq_len
+    return _first((
+        (seq > m.max_position_embeddings,
+         lambda: f"seq_len={seq} exceeds max_position_embeddings={m.max_position_embeddings} of {m.name}; "
+                 f"use seq_len <= {m.max_position_embeddings}"),
+        (s.cp > 1 and seq % (2 * s.cp),
+         lambda: f"seq_len={seq} must be divisible by 2*cp=2*{s.cp}={2 * s.cp}; "
+                 f"valid cp: {vv.join(vv.valid_cp(seq, c.world, s.tp, s.pp))}"),
+    ))
+
+
+def _sequence_parallel(c: Case) -> Optional[str]:
+    """[V] SP needs TP > 1 (Megatron drops it silently; we reject so the user knows); TP comm overlap needs SP;
+    [TM] SP splits each rank's seq_len/cp tokens across the TP ranks."""
+    s, seq = c.strategy, c.workload.seq_len
+    local = seq // s.cp
+    return _first((
+        (s.sp and s.tp == 1,
+         lambda: "sp=true needs tp>1 (Megatron would silently turn it off); set sp=false or tp>1"),
+        (s.tp_comm_overlap and not s.sp,
+         lambda: "tp_comm_overlap=true needs sequence parallelism; set sp=true or tp_comm_overlap=false"),
+        (s.sp and local % s.tp,
+         lambda: f"sp=true needs seq_len/cp={seq}/{s.cp}={local} divisible by tp={s.tp}; "
+                 f"use a seq_len that is a multiple of {s.cp * s.tp}, or sp=false"),
+    ))
+
+
+def _batch(c: Case) -> Optional[str]:
+    """[V] mbs > 0; [MB] global batch divisible by mbs*dp (num_microbatches = gbs / (mbs*dp))."""
+    s, gbs = c.strategy, c.workload.global_batch_size
+    if s.mbs < 1:
+        return f"mbs={s.mbs} must be >= 1"
+    step = s.mbs * c.dp
+    if gbs % step == 0:
+        return None
+    other_mbs = [v for v in vv.divisors(gbs // c.dp)] if gbs % c.dp == 0 else []
+    mbs_fix = f"; or valid mbs for dp={c.dp}: {vv.join(other_mbs)}" if other_mbs else ""
+    return (f"gbs={gbs} must be divisible by mbs*dp={s.mbs}*{c.dp}={step}; "
+            f"valid gbs near {gbs}: {vv.join(vv.gbs_near(gbs, step))}{mbs_fix}")
+
+
+# ---- optimizer sharding and overlap ------------------------------------------------------------------------
+
+def _optimizer(c: Case) -> Optional[str]:
+    """zero in 0..3; ZeRO-3/FSDP cannot combine with PP ([V] torch FSDP2 rejects PP > 1; DeepSpeed
+    runtime/pipe/engine.py asserts ZeRO stage < 2); [V] overlap_param_gather needs the distributed optimizer and
+    overlap_grad_reduce. The overlap switches default to on and then apply only where possible, so only an
+    explicitly requested overlap_param_gather is held to its rule."""
+    s = c.strategy
+    asked = "overlap_param_gather" in s.model_fields_set and s.overlap_param_gather
+    return _first((
+        (not 0 <= s.zero <= 3, lambda: f"zero={s.zero} must be 0, 1, 2 or 3"),
+        (s.zero == 3 and s.pp > 1,
+         lambda: f"zero=3 (fully sharded parameters) cannot be combined with pipeline parallelism (pp={s.pp}) in "
+                 f"Megatron-LM or DeepSpeed; use zero=1 or pp=1"),
+        (asked and s.zero == 0,
+         lambda: "overlap_param_gather=true needs the distributed optimizer; set zero>=1 or "
+                 "overlap_param_gather=false"),
+        (asked and not s.overlap_grad_reduce,
+         lambda: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
+                 "overlap_param_gather=false"),
+    ))
+
+
+# ---- precision ---------------------------------------------------------------------------------------------
+
+def is_blackwell(gpu_id: str) -> bool:
+    """Whether a GPU id names a Blackwell part (compute capability 10)."""
+    return gpu_id.lower().startswith(BLACKWELL_GPU_IDS)
+
+
+def fp8_gemm_dims(model: ModelSpec, strategy: Strategy) -> List[Tuple[str, int]]:
+    """[TE] the per-rank inner GEMM dimensions that FP8 needs to be multiples of 16, with readable names."""
+    m, s = model, strategy
+    head_dim = m.v_head_dim if m.multi_latent_attention else m.kv_channels
+    dims = [("hidden_size", m.hidden_size),
+            (f"attention width heads*head_dim/tp={m.num_attention_heads}*{head_dim}/{s.tp}",
+             m.num_attention_heads * head_dim // s.tp)]
+    if m.num_dense_layers:
+        dims.append((f"ffn_hidden_size/tp={m.ffn_hidden_size}/{s.tp}", m.ffn_hidden_size // s.tp))
+    if m.shared_expert_ffn_hidden_size:
+        dims.append((f"shared_expert_ffn_hidden_size/tp={m.shared_expert_ffn_hidden_size}/{s.tp}",
+                     m.shared_expert_ffn_hidden_size // s.tp))
+    if m.is_moe:
+        dims.append((f"moe_ffn_hidden_size/etp={m.moe_ffn_hidden_size}/{s.etp}", m.moe_ffn_hidden_size // s.etp))
+    return dims
+
+
+def _fp8(c: Case) -> Optional[str]:
+    """[RT] FP8 needs FP8 tensor cores; MXFP8 needs Blackwell; [TE] FP8 GEMM shapes (inner dims % 16,
+    tokens % 8). None of this is checked by validate_args: it fails only once the job runs."""
+    s, gpu = c.strategy, c.cluster.gpu
+    if not s.uses_fp8:
+        return None
+    if not gpu.has_dtype("fp8"):
+        return f"fp8={s.fp8} needs a GPU with FP8 tensor cores; {gpu.id} has none, use fp8=none"
+    if s.fp8_recipe == "mxfp8" and not is_blackwell(gpu.id):
+        return (f"fp8_recipe=mxfp8 needs a Blackwell GPU ({', '.join(BLACKWELL_GPU_IDS)}); "
+                f"on {gpu.id} use fp8_recipe=delayed, tensorwise or blockwise")
+    for name, dim in fp8_gemm_dims(c.model, s):
+        if dim % FP8_GEMM_MULTIPLE:
+            return (f"fp8 needs GEMM dimensions divisible by {FP8_GEMM_MULTIPLE}, but {name}={dim} is not; "
+                    f"change tp/etp or use fp8=none")
+    tokens = s.mbs * c.workload.seq_len // s.cp
+    if tokens % FP8_TOKEN_MULTIPLE:
+        return (f"fp8 needs tokens per GEMM mbs*seq_len/cp={s.mbs}*{c.workload.seq_len}/{s.cp}={tokens} divisible "
+                f"by {FP8_TOKEN_MULTIPLE}; change mbs or seq_len, or use fp8=none")
+    return None
+
+
+# ---- activation recompute ----------------------------------------------------------------------------------
+
+def recompute_layer_limit(model: ModelSpec, strategy: Strategy) -> int:
+    """The largest recompute_layers Megatron accepts: layers per pipeline rank, per model chunk for the block
+    method with vpp > 1 (the most any rank holds when the first/last stages are sized explicitly)."""
+    s = strategy
+    per_rank = max(vv.stage_layer_counts(model.num_layers, s.pp, s.first_stage_layers, s.last_stage_layers))
+    return per_rank // s.vpp if s.recompute_method == "block" and s.vpp > 1 else per_rank
+
+
+def _recompute(c: Case) -> Optional[str]:
+    """[V][TC] selective takes no method and no layer count; full needs a method and 1 <= layers <= limit."""
+    s = c.strategy
+    if s.recompute == "selective":
+        return _first((
+            (s.recompute_method is not None,
+             lambda: f"recompute=selective takes no recompute_method (got {s.recompute_method}); drop it"),
+            (s.recompute_layers is not None,
+             lambda: f"recompute=selective takes no recompute_layers (got {s.recompute_layers}); drop it"),
+        ))
+    if s.recompute != "full":
+        return None
+    if s.recompute_method is None:
+        return "recompute=full needs recompute_method=uniform or block"
+    limit = recompute_layer_limit(c.model, s)
+    unit = "layers per model chunk" if s.recompute_method == "block" and s.vpp > 1 else "layers per pipeline rank"
+    if s.recompute_layers is None or not 1 <= s.recompute_layers <= limit:
+        return f"recompute_layers={s.recompute_layers} must be between 1 and {limit} ({unit}) for recompute=full"
+    return None
+
+
+RULES: Tuple[Rule, ...] = (
+    _degrees_fit_world, _world_tiles, _dp_matches,
+    _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,
+    _experts, _moe_runtime,
+    _pipeline_split, _virtual_pipeline,
+    _sequence, _sequence_parallel, _batch,
+    _optimizer, _fp8, _recompute,
+)
+
+
+def first_broken_rule(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
+                      strategy: Strategy) -> Optional[str]:
+    """The one-line message of the first rule `strategy` breaks, or None when it breaks none."""
+    case = Case(model, cluster, workload, strategy)
+    return next((msg for msg in (rule(case) for rule in RULES) if msg), None)
+
+
+def validate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> Strategy:
+    """`strategy` with dp filled in (world // (tp*pp*cp)); InputError naming the first broken rule otherwise."""
+    message = first_broken_rule(model, cluster, workload, strategy)
+    if message:
+        raise InputError(message)
+    return strategy.model_copy(update={"dp": cluster.num_gpus // (strategy.tp * strategy.pp * strategy.cp)})
