@@ -1,0 +1,152 @@
+"""DeepSpeed launch files for a plan: `ds_config.json`, a hostfile and a `deepspeed` launcher script.
+
+The default training script is autoplan's own `ds_train.py` (copied next to the config so the folder runs on
+its own); `train_script=` points the launcher at a user script instead, which then receives only
+`--deepspeed_config`. Config keys follow deepspeed 0.19.8 (runtime/config.py, runtime/zero/config.py,
+runtime/pipe/engine.py, runtime/tensor_parallel/config.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from autoplan.errors import InputError
+from autoplan.results import Plan
+from autoplan.integrations.engines import check_deepspeed_keys, deepspeed_unsupported
+
+PROBE_ITERS = 10  # iterations a probe run trains before it exits
+DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--iters N` to launch.sh to override
+DEFAULT_MASTER_PORT = 29500
+BUCKET_ELEMENTS = 500_000_000  # reduce/all-gather bucket, elements (DeepSpeed's default, runtime/zero/config.py)
+
+
+def deepspeed_dp(plan: Plan) -> int:
+    """Data-parallel degree under DeepSpeed: world / (autotp size x pipeline stages)."""
+    s, world = plan.strategy, plan.cluster.num_gpus
+    if world % (s.tp * s.pp):
+        raise InputError(f"world size {world} must be divisible by tp*pp = {s.tp}*{s.pp}; "
+                         f"change the GPU count or the parallel sizes")
+    return world // (s.tp * s.pp)
+
+
+def check_deepspeed_plan(plan: Plan) -> None:
+    """Raise InputError when DeepSpeed cannot run the plan, or its batch sizes do not divide."""
+    reason = deepspeed_unsupported(plan.strategy, plan.model)
+    if reason:
+        raise InputError(reason)
+    dp, mbs, gbs = deepspeed_dp(plan), plan.strategy.mbs, plan.workload.global_batch_size
+    # runtime/config.py _batch_assertion: train_batch_size == micro * gas * dp world size.
+    if gbs % (mbs * dp):
+        raise InputError(f"global_batch_size={gbs} must be divisible by mbs*dp = {mbs}*{dp}; "
+                         f"use a multiple of {mbs * dp}")
+
+
+def _zero_section(plan: Plan) -> Dict[str, Any]:
+    s = plan.strategy
+    zero: Dict[str, Any] = {"stage": s.zero}
+    if s.zero == 0:
+        return zero
+    zero.update({"overlap_comm": s.overlap_grad_reduce, "contiguous_gradients": True, "reduce_scatter": True,
+                 "reduce_bucket_size": BUCKET_ELEMENTS})
+    if s.zero < 3:
+        zero["allgather_bucket_size"] = BUCKET_ELEMENTS
+    else:
+        # ZeRO-3 parameter prefetch/persistence knobs (DeepSpeed defaults, written so they can be tuned).
+        zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000,
+                     "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 1_000_000_000,
+                     "stage3_gather_16bit_weights_on_model_save": True})
+    return zero
+
+
+def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
+    """The ds_config dict for the plan (validated against the key allow-list)."""
+    check_deepspeed_plan(plan)
+    s, dp = plan.strategy, deepspeed_dp(plan)
+    gbs = plan.workload.global_batch_size
+    config: Dict[str, Any] = {
+        "train_batch_size": gbs,
+        "train_micro_batch_size_per_gpu": s.mbs,
+        "gradient_accumulation_steps": gbs // (s.mbs * dp),
+        "steps_per_print": 10,
+        "gradient_clipping": 1.0,
+        "bf16": {"enabled": True},
+        "zero_optimization": _zero_section(plan),
+        "wall_clock_breakdown": False,
+    }
+    if s.recompute != "none":
+        # Which layers are recomputed is model code (ds_train.py --recompute*); this configures the
+        # deepspeed.checkpointing machinery they use.
+        config["activation_checkpointing"] = {"partition_activations": False, "cpu_checkpointing": False,
+                                              "contiguous_memory_optimization": False,
+                                              "synchronize_checkpoint_boundary": False, "profile": False}
+    if s.pp > 1:
+        pipeline: Dict[str, Any] = {"stages": s.pp, "partition": "uniform"}
+        if s.recompute == "full":
+            # PipelineModule checkpoints every `interval` layers: Megatron's uniform method with that group size.
+            pipeline["activation_checkpoint_interval"] = s.recompute_layers or 1
+        config["pipeline"] = pipeline
+    if s.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": s.tp}
+    check_deepspeed_keys(config)
+    return config
+
+
+def hostfile_text(plan: Plan) -> str:
+    nodes = plan.cluster.num_nodes
+    per_node = plan.cluster.num_gpus // nodes
+    if nodes * per_node != plan.cluster.num_gpus:
+        raise InputError(f"{plan.cluster.num_gpus} GPUs cannot be split evenly over {nodes} nodes; "
+                         f"use a multiple of {plan.cluster.gpu.gpus_per_node} GPUs")
+    if nodes == 1:
+        return f"localhost slots={per_node}\n"
+    hosts = "".join(f"node{i} slots={per_node}\n" for i in range(nodes))
+    return f"# replace node0..node{nodes - 1} with your host names (launch.sh rewrites this under Slurm)\n{hosts}"
+
+
+def _ds_train_args(plan: Plan, probe: bool) -> str:
+    s = plan.strategy
+    args = [f"--model-json \"$HERE/model.json\"", f"--seq-len {plan.workload.seq_len}",
+            f"--iters {PROBE_ITERS if probe else DEFAULT_TRAIN_ITERS}"]
+    if s.recompute != "none":
+        args.append(f"--recompute {s.recompute}")
+    if s.recompute == "full":
+        args.append(f"--recompute-method {s.recompute_method or 'uniform'} --recompute-layers {s.recompute_layers or 1}")
+    return " ".join(args)
+
+
+def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> str:
+    nodes = plan.cluster.num_nodes
+    per_node = plan.cluster.num_gpus // nodes
+    script = train_script or "$HERE/ds_train.py"
+    script_args = "" if train_script else " " + _ds_train_args(plan, probe)
+    kind = "probe run" if probe else "training run"
+    return f"""#!/usr/bin/env bash
+# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, seq {plan.workload.seq_len}, \
+global batch {plan.workload.global_batch_size}
+# strategy: {plan.strategy.label()}
+# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+HOSTFILE="${{HOSTFILE:-$HERE/hostfile}}"
+if [[ -n "${{SLURM_JOB_NODELIST:-}}" && {nodes} -gt 1 ]]; then
+  HOSTFILE="$(mktemp)"
+  scontrol show hostnames "$SLURM_JOB_NODELIST" | sed 's/$/ slots={per_node}/' > "$HOSTFILE"
+fi
+MASTER_ADDR="${{MASTER_ADDR:-$(grep -v '^#' "$HOSTFILE" | head -n 1 | cut -d' ' -f1)}}"
+MASTER_PORT="${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}"
+
+exec deepspeed --hostfile "$HOSTFILE" --num_nodes {nodes} --num_gpus {per_node} \\
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
+  "{script}" --deepspeed_config "$HERE/ds_config.json"{script_args} "$@"
+"""
+
+
+def emit_deepspeed(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> Dict[str, str]:
+    """{filename: text} of the DeepSpeed launch files; InputError when DeepSpeed cannot run the plan."""
+    config = deepspeed_config(plan, probe=probe)
+    files = {"ds_config.json": json.dumps(config, indent=2) + "\n", "hostfile": hostfile_text(plan),
+             "launch.sh": launch_script(plan, probe=probe, train_script=train_script)}
+    if train_script is None:
+        files["model.json"] = plan.model.model_dump_json(indent=2) + "\n"
+        files["ds_train.py"] = (Path(__file__).parent / "ds_train.py").read_text()
+    return files

@@ -1,0 +1,337 @@
+"""Megatron-LM launch files for a plan: the `pretrain_gpt.py` argument list, a torchrun script and a Slurm script.
+
+Every argument name is one that Megatron-LM's `megatron/training/arguments.py` defines (the verified list and the
+commit it was read at live in `tests/engine_checks/megatron_args_verified.txt`). The engine rules checked here are
+the ones that would otherwise fail only after the job starts; each cites `validate_args` [V],
+`TransformerConfig.__post_init__` [TC] or the runtime [RT] (see /work/shared/reference/engines.md)."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from autoplan.errors import InputError
+from autoplan.model import ModelSpec
+from autoplan.results import Plan
+from autoplan.strategy import Strategy
+from autoplan.integrations.engines import is_blackwell_or_newer
+
+PROBE_ITERS = 10  # iterations a probe run trains before it exits
+DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--train-iters N` to train.sh to override
+DEFAULT_MASTER_PORT = 6000
+
+
+def world_layout(plan: Plan) -> Dict[str, int]:
+    """nodes, gpus per node and dp of the plan; InputError when the GPUs cannot be laid out."""
+    s, world = plan.strategy, plan.cluster.num_gpus
+    model_parallel = s.tp * s.pp * s.cp
+    # [V] WORLD_SIZE must be divisible by TP x PP x CP; DP is the quotient.
+    if world % model_parallel:
+        raise InputError(f"world size {world} must be divisible by tp*pp*cp = {s.tp}*{s.pp}*{s.cp} = {model_parallel};"
+                         f" change the GPU count or the parallel sizes")
+    nodes = plan.cluster.num_nodes
+    if world % nodes:
+        raise InputError(f"{world} GPUs cannot be split evenly over {nodes} nodes of "
+                         f"{plan.cluster.gpu.gpus_per_node}; use a multiple of {plan.cluster.gpu.gpus_per_node} GPUs")
+    return {"nodes": nodes, "gpus_per_node": world // nodes, "dp": world // model_parallel}
+
+
+def check_megatron_plan(plan: Plan) -> None:
+    """Raise InputError for the first Megatron-LM rule the plan breaks (rules that fail only at launch)."""
+    m, s, w = plan.model, plan.strategy, plan.workload
+    dp = world_layout(plan)["dp"]
+    problems = (
+        # [MB] global batch = micro batch x DP x number of microbatches.
+        w.global_batch_size % (s.mbs * dp) and
+        f"global_batch_size={w.global_batch_size} must be divisible by mbs*dp = {s.mbs}*{dp}; "
+        f"use a multiple of {s.mbs * dp}",
+        # [TC] heads split across TP ranks.
+        m.num_attention_heads % s.tp and
+        f"tp={s.tp} must divide num_attention_heads={m.num_attention_heads}",
+        # [TC] GQA groups are a multiple or a divisor of TP.
+        not m.multi_latent_attention and m.num_query_groups % s.tp and s.tp % m.num_query_groups and
+        f"num_query_groups={m.num_query_groups} must be a multiple or a divisor of tp={s.tp}",
+        # [V] experts split across EP ranks.
+        m.is_moe and m.num_experts % s.ep and f"ep={s.ep} must divide num_experts={m.num_experts}",
+        not m.is_moe and s.ep > 1 and f"ep={s.ep} needs an MoE model; {m.name} is dense, use ep=1",
+        # [RT] MoE with TP needs sequence parallel during training.
+        m.is_moe and s.tp > 1 and not s.sp and f"Megatron MoE with tp={s.tp} requires sp=true",
+        # [TC] MoE layers with biases need ETP 1.
+        m.is_moe and m.add_bias_linear and s.etp > 1 and f"MoE layers with bias need etp=1 (got etp={s.etp})",
+        # [V] CP splits each sequence into 2*CP chunks.
+        s.cp > 1 and w.seq_len % (2 * s.cp) and f"seq_len={w.seq_len} must be divisible by 2*cp = {2 * s.cp}",
+        # [V] VPP needs a pipeline.
+        s.vpp > 1 and s.pp == 1 and f"vpp={s.vpp} needs pp > 1",
+        # [V] TP communication overlap needs sequence parallel.
+        s.tp_comm_overlap and not (s.sp and s.tp > 1) and "tp_comm_overlap=true needs tp > 1 and sp=true",
+        # [TC] EP all-to-all overlap: EP > 1, no full recompute, VPP when PP > 1.
+        s.moe_a2a_overlap and m.is_moe and (s.ep == 1 or s.recompute == "full" or (s.pp > 1 and s.vpp == 1)) and
+        f"moe_a2a_overlap needs ep > 1, no full recompute and vpp > 1 when pp > 1 "
+        f"(ep={s.ep}, recompute={s.recompute}, pp={s.pp}, vpp={s.vpp})",
+        # [V] learned absolute positions end at max_position_embeddings.
+        m.position_embedding == "learned" and w.seq_len > m.max_position_embeddings and
+        f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
+        _pipeline_split_problem(m, s),
+        _window_problem(m),
+    )
+    first = next((p for p in problems if p), None)
+    if first:
+        raise InputError(first)
+
+
+def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
+    """[V][TC] layers per pipeline rank and per virtual stage must be whole numbers."""
+    chunks = s.pp * s.vpp
+    if s.first_stage_layers is None and s.last_stage_layers is None:
+        if m.num_layers % chunks:
+            return f"num_layers={m.num_layers} must be divisible by pp*vpp = {s.pp}*{s.vpp}; change pp or vpp"
+        return None
+    if s.pp == 1:
+        return "first_stage_layers/last_stage_layers need pp > 1"
+    given = [x for x in (s.first_stage_layers, s.last_stage_layers) if x is not None]
+    middle_layers = m.num_layers - sum(given)
+    middle_stages = s.pp - len(given)
+    if middle_layers < 0 or (middle_stages == 0 and middle_layers) or \
+            (middle_stages and middle_layers % (middle_stages * s.vpp)):
+        return (f"uneven pipeline: {m.num_layers} layers minus first/last ({sum(given)}) must split evenly over "
+                f"{middle_stages} middle stages x vpp={s.vpp}")
+    if any(x % s.vpp for x in given):
+        return f"first/last stage layers {given} must be divisible by vpp={s.vpp}"
+    return None
+
+
+def _window_problem(m: ModelSpec) -> Optional[str]:
+    n, layers = m.num_sliding_window_layers, m.num_layers
+    if m.sliding_window and n not in (0, layers, (layers + 1) // 2):
+        return (f"num_sliding_window_layers={n} of {layers}: Megatron patterns here are all layers or every other "
+                f"layer; use {layers} or {(layers + 1) // 2}")
+    return None
+
+
+def moe_layer_pattern(m: ModelSpec) -> str:
+    """Megatron `--moe-layer-freq` list expression, run-length encoded: '[0]*3+[1]*58' (1 = MoE layer)."""
+    flags = [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
+    runs: List[List[int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1][1] += 1
+        else:
+            runs.append([f, 1])
+    return "+".join(f"[{f}]*{n}" for f, n in runs)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
+    a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
+         "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_attention_heads)]
+    if m.multi_latent_attention:
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank), "--qk-head-dim", str(m.qk_head_dim),
+              "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim), "--v-head-dim", str(m.v_head_dim)]
+        if m.q_lora_rank:
+            a += ["--q-lora-rank", str(m.q_lora_rank)]
+    else:
+        a += ["--kv-channels", str(m.kv_channels)]
+        if m.num_query_groups != m.num_attention_heads:
+            a += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups)]
+    if m.position_embedding == "rope":
+        a += ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
+    else:
+        a += ["--position-embedding-type", "learned_absolute"]
+    a += ["--normalization", "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"]
+    a += ["--swiglu"] if m.activation == "swiglu" else []
+    a += [] if m.tie_embeddings else ["--untie-embeddings-and-output-weights"]
+    a += [] if m.add_bias_linear else ["--disable-bias-linear"]
+    a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
+    a += ["--qk-layernorm"] if m.qk_layernorm else []
+    if m.sliding_window and m.num_sliding_window_layers:
+        a += ["--window-size", f"{m.sliding_window},0"]
+        if m.num_sliding_window_layers != m.num_layers:
+            a += ["--window-attn-skip-freq", "2"]  # layer_number % 2 != 0 -> window (core/transformer/utils.py)
+    a += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(m.max_position_embeddings, seq_len)),
+          "--vocab-size", str(m.vocab_size), "--tokenizer-type", "NullTokenizer", "--mock-data",
+          "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--init-method-std", "0.02"]
+    return a
+
+
+def _moe_args(m: ModelSpec) -> List[str]:
+    if not m.is_moe:
+        return []
+    a = ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk),
+         "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]
+    if m.shared_expert_ffn_hidden_size:
+        a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)]
+    if m.first_k_dense_layers or m.moe_layer_freq > 1:
+        a += ["--moe-layer-freq", moe_layer_pattern(m)]
+    a += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+          "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "0.01"]
+    return a
+
+
+def _parallel_args(m: ModelSpec, s: Strategy) -> List[str]:
+    a = ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
+         "--context-parallel-size", str(s.cp)]
+    if s.vpp > 1:
+        a += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
+    if s.first_stage_layers is not None:
+        a += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
+    if s.last_stage_layers is not None:
+        a += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    if m.is_moe:
+        a += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
+    if s.sp and s.tp > 1:  # [V] silently dropped at tp=1, so not written
+        a += ["--sequence-parallel"]
+    return a
+
+
+def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
+    a: List[str] = []
+    if s.zero == 1:
+        a += ["--use-distributed-optimizer"]
+    elif s.zero >= 2:
+        # Megatron-FSDP v1 (default) shards grads (optim_grads) or grads and params (optim_grads_params); it
+        # turns the distributed optimizer on itself and checkpoints in fsdp_dtensor format [V].
+        a += ["--use-megatron-fsdp", "--use-distributed-optimizer", "--data-parallel-sharding-strategy",
+              "optim_grads" if s.zero == 2 else "optim_grads_params", "--ckpt-format", "fsdp_dtensor"]
+    if s.overlap_grad_reduce:
+        a += ["--overlap-grad-reduce"]
+        if s.overlap_param_gather and s.zero >= 1:  # [V] needs the distributed optimizer and overlap-grad-reduce
+            a += ["--overlap-param-gather"]
+    if s.tp_comm_overlap:
+        a += ["--tp-comm-overlap"]
+    if s.moe_a2a_overlap and m.is_moe:
+        a += ["--overlap-moe-expert-parallel-comm"]
+    return a
+
+
+def _precision_args(plan: Plan) -> List[str]:
+    s = plan.strategy
+    a = ["--bf16"]
+    if s.uses_fp8:
+        default_recipe = "mxfp8" if is_blackwell_or_newer(plan.cluster.gpu) else "delayed"
+        a += ["--fp8-format", s.fp8, "--fp8-recipe", s.fp8_recipe or default_recipe]
+    return a
+
+
+def _recompute_args(s: Strategy) -> List[str]:
+    if s.recompute == "none":
+        return []
+    a = ["--recompute-granularity", s.recompute]
+    if s.recompute == "full":  # [TC] full needs a method and a layer count; selective takes neither
+        a += ["--recompute-method", s.recompute_method or "uniform", "--recompute-num-layers",
+              str(s.recompute_layers or 1)]
+    return a
+
+
+def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
+    iters = probe_iters if probe else DEFAULT_TRAIN_ITERS
+    a = ["--micro-batch-size", str(plan.strategy.mbs), "--global-batch-size", str(plan.workload.global_batch_size),
+         "--train-iters", str(iters), "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine",
+         "--lr-warmup-iters", str(max(1, iters // 10)), "--weight-decay", "0.1", "--clip-grad", "1.0",
+         "--adam-beta1", "0.9", "--adam-beta2", "0.95"]
+    if probe:
+        # One log line per iteration with throughput, and a memory report each iteration [training.py
+        # training_log: report_memory at log_memory_interval]; no evaluation, no checkpoint, exit after train-iters.
+        a += ["--log-interval", "1", "--log-throughput", "--log-memory-interval", "1", "--eval-iters", "0"]
+    else:
+        a += ["--log-interval", "10", "--log-throughput"]
+    return a
+
+
+def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> List[str]:
+    """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan."""
+    check_megatron_plan(plan)
+    m, s = plan.model, plan.strategy
+    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m) + _parallel_args(m, s)
+            + _precision_args(plan) + _recompute_args(s) + _optimizer_args(m, s)
+            + _training_args(plan, probe, probe_iters))
+
+
+def args_to_lines(argv: List[str]) -> List[str]:
+    """Group an argv into one line per flag: ['--tp', '8', '--bf16'] -> ['--tp 8', '--bf16']."""
+    lines: List[str] = []
+    for item in argv:
+        if item.startswith("--") or not lines:
+            lines.append(item)
+        else:
+            lines[-1] += " " + item
+    return lines
+
+
+def needs_max_connections_1(plan: Plan) -> bool:
+    """[V] pre-Blackwell GPUs with TP or CP need CUDA_DEVICE_MAX_CONNECTIONS=1; Megatron-FSDP wants it unset."""
+    s = plan.strategy
+    return (s.tp > 1 or s.cp > 1) and s.zero < 2 and not is_blackwell_or_newer(plan.cluster.gpu)
+
+
+def _header(plan: Plan, probe: bool) -> str:
+    est = plan.estimate
+    kind = "probe run" if probe else "training run"
+    return (f"# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, "
+            f"seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
+            f"# strategy: {plan.strategy.label()}\n"
+            f"# predicted: {est.step_time_s:.3f} s/step, {est.tokens_per_s_per_gpu:.0f} tokens/s/GPU, "
+            f"peak {est.peak_mem_gib:.1f} GiB\n")
+
+
+def train_script(plan: Plan, probe: bool = False) -> str:
+    """torchrun launcher over nodes; reads megatron_args.txt next to it, extra arguments are appended."""
+    layout = world_layout(plan)
+    connections = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)\n"
+                   if needs_max_connections_1(plan) else "")
+    return f"""#!/usr/bin/env bash
+{_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
+# Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+: "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the folder holding pretrain_gpt.py)}}"
+NNODES=${{NNODES:-{layout['nodes']}}}
+NODE_RANK=${{NODE_RANK:-0}}
+GPUS_PER_NODE=${{GPUS_PER_NODE:-{layout['gpus_per_node']}}}
+MASTER_ADDR=${{MASTER_ADDR:-localhost}}
+MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
+{connections}
+set -f  # the MoE layer pattern holds '[' and '*'; no globbing
+if [[ -n "${{DATA_PATH:-}}" ]]; then
+  ARGS=($(grep -v -e '^#' -e '^--mock-data$' -e '^--tokenizer-type ' "$HERE/megatron_args.txt"))
+  ARGS+=(--data-path $DATA_PATH --tokenizer-type "${{TOKENIZER_TYPE:-HuggingFaceTokenizer}}"
+         --tokenizer-model "${{TOKENIZER_MODEL:?set TOKENIZER_MODEL with DATA_PATH}}")
+else
+  ARGS=($(grep -v '^#' "$HERE/megatron_args.txt"))
+fi
+set +f
+
+exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE" \\
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
+  "$MEGATRON_LM/pretrain_gpt.py" "${{ARGS[@]}}" "$@"
+"""
+
+
+def sbatch_script(plan: Plan, probe: bool = False) -> str:
+    """Slurm batch script: one task per node, each running train.sh with its node rank."""
+    layout = world_layout(plan)
+    name = f"autoplan-{'probe-' if probe else ''}{plan.model.name}".replace(" ", "_")
+    return f"""#!/usr/bin/env bash
+{_header(plan, probe)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
+#SBATCH --job-name={name}
+#SBATCH --nodes={layout['nodes']}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={layout['gpus_per_node']}
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+set -euo pipefail
+RUN_DIR="${{RUN_DIR:-$SLURM_SUBMIT_DIR}}"
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_PORT="${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}"
+export NNODES="$SLURM_JOB_NUM_NODES" GPUS_PER_NODE={layout['gpus_per_node']} RUN_DIR
+
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID" bash "$RUN_DIR/train.sh"'
+"""
+
+
+def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> Dict[str, str]:
+    """{filename: text} of the Megatron-LM launch files for the plan."""
+    argv = megatron_args(plan, probe=probe, probe_iters=probe_iters)
+    args_text = _header(plan, probe) + "\n".join(args_to_lines(argv)) + "\n"
+    return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe),
+            "sbatch.sh": sbatch_script(plan, probe)}
