@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from autoplan.cluster import ClusterSpec, GpuSpec
 from autoplan.errors import InputError, did_you_mean
+from autoplan.modelio import validation_message
 
 __all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID"]
 
@@ -28,22 +29,11 @@ def gpu_ids() -> List[str]:
     return sorted(p.name[: -len(".yaml")] for p in _gpu_dir().iterdir() if p.name.endswith(".yaml"))
 
 
-def _validation_line(err: ValidationError, where: str) -> str:
-    parts = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"])
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = f"unknown field{did_you_mean(field.split('.')[-1], GpuSpec.model_fields)}"
-        parts.append(f"{field}={e['input']!r}: {msg}" if field else msg)
-    return f"{where}: " + "; ".join(parts)
-
-
 def _gpu_from_mapping(data: Mapping[str, Any], where: str) -> GpuSpec:
     try:
         return GpuSpec.model_validate(dict(data))
     except ValidationError as e:
-        raise InputError(_validation_line(e, where)) from None
+        raise InputError(validation_message(e, where, GpuSpec)) from None
 
 
 def load_gpu(gpu_id: str) -> GpuSpec:

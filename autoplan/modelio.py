@@ -7,10 +7,10 @@ import re
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Type
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from autoplan.errors import InputError, did_you_mean
 from autoplan.hf_config import hf_config_fields
@@ -24,14 +24,17 @@ _FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
 # ---------------------------------------------------------------- errors
 
-def validation_message(err: ValidationError, where: str) -> str:
-    """A pydantic ValidationError as one line: where, then each failing field with its value and the rule."""
-    parts = []
+def validation_message(err: ValidationError, where: str, model: Type[BaseModel] = ModelSpec) -> str:
+    """A pydantic ValidationError as one line: where, the missing fields, then each bad value with its rule."""
+    missing = [".".join(map(str, e["loc"])) for e in err.errors() if e["type"] == "missing"]
+    parts = [f"missing required field(s) {', '.join(missing)}; add them"] if missing else []
     for e in err.errors():
+        if e["type"] == "missing":
+            continue
         field = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = f"unknown field{did_you_mean(field, ModelSpec.model_fields)}"
+            msg = f"unknown field{did_you_mean(str(e['loc'][-1]), model.model_fields)}"
         parts.append(f"{field}={e['input']!r}: {msg}" if field else msg)
     return f"{where}: " + "; ".join(parts)
 
