@@ -17,6 +17,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 COMMAND_MODULES = (
     "autoplan.cli.catalog",
     "autoplan.cli.estimate",
+    "autoplan.cli.plan",
     "autoplan.cli.profile",
 )
 

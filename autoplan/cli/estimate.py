@@ -1,0 +1,94 @@
+"""`autoplan estimate`: predict step time and memory of one strategy."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from autoplan.cli.common import load_inputs, print_json, read_strategy
+
+
+def register(app: typer.Typer) -> None:
+    app.command("estimate")(estimate_cmd)
+
+
+def estimate_cmd(
+    model: Optional[str] = typer.Option(None, "--model", help="Catalogue name, HF config.json or native spec."),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
+    cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (world size)."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens."),
+    gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile JSON (autoplan profile)."),
+    from_megatron: Optional[str] = typer.Option(None, "--from-megatron", help="Megatron-LM args or script."),
+    from_deepspeed: Optional[str] = typer.Option(None, "--from-deepspeed", help="ds_config.json (with --model)."),
+    engine: str = typer.Option("megatron", "--engine", help="Engine whose rules complete a partial strategy."),
+    mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of memory to keep free."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (stable keys)."),
+) -> None:
+    """Predict the step time and per-GPU memory of a strategy."""
+    from autoplan.complete import complete_strategy
+    from autoplan.costmodel.estimate import estimate
+    from autoplan.errors import InputError
+
+    given, notes = read_strategy(strategy), []
+    if from_megatron or from_deepspeed:
+        m, c, wl, imported = _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs)
+        given = {**imported, **given}
+        notes.append("read from " + ("Megatron-LM arguments" if from_megatron else "a DeepSpeed config"))
+    else:
+        if model is None:
+            raise InputError("--model is required (a catalogue name such as llama3-70b, or a config.json path)")
+        if gpus is None:
+            raise InputError("--gpus is required (the number of GPUs in the job, e.g. --gpus 64)")
+        m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    prof = _load_profile(profile, c, m)
+    s, chosen = complete_strategy(m, c, wl, given, engine=engine)
+    est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen)
+    if as_json:
+        print_json({**est.contract(), "strategy": s.to_dict()})
+        return
+    from autoplan.cli.render import console, print_estimate
+
+    console.print(f"[bold]{m.name}[/bold] on {c.num_gpus} x {c.gpu.id}, seq {wl.seq_len}, gbs "
+                  f"{wl.global_batch_size}: [cyan]{s.label()}[/cyan]")
+    print_estimate(est)
+
+
+def _load_profile(path, cluster, model):
+    from autoplan.costmodel import measured
+
+    if path:
+        return measured.load_profile(path)
+    return measured.find_profile(cluster.gpu.id, model.name) if hasattr(measured, "find_profile") else None
+
+
+def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs):
+    """(model, cluster, workload, strategy dict) from an existing Megatron-LM or DeepSpeed launch config."""
+    from autoplan.clusterio import load_cluster
+    from autoplan.errors import InputError
+    from autoplan.integrations import importers
+
+    if from_megatron:
+        imp = importers.from_megatron_args(from_megatron)
+        m = imp.model
+    else:
+        if model is None:
+            raise InputError("--from-deepspeed needs --model: a DeepSpeed config does not describe the model")
+        from autoplan.modelio import load_model
+
+        m = load_model(model, sets or ())
+        if gpus is None:
+            raise InputError("--from-deepspeed needs --gpus (the world size the config is run with)")
+        imp = importers.from_deepspeed_config(from_deepspeed, m, gpus)
+    world = gpus or getattr(imp, "num_gpus", None)
+    if not world:
+        raise InputError("the world size is not in the imported config; pass --gpus N")
+    c = load_cluster(cluster, world)
+    wl = imp.workload
+    if seq or gbs:
+        from autoplan.workload import Workload
+
+        wl = Workload(seq_len=seq or wl.seq_len, global_batch_size=gbs or wl.global_batch_size)
+    return m, c, wl, dict(imp.strategy)

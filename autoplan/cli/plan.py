@@ -1,0 +1,215 @@
+"""`autoplan plan`: search the strategy space and rank the plans."""
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import typer
+
+from autoplan.cli.common import load_inputs, print_json, read_strategy
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)
+
+
+def plan_cmd(
+    model: str = typer.Option("llama3-70b", "--model", help="Catalogue name, HF config.json or native spec."),
+    sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
+    cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
+    gpus: int = typer.Option(64, "--gpus", help="Number of GPUs (world size)."),
+    seq: int = typer.Option(8192, "--seq", help="Sequence length, tokens."),
+    gbs: int = typer.Option(128, "--gbs", help="Global batch, sequences."),
+    top: int = typer.Option(5, "--top", help="How many plans to show."),
+    objective: str = typer.Option("throughput", "--objective",
+                                  help="throughput (tokens/s) or cost (GPU-hours per billion tokens; on a fixed "
+                                       "cluster both rank alike)."),
+    solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
+                                                        "optuna, or brute-force."),
+    fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
+    exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="No plans with key=value."),
+    allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
+                                              "ep-outside-domain, no-sp, zero3-pp, non-pow2-mbs."),
+    engine: str = typer.Option("megatron", "--engine", help="megatron or deepspeed (what the engine can run)."),
+    mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of device memory to keep free."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Your own strategy, estimated beside the best."),
+    baseline_from_megatron: Optional[str] = typer.Option(None, "--baseline-from-megatron",
+                                                         help="Baseline from Megatron-LM args or a script."),
+    explain: bool = typer.Option(False, "--explain", help="Why the winner wins."),
+    emit: Optional[str] = typer.Option(None, "--emit", help="Write launch files: megatron,deepspeed."),
+    out: Optional[str] = typer.Option(None, "--out", help="Folder for plan.json and emitted files."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the stochastic solvers."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile JSON (autoplan profile)."),
+    as_json: bool = typer.Option(False, "--json", help="Print {'plans': [...]} as JSON (stable keys)."),
+) -> None:
+    """Find the fastest strategies that fit in memory."""
+    from autoplan.errors import InputError
+    from autoplan.solvers.api import solve
+    from autoplan.solvers.space import Problem, parse_constraints
+
+    if objective not in ("throughput", "cost"):
+        raise InputError(f"--objective {objective!r} must be throughput or cost")
+    if top <= 0:
+        raise InputError(f"--top={top} must be >= 1")
+    m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    fixed = parse_constraints(fix or [], "--fix")
+    excluded = parse_constraints(exclude or [], "--exclude")
+    allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
+    problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
+                      engine=engine, mem_headroom=mem_headroom)
+    prof = None
+    if profile:
+        from autoplan.costmodel.measured import load_profile
+
+        prof = load_profile(profile)
+    result = _run(problem, solver, top, seed, prof, quiet=as_json)
+    base_plan = _baseline(problem, baseline, baseline_from_megatron, prof)
+    if not result.plans:
+        _no_plan(result, problem, as_json)
+        raise typer.Exit(1)
+    if out:
+        _write_out(result, problem, out, emit)
+    if as_json:
+        payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract()}
+                             for p in result.plans],
+                   "model": m.model_dump(), "cluster": c.model_dump(), "workload": wl.model_dump(),
+                   "search": _search_summary(result)}
+        if base_plan is not None:
+            payload["baseline"] = {"strategy": base_plan.strategy.to_dict(), "estimate": base_plan.estimate.contract()}
+        print_json(payload)
+        return
+    _print(result, problem, base_plan, explain, objective)
+
+
+def _run(problem, solver, top, seed, prof, quiet):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from autoplan.solvers.api import solve
+
+    if quiet:
+        return solve(problem, solver, top_k=top, seed=seed, profile=prof)
+    started = time.perf_counter()
+    with Progress(TextColumn("[bold]searching[/bold]"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
+                  TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task("search", total=1, visible=False)
+
+        def progress(done, total):
+            # Shown only for searches that take over a second.
+            bar.update(task, completed=done, total=total, visible=time.perf_counter() - started > 1.0)
+
+        return solve(problem, solver, top_k=top, seed=seed, profile=prof, progress=progress)
+
+
+def _baseline(problem, text, from_megatron, prof):
+    from autoplan.costmodel.estimate import estimate
+    from autoplan.results import Plan
+    from autoplan.strategy import strategy_from_mapping
+    from autoplan.validate import validate
+
+    if not text and not from_megatron:
+        return None
+    if from_megatron:
+        from autoplan.integrations import importers
+
+        given = dict(importers.from_megatron_args(from_megatron).strategy)
+    else:
+        given = read_strategy(text)
+    from autoplan.complete import complete_strategy
+
+    s, notes = complete_strategy(problem.model, problem.cluster, problem.workload, given, engine=problem.engine)
+    s = validate(problem.model, problem.cluster, problem.workload, s)
+    est = estimate(problem.model, problem.cluster, s, problem.workload, profile=prof,
+                   headroom=problem.mem_headroom, notes=notes)
+    return Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=s, estimate=est)
+
+
+def _search_summary(result) -> dict:
+    return {"solver": result.solver, "space_size": result.space_size, "evaluated": result.evaluated,
+            "feasible": result.feasible, "wall_s": round(result.wall_s, 3), "rejected": result.infeasible}
+
+
+def _no_plan(result, problem, as_json):
+    import sys
+
+    need = result.smallest_peak_gib
+    cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
+    n = problem.cluster.num_gpus
+    if result.space_size == 0:
+        msg = (f"no legal strategy for {problem.model.name} on {n} x {problem.cluster.gpu.id} with seq "
+               f"{problem.workload.seq_len}, gbs {problem.workload.global_batch_size}"
+               f"{' and the given --fix/--exclude' if problem.fixed or problem.excluded else ''}; "
+               f"check that gbs is divisible by the data-parallel size, or relax --fix")
+    else:
+        hints = [f"try >= {2 * n} GPUs"]
+        if problem.cluster.gpu.has_dtype("fp8") and problem.fixed.get("fp8") in (None, ["hybrid"]):
+            hints.append("fp8")
+        if problem.mem_headroom:
+            hints.append("a smaller --mem-headroom")
+        msg = (f"no strategy fits: the smallest needs {need:.1f} GiB per GPU on {n} GPUs "
+               f"(capacity {cap:.1f} GiB); {' or '.join(hints)}")
+    if as_json:
+        print_json({"plans": [], "error": msg, "search": _search_summary(result)})
+    print(f"autoplan: {msg}", file=sys.stderr)
+
+
+def _write_out(result, problem, out, emit):
+    from pathlib import Path
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    best = result.plans[0]
+    (folder / "plan.json").write_text(best.model_dump_json(indent=2))
+    if emit:
+        from autoplan.cli.emit import write_emitted
+
+        write_emitted(best, [f.strip() for f in emit.split(",") if f.strip()], folder)
+
+
+def _print(result, problem, base_plan, explain, objective):
+    from autoplan.cli.render import console, estimate_tables, plans_table
+
+    m, c, wl = problem.model, problem.cluster, problem.workload
+    title = (f"{m.name} on {c.num_gpus} x {c.gpu.id}, seq {wl.seq_len}, gbs {wl.global_batch_size}: "
+             f"top {len(result.plans)} of {result.feasible:,} feasible")
+    console.print(plans_table(result.plans, title))
+    rejected = ", ".join(f"{v:,} {k}" for k, v in result.infeasible.items())
+    console.print(f"searched {result.space_size:,} legal candidates ({result.evaluated:,} priced) in "
+                  f"{result.wall_s:.2f} s with {result.solver}" + (f"; skipped: {rejected}" if rejected else ""))
+    best = result.plans[0]
+    if objective == "cost":
+        gpu_hours = c.num_gpus / best.estimate.tokens_per_s * 1e9 / 3600
+        console.print(f"cost: {gpu_hours:,.0f} GPU-hours per billion tokens")
+    if base_plan is not None:
+        b = base_plan.estimate
+        if b.fits:
+            console.print(f"baseline [cyan]{base_plan.strategy.label()}[/cyan]: {b.step_time_s:.3f} s/step; "
+                          f"best is {b.step_time_s / best.estimate.step_time_s:.2f}x faster")
+        else:
+            console.print(f"baseline [cyan]{base_plan.strategy.label()}[/cyan] does not fit: needs "
+                          f"{b.peak_mem_gib:.1f} GiB of {b.capacity_gib:.1f} GiB per GPU")
+    if explain:
+        for t in estimate_tables(best.estimate, f"Why #1 wins: {best.strategy.label()}"):
+            console.print(t)
+        _explain_vs(result, best)
+
+
+def _explain_vs(result, best):
+    from autoplan.cli.render import console
+    from rich.table import Table
+
+    others = result.plans[1:3] + result.best_by_shape
+    if not others:
+        return
+    t = Table(title="Against the runners-up and the best plan of each other shape (seconds per step)")
+    keys = [k for k, v in best.estimate.time_breakdown.items()
+            if v > 0 or any(o.estimate.time_breakdown.get(k, 0) > 0 for o in others)]
+    t.add_column("plan", no_wrap=True)
+    for k in keys:
+        t.add_column(k, justify="right")
+    t.add_column("step", justify="right", style="bold")
+    t.add_column("peak GiB", justify="right")
+    for p in [best] + others:
+        e = p.estimate
+        t.add_row(p.strategy.label(), *(f"{e.time_breakdown[k]:.2f}" for k in keys), f"{e.step_time_s:.3f}",
+                  f"{e.peak_mem_gib:.1f}")
+    console.print(t)

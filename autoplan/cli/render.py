@@ -1,0 +1,77 @@
+"""Readable tables for estimates and plans (rich)."""
+from __future__ import annotations
+
+from typing import List
+
+from rich.console import Console
+from rich.table import Table
+
+from autoplan.results import Estimate, Plan
+
+import sys
+
+# Pipes and CI logs get a wide, fixed width so tables do not wrap; terminals use their own width.
+console = Console(width=None if sys.stdout.isatty() else 160)
+SHORT = {"weights": "weights", "grads": "grads", "optimizer": "optim", "activations": "activ", "logits": "logits",
+         "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag"}
+
+
+def estimate_tables(est: Estimate, title: str = "Estimate") -> List[Table]:
+    head = Table(title=title, show_header=False, box=None, pad_edge=False)
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("step time", f"{est.step_time_s:.3f} s  ({est.num_microbatches} micro batches, dp={est.dp})")
+    head.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s  ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
+    head.add_row("model TFLOP/s/GPU", f"{est.model_tflops_per_gpu:.0f}  (MFU {est.mfu:.1%} of bf16 peak)")
+    fit = "[green]fits[/green]" if est.fits else "[red]DOES NOT FIT[/red]"
+    head.add_row("peak memory", f"{est.peak_mem_gib:.1f} GiB of {est.capacity_gib:.1f} GiB  {fit}")
+    head.add_row("bottleneck", est.bottleneck)
+
+    times = Table(title="Time per step (exposed)")
+    times.add_column("term")
+    times.add_column("seconds", justify="right")
+    times.add_column("share", justify="right")
+    for k, v in est.time_breakdown.items():
+        if v > 0:
+            times.add_row(k, f"{v:.3f}", f"{v / est.step_time_s:.1%}")
+
+    tables = [head, times]
+    if est.stage_memory:
+        keys = list(est.stage_memory[0].breakdown_gib)
+        mem = Table(title="Memory per pipeline rank (GiB)")
+        mem.add_column("rank", justify="right")
+        mem.add_column("layers", justify="right")
+        for k in keys:
+            mem.add_column(SHORT.get(k, k), justify="right")
+        mem.add_column("total", justify="right", style="bold")
+        rows = est.stage_memory
+        if len(rows) > 8:  # first, last and the heaviest in between
+            heavy = max(rows[1:-1], key=lambda s: s.total_gib)
+            rows = [rows[0], heavy, rows[-1]]
+        for s in rows:
+            mem.add_row(str(s.stage), str(s.num_layers), *(f"{s.breakdown_gib[k]:.1f}" for k in keys),
+                        f"{s.total_gib:.1f}")
+        tables.append(mem)
+    return tables
+
+
+def print_estimate(est: Estimate, title: str = "Estimate") -> None:
+    for t in estimate_tables(est, title):
+        console.print(t)
+    for note in est.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def plans_table(plans: List[Plan], title: str) -> Table:
+    t = Table(title=title)
+    t.add_column("#", justify="right")
+    t.add_column("strategy", no_wrap=True)
+    for col, just in ( ("step s", "right"), ("tok/s/GPU", "right"),
+                      ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left")):
+        t.add_column(col, justify=just)
+    for i, p in enumerate(plans, 1):
+        e = p.estimate
+        t.add_row(str(i), p.strategy.label(), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
+                  f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
+                  e.bottleneck)
+    return t

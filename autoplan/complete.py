@@ -1,0 +1,71 @@
+"""Complete a partial strategy: keys the user left out are chosen by the search with the given keys fixed
+(so the least recompute that fits, the distributed optimizer where it helps, ...), and the choices are reported."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from autoplan.cluster import ClusterSpec
+from autoplan.errors import InputError
+from autoplan.model import ModelSpec
+from autoplan.strategy import CONTRACT_KEYS, Strategy, strategy_from_mapping
+from autoplan.workload import Workload
+
+# Keys the search does not vary; a user value is kept as given.
+PASS_THROUGH = ("fp8_recipe", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
+                "recompute_method", "recompute_layers")
+
+
+def default_completion(given: Dict[str, Any]) -> Strategy:
+    """The plain defaults for missing keys (sp when tp > 1), used to explain why a partial strategy is illegal."""
+    values = dict(given)
+    tp = int(values.get("tp", 1))
+    values.setdefault("sp", tp > 1)
+    values.pop("dp", None)
+    return strategy_from_mapping(values)
+
+
+def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given: Dict[str, Any],
+                      engine: str = "megatron") -> Tuple[Strategy, List[str]]:
+    """(strategy, notes). A complete strategy is validated and returned as is."""
+    from autoplan.validate import validate
+
+    missing = [k for k in CONTRACT_KEYS if k not in given]
+    if not missing:
+        return validate(model, cluster, workload, strategy_from_mapping(given)), []
+    # Validate what the user gave, with plain defaults for the rest, before searching: a broken rule in the
+    # user's own keys must be reported as such.
+    plain = default_completion(given)
+    try:
+        validate(model, cluster, workload, plain)
+    except InputError as err:
+        if _blames_given_keys(str(err), given):
+            raise
+    from autoplan.solvers.api import solve
+    from autoplan.solvers.space import Problem
+
+    fixed = {k: v for k, v in given.items() if k not in PASS_THROUGH and k != "dp"}
+    problem = Problem(model, cluster, workload, fixed=fixed, engine=engine,
+                      allow=frozenset({"no-sp"}) if given.get("sp") is False and given.get("tp", 1) > 1 else
+                      frozenset())
+    result = solve(problem, "enumerate", top_k=1)
+    if not result.plans:
+        # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
+        strategy = validate(model, cluster, workload, plain)
+        return strategy, [f"no completion of the given keys fits in memory; showing defaults for: "
+                          f"{', '.join(missing)}"]
+    chosen = result.plans[0].strategy
+    extra = {k: given[k] for k in PASS_THROUGH if k in given}
+    if extra:
+        chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
+    chosen = validate(model, cluster, workload, chosen)
+    picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing)
+    return chosen, [f"chosen for you (fastest that fits): {picked}"]
+
+
+def _fmt(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _blames_given_keys(message: str, given: Dict[str, Any]) -> bool:
+    head = message.split(";")[0]
+    return any(f"{k}=" in head for k in given)

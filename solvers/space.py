@@ -1,0 +1,304 @@
+"""The search space: every legal strategy for a model, cluster and workload, as `Layouts` (struct of arrays).
+
+Every solver draws from here, so solvers cannot disagree about what is legal. Legality mirrors
+`autoplan.validate` (Megatron-LM's layout, batch and precision rules); a contract test checks that every point
+generated here passes `validate`. Preferences that are not rules — TP and EP*ETP inside the NVLink domain,
+sequence parallelism whenever tp > 1 (it only saves memory and elementwise time at the same communication
+volume: Korthikanti et al. 2022 sec. 4.2.2) — narrow the default space and are lifted with `allow`."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.layout import RECOMPUTE_CODES, Layouts, layouts_from_strategies
+from autoplan.errors import InputError
+from autoplan.model import ModelSpec
+from autoplan.strategy import ALL_KEYS, Strategy, coerce_strategy_value
+from autoplan.workload import Workload
+
+ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "zero3-pp", "non-pow2-mbs")
+ENGINES = ("megatron", "deepspeed")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What to search: the inputs plus the user's narrowing (`fixed`, `excluded`) and widening (`allow`)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    workload: Workload
+    fixed: Dict[str, object] = field(default_factory=dict)  # key -> value every plan must have
+    excluded: Dict[str, Tuple[object, ...]] = field(default_factory=dict)  # key -> values no plan may have
+    allow: FrozenSet[str] = frozenset()
+    engine: str = "megatron"
+    mem_headroom: float = 0.0  # fraction of device memory kept free
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise InputError(f"engine {self.engine!r} is not supported; use one of: {', '.join(ENGINES)}")
+        unknown = set(self.allow) - set(ALLOW_CHOICES)
+        if unknown:
+            raise InputError(f"--allow {sorted(unknown)[0]!r} is unknown; valid: {', '.join(ALLOW_CHOICES)}")
+        if not 0.0 <= self.mem_headroom < 1.0:
+            raise InputError(f"mem-headroom={self.mem_headroom} must be in [0, 1); e.g. 0.1 keeps 10% free")
+
+
+def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:
+    """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values."""
+    out: Dict[str, List[object]] = {}
+    for item in items:
+        for part in filter(None, (p.strip() for p in item.split(","))):
+            if "=" not in part:
+                raise InputError(f"{what} {part!r} must be key=value (e.g. {what} tp=8)")
+            key, raw = (s.strip() for s in part.split("=", 1))
+            key = key.lower().replace("-", "_")
+            out.setdefault(key, []).extend(coerce_strategy_value(key, v) for v in raw.split("|"))
+    return out
+
+
+def divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _pow2_upto(n: int) -> List[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def _has_fp8(problem: Problem) -> bool:
+    return problem.cluster.gpu.has_dtype("fp8")
+
+
+def _choices(problem: Problem, key: str, default: Iterable) -> List:
+    vals = list(default)
+    if key in problem.fixed:
+        want = problem.fixed[key] if isinstance(problem.fixed[key], (list, tuple)) else [problem.fixed[key]]
+        vals = [v for v in vals if v in want]  # a fixed value must still be legal
+    ex = set(problem.excluded.get(key, ()))
+    return [v for v in vals if v not in ex]
+
+
+def tp_choices(problem: Problem) -> List[int]:
+    m, hw_domain = problem.model, problem.cluster.gpu.nvlink_domain_size
+    limit = problem.cluster.num_gpus if "tp-outside-domain" in problem.allow else min(hw_domain,
+                                                                                      problem.cluster.num_gpus)
+    out = []
+    for t in divisors(m.num_attention_heads):
+        if t > limit or problem.cluster.num_gpus % t:
+            continue
+        g = m.num_query_groups
+        if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
+            continue  # query groups a multiple or divisor of tp (TransformerConfig)
+        out.append(t)
+    return out
+
+
+def stage_splits(num_layers: int, pp: int, vpp: int, uneven: bool) -> List[Tuple[int, int]]:
+    """(first, last) layer counts (-1 = even split) that Megatron accepts for pp ranks and vpp chunks."""
+    out = []
+    if pp == 1:
+        return [(-1, -1)] if vpp == 1 else []
+    if num_layers % pp == 0 and (num_layers // pp) % vpp == 0:
+        out.append((-1, -1))
+    if not uneven:
+        return out
+    base = -(-num_layers // pp)
+    for first in range(max(1, base - 3), base + 1):
+        for last in range(max(1, base - 3), base + 1):
+            rest = num_layers - first - last
+            mids = pp - 2
+            if rest < 0 or (mids == 0 and rest != 0) or (mids > 0 and (rest <= 0 or rest % mids)):
+                continue
+            mid = rest // mids if mids else first
+            if (first, last) == (mid, mid):
+                continue  # that is the even split
+            if vpp > 1 and (first % vpp or last % vpp or mid % vpp):
+                continue
+            out.append((first, last))
+    return out
+
+
+def structural_points(problem: Problem) -> List[Dict[str, int]]:
+    """(tp, cp, pp, vpp, first, last, ep, etp, dp) combinations that satisfy the layout rules."""
+    m, wl, world = problem.model, problem.workload, problem.cluster.num_gpus
+    domain = problem.cluster.gpu.nvlink_domain_size
+    L = m.num_layers
+    points = []
+    for tp in _choices(problem, "tp", tp_choices(problem)):
+        for cp in _choices(problem, "cp", _pow2_upto(world // tp)):
+            if cp > 1 and wl.seq_len % (2 * cp):
+                continue  # seq divisible by 2*cp (validate_args)
+            if world % (tp * cp):
+                continue
+            for pp in _choices(problem, "pp", divisors(world // (tp * cp))):
+                if pp > L:
+                    continue
+                if problem.engine == "deepspeed" and cp > 1:
+                    continue
+                dp = world // (tp * cp * pp)
+                if wl.global_batch_size % dp:
+                    continue  # gbs divisible by mbs*dp needs at least dp | gbs
+                vpps = [v for v in divisors(L // pp if L % pp == 0 else L) if v <= 16] if pp > 1 else [1]
+                if pp == 2:
+                    vpps = [v for v in vpps]  # p2p overlap on: vpp needs pp > 1 only
+                if problem.engine == "deepspeed":
+                    vpps = [1]
+                for vpp in _choices(problem, "vpp", vpps):
+                    splits = stage_splits(L, pp, vpp, uneven=problem.engine == "megatron")
+                    if "first_stage_layers" in problem.fixed or "last_stage_layers" in problem.fixed:
+                        f = problem.fixed.get("first_stage_layers", [None])
+                        la = problem.fixed.get("last_stage_layers", [None])
+                        f, la = (f[0] if isinstance(f, list) else f), (la[0] if isinstance(la, list) else la)
+                        splits = [s for s in stage_splits(L, pp, vpp, True)
+                                  if (f is None or s[0] == f) and (la is None or s[1] == la)]
+                    for ep, etp in _expert_choices(problem, tp, pp, cp, dp, domain):
+                        for first, last in splits:
+                            points.append(dict(tp=tp, cp=cp, pp=pp, vpp=vpp, first=first, last=last, ep=ep,
+                                               etp=etp, dp=dp))
+    return points
+
+
+def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain: int):
+    m, world = problem.model, problem.cluster.num_gpus
+    if not m.is_moe:
+        return [(1, e) for e in _choices(problem, "etp", [1])] if _choices(problem, "ep", [1]) else []
+    out = []
+    etps = sorted({1, tp})
+    if problem.engine == "deepspeed":
+        etps = [1]
+    for etp in _choices(problem, "etp", etps):
+        if m.add_bias_linear and etp != 1:
+            continue  # MoE layers with bias need etp = 1 (TransformerConfig)
+        for ep in _choices(problem, "ep", divisors(m.num_experts)):
+            if world % (etp * ep * pp):
+                continue  # etp*ep*pp must divide world (parallel_state)
+            if ep * etp > tp * cp * dp:
+                continue  # experts fold inside the tp*cp*dp ranks of one stage
+            if ep * etp > domain and "ep-outside-domain" not in problem.allow and ep > 1:
+                # Keep EP inside the domain by default, except when the experts cannot fit otherwise:
+                # large MoE models (DeepSeek-V3 on H800) run EP across nodes.
+                if ep * etp > 8 * domain:
+                    continue
+            if problem.engine == "deepspeed" and tp > 1 and ep > 1:
+                continue
+            out.append((ep, etp))
+    return out
+
+
+def mbs_choices(problem: Problem, dp: int) -> List[int]:
+    per_dp = problem.workload.global_batch_size // dp
+    cands = divisors(per_dp) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
+                                                                        if per_dp % v == 0]
+    return [v for v in _choices(problem, "mbs", cands) if v <= 16]
+
+
+def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bool, int]]:
+    """(code, block, layers): none, selective, full block with n layers per chunk (powers of two and all),
+    full uniform (every layer). Ordered by increasing recompute time, so the first that fits is the fastest."""
+    opts = [(0, False, 0), (1, False, 0)]
+    blocks = sorted({v for v in _pow2_upto(chunk_layers)} | {chunk_layers})
+    opts += [(2, True, n) for n in blocks if n < chunk_layers]
+    opts.append((2, False, 1))
+    names = {0: "none", 1: "selective", 2: "full"}
+    allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
+    out = [o for o in opts if names[o[0]] in allowed]
+    if "recompute_layers" in problem.fixed:
+        want = problem.fixed["recompute_layers"]
+        want = want if isinstance(want, list) else [want]
+        out = [o for o in out if o[0] != 2 or o[2] in want or (not o[1] and 1 in want)]
+    if "recompute_method" in problem.fixed:
+        meth = problem.fixed["recompute_method"]
+        meth = meth if isinstance(meth, list) else [meth]
+        out = [o for o in out if o[0] != 2 or ("block" if o[1] else "uniform") in meth]
+    return out
+
+
+def zero_choices(problem: Problem, pp: int) -> List[int]:
+    vals = [0, 1, 2, 3]
+    if pp > 1 and "zero3-pp" not in problem.allow:
+        vals = [0, 1, 2]  # ZeRO-3 / FSDP does not combine with pipeline parallelism (Megatron, DeepSpeed)
+    if problem.engine == "megatron":
+        vals = [v for v in vals if v <= 1] + ([3] if pp == 1 else [])  # Megatron: DDP, dist-opt, FSDP
+    return _choices(problem, "zero", vals)
+
+
+def fp8_choices(problem: Problem) -> List[bool]:
+    vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
+    allowed = _choices(problem, "fp8", ["none", "hybrid"])
+    if "fp8" in problem.fixed:
+        return [v != "none" for v in allowed if v == "none" or _has_fp8(problem)]
+    return [v for v in vals if ("hybrid" if v else "none") in allowed]
+
+
+def sp_choices(problem: Problem, tp: int) -> List[bool]:
+    if tp == 1:
+        vals = [False]
+    elif problem.model.is_moe:
+        vals = [True]  # MoE with tp > 1 needs sequence parallelism
+    else:
+        vals = [True, False] if "no-sp" in problem.allow else [True]
+    if problem.engine == "deepspeed":
+        vals = [False]
+    return _choices(problem, "sp", vals)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The candidates, grouped: `layouts` (all candidates), `group` (index of the structural point with the
+    same everything-but-memory-knobs), `level` (0.. in increasing time order inside a group)."""
+
+    layouts: Layouts
+    group: np.ndarray
+    level: np.ndarray
+
+
+def enumerate_grid(problem: Problem) -> Grid:
+    """Every legal candidate. Within a group (same layout, mbs, fp8, sp), the memory knobs (zero, recompute)
+    are ordered from fastest to slowest so a search can stop at the first that fits."""
+    blocks: List[np.ndarray] = []
+    group_base = 0
+    groups, levels = [], []
+    for p in structural_points(problem):
+        chunk = max((p["first"] if p["first"] >= 0 else problem.model.num_layers // p["pp"]) // p["vpp"], 1)
+        knobs = np.array([(z, rc, block, rl) for (rc, block, rl) in recompute_options(problem, chunk)
+                          for z in zero_choices(problem, p["pp"])], dtype=np.int64).reshape(-1, 4)
+        outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), fp8_choices(problem),
+                                                sp_choices(problem, p["tp"]))), dtype=np.int64).reshape(-1, 3)
+        if not len(knobs) or not len(outer):
+            continue
+        n_o, n_k = len(outer), len(knobs)
+        o = np.repeat(outer, n_k, axis=0)
+        k = np.tile(knobs, (n_o, 1))
+        fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"]],
+                         dtype=np.int64)
+        blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 9)), o, k]))
+        groups.append(group_base + np.repeat(np.arange(n_o), n_k))
+        levels.append(np.tile(np.arange(n_k), n_o))
+        group_base += n_o
+    a = np.vstack(blocks) if blocks else np.zeros((0, 16), dtype=np.int64)
+    n = len(a)
+    col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "mbs", "fp8", "sp", "zero", "rc",
+                    "block", "rl"), a.T))
+    lay = Layouts(
+        tp=col["tp"], pp=col["pp"], vpp=col["vpp"], cp=col["cp"], ep=col["ep"], etp=col["etp"], dp=col["dp"],
+        mbs=col["mbs"], sp=col["sp"].astype(bool), zero=col["zero"], recompute=col["rc"],
+        recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], fp8=col["fp8"].astype(bool),
+        first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
+        overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
+        moe_a2a_overlap=np.zeros(n, bool))
+    g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+    lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
+    return Grid(lay, g, lv)
+
+
+def legal_strategies(problem: Problem) -> List[Strategy]:
+    """Every legal strategy of a (small) space, as Strategy objects."""
+    grid = enumerate_grid(problem)
+    return [grid.layouts.strategy(i) for i in range(len(grid.layouts))]
