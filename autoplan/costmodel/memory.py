@@ -17,6 +17,15 @@ from autoplan.costmodel.layout import Layouts
 from autoplan.model import ModelSpec
 
 FP32 = 4
+FP8 = 1
+
+
+def gemm_input_bytes(lay: Layouts):
+    """Bytes per element of a saved GEMM input: TransformerEngine's Linear / LayerNormLinear / GroupedLinear save
+    the FP8-quantised input (not the bf16 one) for the weight-gradient GEMM when FP8 is on
+    (transformer_engine/pytorch/module/linear.py `ctx.save_for_backward(inputmat, ...)` after quantisation;
+    MXFP8 adds 1 scale byte per 32 elements, ignored here)."""
+    return np.where(lay.fp8, FP8, BF16)
 
 
 def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
@@ -24,7 +33,7 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
     norm_in = BF16 * region
-    qkv_in = BF16 * region  # norm output, saved sharded under SP and re-gathered in backward
+    qkv_in = gemm_input_bytes(lay) * region  # norm output, saved sharded under SP and re-gathered in backward
     if m.multi_latent_attention:
         # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
         latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
@@ -47,9 +56,9 @@ def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens
     region = sh.tokens_sp * h
     gate_up = (2 if m.gated_mlp else 1) * ffn / shards
     return (BF16 * region  # norm input
-            + BF16 * region  # fc1 input (norm output)
+            + gemm_input_bytes(lay) * region  # fc1 input (norm output)
             + BF16 * tokens * gate_up  # fc1 output (gate and up for SwiGLU)
-            + BF16 * tokens * ffn / shards  # activation output = fc2 input
+            + gemm_input_bytes(lay) * tokens * ffn / shards  # activation output = fc2 input
             + region)  # dropout mask
 
 
@@ -58,9 +67,9 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     region = sh.tokens_sp * h
     f = m.moe_ffn_hidden_size / lay.etp
     copies = sh.expert_tokens  # top-k copies of each token, after dispatch
-    routed = (BF16 * copies * h  # permuted expert input (fc1 input)
+    routed = (gemm_input_bytes(lay) * copies * h  # permuted expert input (fc1 input)
               + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
-              + BF16 * copies * f  # activation output
+              + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
               + BF16 * copies * h  # expert output, kept to scale by routing probabilities
               + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
     base = 2 * BF16 * region + region  # norm input + router input + dropout mask
@@ -98,6 +107,8 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
     grads = np.where(lay.zero >= 2, FP32 * (params_dense / dp + params_expert / edp), FP32 * total)
     optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
-    # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose.
-    weights = weights + np.where(fp8, 2.0 * total, 0.0)
+    # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8: row- and
+    # column-wise copies). Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
+    local = np.where(lay.zero >= 3, params_dense / dp + params_expert / edp, total)
+    weights = weights + np.where(fp8, 2.0 * local, 0.0)
     return weights, grads, optimizer

@@ -1,0 +1,245 @@
+"""Published training runs (`data/published_runs.csv`) turned into cost-model inputs.
+
+Each usable row becomes a `PublishedRun`: the run's own model (ModelSpec built from the row's dimensions, with
+the fields the table does not carry completed from the catalogue entry of the same public config), the cluster
+(`autoplan.clusterio.load_cluster`), the strategy the run used and its workload, plus the measured
+tokens/s/GPU.
+
+Strategy assumptions (the tables give tp/pp/vpp/cp/ep/mbs/gbs only; the rest lives in each release's recipes):
+- sp = (tp > 1): NeMo / Megatron-Bridge performance recipes set `sequence_parallel=True` whenever TP > 1
+  (Megatron-Bridge `scripts/performance` configs; NeMo 2.0 `nemo/collections/llm/recipes/*` perf recipes).
+- zero = 1 (Megatron distributed optimizer): the recipes set `use_distributed_optimizer=True`; the table's
+  "FSDP=0" column confirms DDP + distributed optimizer. Rows whose FSDP column is `fsdp(shard_group=N)` use
+  Megatron-FSDP, i.e. parameters, gradients and optimizer sharded: modelled as zero = 3.
+- overlap_grad_reduce and overlap_param_gather on (recipe defaults with the distributed optimizer).
+- tp_comm_overlap = (tp > 1): perf recipes enable TransformerEngine userbuffers TP overlap for TP > 1
+  (`tp_comm_overlap=True` in the NeMo/Bridge perf configs).
+- moe_a2a_overlap only for DeepSeek-V3: its perf recipe enables the 1F1B all-to-all overlap
+  (`overlap_moe_expert_parallel_comm`); the other MoE recipes do not.
+- etp = 1 when blank (the MoE recipes use expert tensor parallel size 1 unless the table prints it).
+- vpp blank or 1 = no interleaving; mbs blank = 1 (NeMo long-sequence page does not state it).
+- fp8: the precision column; the recipe comes from the notes (MXFP8 1x32 on Blackwell, per-tensor current
+  scaling "FP8-CS" and TE delayed scaling on H100). A blank precision (the 25.09 release) means FP8 per the
+  data README: MXFP8 on Blackwell, blockwise for DeepSeek-V3 on H100, tensorwise otherwise.
+- recompute is not in the tables. Policy "least" (default): the least recompute that autoplan predicts to fit
+  (none, then selective, then full), the way a recipe author would. Policy "none": no recompute, which is what
+  most Megatron-Bridge perf presets set (scripts/performance/configs/llama/llama3_workload_base_configs.py sets
+  recompute only for Llama3-8B H100 FP8-CS, `recompute_num_layers=5`; the DeepSeek-V3 common config sets
+  `recompute_granularity="selective"`; the FSDP presets offload 5-40 layers' activations to CPU instead).
+  `PublishedRun.strategy.recompute` records the choice.
+- Known gap, not modelled: Megatron-Bridge perf scripts reduce gradients in bf16
+  (`grad_reduce_in_fp32=False` in scripts/performance/utils helpers); autoplan counts fp32 main grads
+  (4 bytes/param), so its memory is conservative for these runs and "least" picks more recompute than the runs
+  used.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from autoplan.cluster import ClusterSpec
+from autoplan.clusterio import load_cluster
+from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.estimate import estimate
+from autoplan.costmodel.flops import model_flops_per_token
+from autoplan.model import ModelSpec
+from autoplan.modelio import load_model
+from autoplan.results import Estimate
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
+
+GPU_IDS = {"H100-SXM-80GB": "h100", "B200": "b200", "B300": "b300", "GB200": "gb200", "GB300": "gb300"}
+BLACKWELL = {"b200", "b300", "gb200", "gb300"}
+
+# The catalogue entry holding the same public config as the run's model; it completes the fields the table does
+# not carry (MLA dims, shared experts, first_k_dense, sliding window, biases, norms, kv_channels).
+CATALOGUE = {
+    "DeepSeekV3": "deepseek-v3", "GPT OSS 120B": "gpt-oss-120b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "LLAMA3.1_405B": "llama3.1-405b", "LLAMA3_70B": "llama3-70b", "LLAMA3-70B": "llama3-70b",
+    "LLAMA3_8B": "llama3-8b", "LLAMA3-8B": "llama3-8b", "LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b",
+    "GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "GPT3-175B": "gpt3-175b",
+    "Nemotron-8B": "nemotron3-8b", "Nemotron-22B": "nemotron3-22b", "Nemotron-340B": "nemotron-4-340b",
+}
+# CSV column -> ModelSpec field.
+DIM_COLUMNS = {
+    "num_layers": "num_layers", "hidden": "hidden_size", "ffn_hidden": "ffn_hidden_size",
+    "heads": "num_attention_heads", "kv_heads": "num_query_groups", "vocab": "vocab_size",
+    "num_experts": "num_experts", "topk": "moe_router_topk", "moe_ffn_hidden": "moe_ffn_hidden_size",
+}
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One usable published measurement and the cost-model inputs that reproduce it."""
+
+    id: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    strategy: Strategy  # recompute already chosen
+    workload: Workload
+    measured_tokens_per_gpu: float
+    metric: str  # the CSV metric the figure came from (tflops rows converted with the model-FLOPs formula)
+    model_name: str  # as the CSV spells it
+    gpu: str  # profile id
+    precision: str  # bf16 | fp8
+    arch: str  # dense | moe
+    dims_from_catalogue: Tuple[str, ...] = field(default_factory=tuple)  # fields not in the row
+
+    @property
+    def setup(self) -> Tuple:
+        """Rows of one configuration measured in several releases share this key (used by the hold-out split)."""
+        s = self.strategy
+        return (self.model_name, self.gpu, self.cluster.num_gpus, self.precision, s.tp, s.pp, s.vpp, s.cp, s.ep,
+                s.mbs, self.workload.global_batch_size, self.workload.seq_len)
+
+    @property
+    def subset(self) -> str:
+        return f"{self.arch}/{self.gpu}/{self.precision}"
+
+
+def read_rows(path: Path = DATA) -> List[Dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def stem(row_id: str) -> str:
+    for suffix in ("_tok", "_tflops"):
+        if row_id.endswith(suffix):
+            return row_id[: -len(suffix)]
+    return row_id
+
+
+def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
+    """Why a row is not used, or None. Order matters only for the reason printed."""
+    notes, model = row["notes"], row["model"]
+    if row["precision"] == "nvfp4":
+        return "NVFP4 precision: the cost model has no FP4 GEMM path"
+    if model.startswith("Nemotron_3"):
+        return "Nemotron-3 is a Mamba/attention hybrid: Mamba layers are not modelled"
+    if model.startswith("DeepSeekV4"):
+        return "DeepSeek-V4 architecture not public in the row (dims blank)"
+    if "task=SFT" in notes or "task=LoRA" in notes:
+        return "fine-tuning task (SFT/LoRA): packed/short sequences and frozen weights, not pre-training"
+    if row["id"].startswith("mb_26.06.01_") and model.startswith("GPT OSS"):
+        return "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
+    if "(w/ MTP)" in notes:
+        return "DeepSeek-V3 with multi-token prediction: the MTP module is not modelled"
+    if model not in CATALOGUE:
+        return f"no public config for {model!r} to complete the missing dims"
+    if row["gpu"] not in GPU_IDS:
+        return f"GPU {row['gpu']!r} has no profile"
+    return None
+
+
+def _int(cell: str, default: Optional[int] = None) -> Optional[int]:
+    cell = cell.strip()
+    return int(float(cell)) if cell else default
+
+
+def build_model(row: Dict[str, str]) -> Tuple[ModelSpec, Tuple[str, ...]]:
+    """The run's model: the row's dims over the catalogue entry of the same public config."""
+    base = load_model(CATALOGUE[row["model"]])
+    updates, missing = {}, []
+    for column, name in DIM_COLUMNS.items():
+        value = _int(row[column])
+        if value is None:
+            if getattr(base, name):
+                missing.append(name)
+            continue
+        updates[name] = value
+    data = {**base.model_dump(), **updates, "name": row["model"]}
+    return ModelSpec.model_validate(data), tuple(missing)
+
+
+def fp8_setting(row: Dict[str, str], gpu: str) -> Tuple[str, Optional[str]]:
+    """(fp8, fp8_recipe) from the precision column and the notes."""
+    precision, notes = row["precision"], row["notes"]
+    if precision == "bf16":
+        return "none", None
+    if "MXFP8" in notes:
+        return "hybrid", "mxfp8"
+    if "FP8-CS" in notes:
+        return "hybrid", "tensorwise"
+    if "delayed scaling" in notes:
+        return "hybrid", "delayed"
+    if gpu in BLACKWELL:
+        return "hybrid", "mxfp8"
+    return "hybrid", "blockwise" if row["model"].startswith("DeepSeek") else "tensorwise"
+
+
+def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str) -> Strategy:
+    tp, pp, cp = _int(row["tp"], 1), _int(row["pp"], 1), _int(row["cp"], 1)
+    fp8, recipe = fp8_setting(row, gpu)
+    fsdp = row["zero_or_distopt"].startswith("fsdp")
+    return Strategy(
+        tp=tp, pp=pp, vpp=_int(row["vpp"], 1) or 1, cp=cp,
+        ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
+        mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
+        tp_comm_overlap=tp > 1, moe_a2a_overlap=row["model"].startswith("DeepSeekV3"),
+    )
+
+
+def with_recompute(s: Strategy, recompute: str) -> Strategy:
+    return Strategy(**{**s.model_dump(exclude={"recompute_method", "recompute_layers"}), "recompute": recompute})
+
+
+def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload,
+                    cal: Calibration = DEFAULT) -> Tuple[Strategy, Estimate]:
+    """The first of none/selective/full that fits; full recompute when none fits (the caller reports it)."""
+    for name in RECOMPUTE_ORDER:
+        candidate = with_recompute(s, name)
+        est = estimate(model, cluster, candidate, wl, cal=cal)
+        if est.fits:
+            return candidate, est
+    return candidate, est
+
+
+def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
+    """tokens/s/GPU as published, or converted from model TFLOP/s/GPU with Megatron's model-FLOPs formula."""
+    value = float(row["measured_value"])
+    if row["measured_metric_name"] == "tokens_per_sec_per_gpu":
+        return value
+    return value * 1e12 / model_flops_per_token(model, _int(row["seq_len"]))
+
+
+POLICIES = ("least", "none")
+
+
+def load_runs(path: Path = DATA, cal: Calibration = DEFAULT,
+              policy: str = "least") -> Tuple[List[PublishedRun], List[Tuple[str, str]]]:
+    """(usable runs in file order, [(row id, reason)] for the rows left out). A tflops row is used only when its
+    run has no tokens row."""
+    rows = read_rows(path)
+    stems_with_tokens = {stem(r["id"]) for r in rows if r["measured_metric_name"] == "tokens_per_sec_per_gpu"}
+    runs, excluded = [], []
+    for row in rows:
+        if row["measured_metric_name"] != "tokens_per_sec_per_gpu" and stem(row["id"]) in stems_with_tokens:
+            continue  # the same run's tokens row is used instead
+        reason = exclusion_reason(row)
+        if reason:
+            excluded.append((row["id"], reason))
+            continue
+        runs.append(build_run(row, cal, policy))
+    return runs, excluded
+
+
+def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "least") -> PublishedRun:
+    gpu = GPU_IDS[row["gpu"]]
+    model, missing = build_model(row)
+    cluster = load_cluster(gpu, _int(row["num_gpus"]))
+    wl = Workload(seq_len=_int(row["seq_len"]), global_batch_size=_int(row["gbs"]))
+    if policy not in POLICIES:
+        raise ValueError(f"recompute policy {policy!r} must be one of {', '.join(POLICIES)}")
+    base = base_strategy(row, model, gpu)
+    strategy = least_recompute(model, cluster, base, wl, cal)[0] if policy == "least" else base
+    return PublishedRun(
+        id=row["id"], model=model, cluster=cluster, strategy=strategy, workload=wl,
+        measured_tokens_per_gpu=measured_tokens_per_gpu(row, model), metric=row["measured_metric_name"],
+        model_name=row["model"], gpu=gpu, precision="bf16" if row["precision"] == "bf16" else "fp8",
+        arch=row["arch"], dims_from_catalogue=missing,
+    )
