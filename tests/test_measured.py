@@ -147,3 +147,13 @@ def test_shipped_profiles_load_and_are_found_by_gpu_and_model():
     assert found is not None and found.model_dump() == profile.model_dump()
     assert found.path == f"profiles/measured/{name}"
     assert find_profile("no-such-gpu", profile.model.name) is None
+
+
+def test_copies_with_new_layers_do_not_reuse_the_lookup_cache():
+    p = synthetic_profile()
+    args = ("mlp", "fwd", np.array([2]), np.array([2]), np.array([2048]), "bf16")
+    before = p.layer_time(*args)[0]
+    doubled = tuple(e.model_copy(update=dict(median_s=2 * e.median_s)) for e in p.layers)
+    q = p.model_copy(update=dict(layers=doubled))
+    assert q.layer_time(*args)[0] == pytest.approx(2 * before)
+    assert p.layer_time(*args)[0] == before

@@ -89,6 +89,7 @@ class MeasuredProfile(BaseModel):
     notes: Tuple[str, ...] = Field((), description="What was skipped and why (e.g. fp8 without Transformer Engine).")
 
     _index: Dict[tuple, Dict[tuple, float]] = PrivateAttr(default_factory=dict)
+    _index_of: Optional[tuple] = PrivateAttr(None)  # the `layers` tuple `_index` was built from
     _path: Optional[str] = PrivateAttr(None)
 
     @property
@@ -104,6 +105,8 @@ class MeasuredProfile(BaseModel):
     def _points(self, kind: str, pass_: str, dtype: str) -> Dict[tuple, float]:
         """{(ep, tp, seq, mbs): median_s} for one kind/pass/dtype (cached)."""
         key = (kind, pass_, dtype)
+        if self._index_of is not self.layers:  # model_copy shares private state: rebuild for new layers
+            self._index, self._index_of = {}, self.layers
         if key not in self._index:
             self._index[key] = {(e.ep, e.tp, e.seq, e.mbs): e.median_s for e in self.layers
                                 if (e.kind, e.pass_, e.dtype) == key}
