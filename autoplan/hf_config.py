@@ -6,7 +6,7 @@ Field names and defaults follow the `transformers` configuration classes of each
 model does not need (dropout, rope scaling, router jitter, `norm_topk_prob`, MTP layers) is ignored."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping
 
 from autoplan.errors import InputError
 
@@ -98,8 +98,8 @@ def _qwen3(c: _Config) -> Dict[str, Any]:
 
 def _mixtral(c: _Config) -> Dict[str, Any]:
     fields = _llama(c)
-    return {**fields, "num_experts": c.int_req("num_local_experts"), "moe_router_topk": c.int_req("num_experts_per_tok"),
-            "moe_ffn_hidden_size": fields["ffn_hidden_size"]}
+    return {**fields, "num_experts": c.int_req("num_local_experts"),
+            "moe_router_topk": c.int_req("num_experts_per_tok"), "moe_ffn_hidden_size": fields["ffn_hidden_size"]}
 
 
 def _leading_dense_layers(c: _Config, num_layers: int, step: int) -> Dict[str, int]:
@@ -275,8 +275,3 @@ def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
                          f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")
     return parser(_Config(cfg, model_type, where))
 
-
-def model_type_of(cfg: Mapping[str, Any]) -> Optional[str]:
-    """The `model_type` of a mapping, or None when it is not a Hugging Face config."""
-    value = cfg.get("model_type")
-    return value if isinstance(value, str) else None

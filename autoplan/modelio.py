@@ -16,7 +16,7 @@ from autoplan.errors import InputError, did_you_mean
 from autoplan.hf_config import hf_config_fields
 from autoplan.model import ModelSpec
 
-__all__ = ["load_model", "from_hf_config", "list_catalogue", "catalogue_names", "apply_overrides",
+__all__ = ["load_model", "from_hf_config", "list_catalogue", "catalogue_names", "apply_overrides", "parse_overrides",
            "validation_message"]
 
 _FILE_SUFFIXES = (".json", ".yaml", ".yml")
