@@ -130,10 +130,9 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
               "--qk-pos-emb-head-dim", str(m.qk_pos_emb_head_dim), "--v-head-dim", str(m.v_head_dim)]
         if m.q_lora_rank:
             a += ["--q-lora-rank", str(m.q_lora_rank)]
-    else:
-        a += ["--kv-channels", str(m.kv_channels)]
-        if m.num_query_groups != m.num_attention_heads:
-            a += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups)]
+    a += ["--kv-channels", str(m.kv_channels)]
+    if not m.multi_latent_attention and m.num_query_groups != m.num_attention_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups)]
     if m.position_embedding == "rope":
         a += ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
     else:

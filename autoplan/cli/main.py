@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "autoplan.cli.estimate",
     "autoplan.cli.plan",
     "autoplan.cli.profile",
+    "autoplan.cli.emit",
 )
 
 
