@@ -62,6 +62,13 @@ class Case:
 Rule = Callable[[Case], Optional[str]]
 
 
+def has_dense_layers(model: ModelSpec) -> bool:
+    """Whether any decoder layer has a dense MLP (same answer as num_dense_layers > 0, without a loop)."""
+    m = model
+    after_dense = m.num_layers - m.first_k_dense_layers
+    return not m.is_moe or m.first_k_dense_layers > 0 or (m.moe_layer_freq > 1 and after_dense > 1)
+
+
 def _first(checks) -> Optional[str]:
     """The first message among (broken, message-builder) pairs; builders run only when their rule is broken."""
     return next((build() for broken, build in checks if broken), None)
@@ -132,7 +139,7 @@ def _tensor_parallel_mlp(c: Case) -> Optional[str]:
     """[TL] the MLP widths are split across TP (dense, shared experts) and ETP (routed experts) ranks."""
     m, s = c.model, c.strategy
     widths = (
-        ("ffn_hidden_size", m.ffn_hidden_size, "tp", s.tp, m.num_dense_layers > 0),
+        ("ffn_hidden_size", m.ffn_hidden_size, "tp", s.tp, has_dense_layers(m)),
         ("shared_expert_ffn_hidden_size", m.shared_expert_ffn_hidden_size, "tp", s.tp,
          m.shared_expert_ffn_hidden_size > 0),
         ("moe_ffn_hidden_size", m.moe_ffn_hidden_size, "etp", s.etp, m.is_moe),
@@ -309,7 +316,7 @@ def fp8_gemm_dims(model: ModelSpec, strategy: Strategy) -> List[Tuple[str, int]]
     dims = [("hidden_size", m.hidden_size),
             (f"attention width heads*head_dim/tp={m.num_attention_heads}*{head_dim}/{s.tp}",
              m.num_attention_heads * head_dim // s.tp)]
-    if m.num_dense_layers:
+    if has_dense_layers(m):
         dims.append((f"ffn_hidden_size/tp={m.ffn_hidden_size}/{s.tp}", m.ffn_hidden_size // s.tp))
     if m.shared_expert_ffn_hidden_size:
         dims.append((f"shared_expert_ffn_hidden_size/tp={m.shared_expert_ffn_hidden_size}/{s.tp}",

@@ -11,7 +11,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
 from autoplan.valid_values import stage_layer_counts, suggest_uneven_split, uneven_split_problem
-from autoplan.validate import first_broken_rule, is_blackwell, recompute_layer_limit, validate
+from autoplan.validate import first_broken_rule, has_dense_layers, is_blackwell, recompute_layer_limit, validate
 from autoplan.workload import Workload
 
 
@@ -331,6 +331,13 @@ def test_stage_layer_counts_and_uneven_suggestion():
     assert uneven_split_problem(61, 4, 1, first, last) is None
     assert sum(stage_layer_counts(61, 4, first, last)) == 61
     assert suggest_uneven_split(61, 1) is None
+
+
+@pytest.mark.parametrize("layers,first_k,freq", [(4, 0, 1), (4, 1, 1), (4, 0, 2), (1, 0, 2), (5, 4, 3), (2, 1, 2)])
+def test_has_dense_layers_matches_the_layer_count(layers, first_k, freq):
+    m = ModelSpec(**dict(MOE, num_layers=layers, first_k_dense_layers=first_k, moe_layer_freq=freq))
+    assert has_dense_layers(m) == (m.num_dense_layers > 0)
+    assert has_dense_layers(ModelSpec(**DENSE))
 
 
 def test_first_broken_rule_is_none_for_a_good_strategy():
