@@ -39,14 +39,16 @@ def valid_tp(model: ModelSpec, world: int, pp: int, cp: int) -> List[int]:
     return fits or [t for t in attention_tp(model) if t <= world]
 
 
-def world_alternatives(world: int, tp: int, pp: int, cp: int) -> str:
-    """'valid pp for tp=8, cp=2: 1, 2, 3, 6' — the first degree that can be changed alone to tile the world."""
+def world_alternatives(model: ModelSpec, world: int, tp: int, pp: int, cp: int) -> str:
+    """'valid pp for tp=8, cp=2: 1, 2, 3, 6' — the first degree that can be changed alone to tile the world
+    (tp values also suit the attention shape)."""
     if world % (tp * cp) == 0:
         return f"valid pp for tp={tp}, cp={cp}: {join(divisors(world // (tp * cp)))}"
     if world % (tp * pp) == 0:
         return f"valid cp for tp={tp}, pp={pp}: {join(divisors(world // (tp * pp)))}"
     if world % (pp * cp) == 0:
-        return f"valid tp for pp={pp}, cp={cp}: {join(divisors(world // (pp * cp)))}"
+        tps = [t for t in attention_tp(model) if world % (t * pp * cp) == 0]
+        return f"valid tp for pp={pp}, cp={cp}: {join(tps)}"
     return f"tp*pp*cp must be one of: {join(divisors(world))}"
 
 
@@ -104,16 +106,25 @@ def uneven_split_problem(num_layers: int, pp: int, vpp: int, first: Optional[int
 
 
 def suggest_uneven_split(num_layers: int, pp: int, vpp: int = 1) -> Optional[Tuple[int, int]]:
-    """A legal (first_stage_layers, last_stage_layers) close to an even split, or None (pp > 1 only)."""
+    """A legal (first_stage_layers, last_stage_layers) close to an even split, or None (pp > 1 only).
+    Among equally close splits the end stages get the fewer layers: they also hold the embedding and the loss."""
     if pp < 2:
         return None
     base = max(1, num_layers // pp)
-    near = sorted(range(max(1, base - 2 * vpp), base + 2 * vpp + 1), key=lambda n: abs(n - base))
-    for first in near:
-        for last in near:
-            if uneven_split_problem(num_layers, pp, vpp, first, last) is None:
-                return first, last
-    return None
+    near = range(max(1, base - 2 * vpp), base + 2 * vpp + 1)
+    pairs = sorted(((f, la) for f in near for la in near),
+                   key=lambda p: (max(abs(p[0] - base), abs(p[1] - base)), p[0] + p[1] > 2 * base, p))
+    return next((p for p in pairs if uneven_split_problem(num_layers, pp, vpp, *p) is None), None)
+
+
+def layer_split_fix(num_layers: int, pp: int, vpp: int) -> str:
+    """How to place `num_layers` on `pp` ranks with first/last stages sized explicitly, or '' when no way is
+    close to even: with this vpp, else with vpp=1."""
+    split = suggest_uneven_split(num_layers, pp, vpp)
+    if split:
+        return f"first_stage_layers={split[0]}, last_stage_layers={split[1]}"
+    split = suggest_uneven_split(num_layers, pp, 1) if vpp > 1 else None
+    return f"vpp=1 with first_stage_layers={split[0]}, last_stage_layers={split[1]}" if split else ""
 
 
 def valid_pp(num_layers: int, world: int, tp: int, cp: int) -> List[int]:

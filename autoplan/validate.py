@@ -92,7 +92,7 @@ def _world_tiles(c: Case) -> Optional[str]:
     if c.world % c.model_parallel == 0:
         return None
     return (f"world size {c.world} must be divisible by tp*pp*cp={s.tp}*{s.pp}*{s.cp}={c.model_parallel}; "
-            f"{vv.world_alternatives(c.world, s.tp, s.pp, s.cp)}")
+            f"{vv.world_alternatives(c.model, c.world, s.tp, s.pp, s.cp)}")
 
 
 def _dp_matches(c: Case) -> Optional[str]:
@@ -206,17 +206,16 @@ def _pipeline_split(c: Case) -> Optional[str]:
         problem = vv.uneven_split_problem(layers, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
         if problem is None:
             return None
-        split = vv.suggest_uneven_split(layers, s.pp, s.vpp)
-        fix = (f"e.g. first_stage_layers={split[0]}, last_stage_layers={split[1]}" if split
-               else f"valid even pp: {vv.join(vv.valid_pp(layers, c.world, s.tp, s.cp))}")
-        return f"{problem} (num_layers={layers}, pp={s.pp}); {fix}"
+        split = vv.layer_split_fix(layers, s.pp, s.vpp)
+        return f"{problem} (num_layers={layers}, pp={s.pp}); " + (f"e.g. {split}" if split else _valid_pp(c))
     if layers % s.pp == 0:
         return None
-    split = vv.suggest_uneven_split(layers, s.pp, s.vpp)
-    uneven = f", or an uneven split such as first_stage_layers={split[0]}, last_stage_layers={split[1]}" \
-        if split else ""
-    return (f"num_layers={layers} must be divisible by pp={s.pp}; "
-            f"valid pp: {vv.join(vv.valid_pp(layers, c.world, s.tp, s.cp))}{uneven}")
+    split = vv.layer_split_fix(layers, s.pp, s.vpp)
+    return f"num_layers={layers} must be divisible by pp={s.pp}; {_valid_pp(c)}" + (f", or {split}" if split else "")
+
+
+def _valid_pp(c: Case) -> str:
+    return f"valid pp: {vv.join(vv.valid_pp(c.model.num_layers, c.world, c.strategy.tp, c.strategy.cp))}"
 
 
 def _virtual_pipeline(c: Case) -> Optional[str]:

@@ -60,6 +60,8 @@ def test_world_divisible_by_model_parallel():
     msg = rejected(world=96, gbs=96, tp=8, pp=4, cp=2, sp=True)
     assert msg == "world size 96 must be divisible by tp*pp*cp=8*4*2=64; valid pp for tp=8, cp=2: 1, 2, 3, 6"
     assert run(world=128, gbs=64, tp=8, pp=4, cp=2, sp=True).dp == 2
+    # when only tp can change, the offered tp values also suit the heads (32) and query groups (8)
+    rejected("valid tp for pp=1, cp=1: 1, 2, 4, 8, 16, 32", world=64, tp=3)
 
 
 def test_dp_is_filled_in_and_a_given_dp_must_match():
@@ -154,6 +156,15 @@ def test_layers_divisible_by_pp_without_uneven_stages():
                    "first_stage_layers=", model=dict(DENSE, num_layers=30), pp=4)
     assert "last_stage_layers=" in msg
     assert run(model=dict(DENSE, num_layers=30), pp=2).pp == 2
+
+
+def test_odd_layer_count_with_vpp_suggests_vpp_1():
+    odd = dict(DENSE, num_layers=61)
+    msg = rejected("num_layers=61 must be divisible by pp=4", "vpp=1 with first_stage_layers=", model=odd,
+                   world=16, pp=4, vpp=2)
+    first = int(msg.split("first_stage_layers=")[1].split(",")[0])
+    last = int(msg.split("last_stage_layers=")[1])
+    assert run(model=odd, world=16, pp=4, first_stage_layers=first, last_stage_layers=last).pp == 4
 
 
 def test_uneven_stages_only_with_pp_above_1():
