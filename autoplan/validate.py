@@ -39,6 +39,7 @@ class Case:
     cluster: ClusterSpec
     workload: Workload
     strategy: Strategy
+    engine: str = "megatron"  # "deepspeed" skips the rules that only Megatron-LM's runtime imposes
 
     @property
     def world(self) -> int:
@@ -174,11 +175,12 @@ def _experts(c: Case) -> Optional[str]:
 
 
 def _moe_runtime(c: Case) -> Optional[str]:
-    """[RT] MoE with TP > 1 needs SP (megatron/core/transformer/moe/moe_layer.py); [TC] biased MoE needs ETP 1;
+    """[RT] MoE with TP > 1 needs SP in Megatron (megatron/core/transformer/moe/moe_layer.py; DeepSpeed's MoE has
+    no such rule); [TC] biased MoE needs ETP 1;
     [TC] overlap_moe_expert_parallel_comm needs EP > 1, VPP when PP > 1, and no full recompute."""
     m, s = c.model, c.strategy
     return _first((
-        (m.is_moe and s.tp > 1 and not s.sp,
+        (m.is_moe and s.tp > 1 and not s.sp and c.engine == "megatron",
          lambda: f"an MoE model with tp={s.tp} needs sequence parallelism; set sp=true or tp=1"),
         (m.is_moe and m.add_bias_linear and s.etp != 1,
          lambda: f"etp={s.etp} is not allowed: MoE layers with biases (add_bias_linear) need etp=1"),
@@ -388,16 +390,24 @@ RULES: Tuple[Rule, ...] = (
 )
 
 
-def first_broken_rule(model: ModelSpec, cluster: ClusterSpec, workload: Workload,
-                      strategy: Strategy) -> Optional[str]:
+ENGINES = ("megatron", "deepspeed")
+
+
+def first_broken_rule(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,
+                      engine: str = "megatron") -> Optional[str]:
     """The one-line message of the first rule `strategy` breaks, or None when it breaks none."""
-    case = Case(model, cluster, workload, strategy)
+    if engine not in ENGINES:
+        raise InputError(f"engine {engine!r} is not supported; use one of: {', '.join(ENGINES)}")
+    case = Case(model, cluster, workload, strategy, engine)
     return next((msg for msg in (rule(case) for rule in RULES) if msg), None)
 
 
-def validate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy) -> Strategy:
-    """`strategy` with dp filled in (world // (tp*pp*cp)); InputError naming the first broken rule otherwise."""
-    message = first_broken_rule(model, cluster, workload, strategy)
+def validate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,
+             engine: str = "megatron") -> Strategy:
+    """`strategy` with dp filled in (world // (tp*pp*cp)); InputError naming the first broken rule otherwise.
+    The rules are Megatron-LM's; engine="deepspeed" drops the one Megatron's runtime alone imposes (MoE with
+    tp > 1 needs sp). What DeepSpeed cannot express at all is `autoplan.integrations.engines`' concern."""
+    message = first_broken_rule(model, cluster, workload, strategy, engine=engine)
     if message:
         raise InputError(message)
     return strategy.model_copy(update={"dp": cluster.num_gpus // (strategy.tp * strategy.pp * strategy.cp)})

@@ -136,6 +136,16 @@ def test_moe_with_tp_needs_sequence_parallel():
     assert run(model=MOE, tp=2, sp=True).sp
 
 
+def test_moe_sequence_parallel_rule_is_megatron_only():
+    args = (ModelSpec(**MOE), ClusterSpec(gpu=gpu(), num_gpus=8), Workload(seq_len=4096, global_batch_size=64),
+            Strategy(tp=2, sp=False))
+    assert validate(*args, engine="deepspeed").dp == 4
+    with pytest.raises(InputError, match="needs sequence parallelism"):
+        validate(*args)
+    with pytest.raises(InputError, match="engine 'nemo' is not supported"):
+        validate(*args, engine="nemo")
+
+
 def test_moe_with_bias_needs_etp_1():
     biased = dict(MOE, add_bias_linear=True)
     rejected("etp=2", "add_bias_linear", "etp=1", model=biased, tp=2, etp=2, sp=True)
