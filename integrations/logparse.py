@@ -102,7 +102,8 @@ _RANK_PREFIX = re.compile(r"\[Rank (\d+)\]")
 
 _OOM = re.compile(r"(torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|OutOfMemoryError|"
                   r"CUDA out of memory|RuntimeError: CUDA error: out of memory)")
-_ERROR = re.compile(r"^\s*(?:\[[^\]]*\]\s*)*(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|KeyboardInterrupt)"
+# Optional prefixes: torchrun's '[rank1]: ', srun's '3: ', logging's '[2024-..] [INFO]'.
+_ERROR = re.compile(r"^\s*(?:\d+:\s+)?(?:\[[^\]]*\]:?\s*)*(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|KeyboardInterrupt)"
                     r"(?::.*)?$")
 
 DS_TRAIN_TAG = "AUTOPLAN_ITER"

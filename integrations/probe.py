@@ -152,7 +152,8 @@ def step_times_after_warmup(parsed: ParsedLog, warmup: int, global_batch: int) -
 def classify(outcome: LaunchOutcome, parsed: ParsedLog, step_times: List[float]) -> tuple[ProbeStatus, Optional[str]]:
     """Status and the line that explains it. OOM wins over a generic failure; a timeout is a hang."""
     if outcome.timed_out:
-        return "hung", f"no exit within the timeout ({outcome.wall_time_s:.0f} s); process group killed"
+        return "hung", (f"timed out: no exit within the probe timeout; every rank's process group killed after "
+                        f"{outcome.wall_time_s:.0f} s")
     if parsed.oom_line:
         return "oom", parsed.oom_line
     if outcome.returncode != 0:

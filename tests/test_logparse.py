@@ -103,3 +103,9 @@ def test_ds_train_log_from_real_cpu_run():
     assert first_rank0.step_time_s == pytest.approx(4.170692)
     assert parsed.memory == []  # device memory is null on CPU
     assert set(parsed.peak_mem_gib_by_rank(host=True)) == {0, 1}
+
+
+def test_error_line_with_torchrun_rank_prefix():
+    text = ('[rank1]:     raise RuntimeError("boom")\n[rank1]: RuntimeError: boom on rank 1\n'
+            '[rank0]: RuntimeError: boom on rank 0\n')
+    assert parse_log(text, "ds_train").error_line == "[rank0]: RuntimeError: boom on rank 0"

@@ -1,0 +1,194 @@
+"""`run_tune`: an Optuna study whose trials are real probe runs.
+
+Order of work for one worker:
+1. Build the space (`candidates.build_candidates`): legal strategies the engine can run and predicted to fit;
+   the others are recorded as pruned with the reason and never launched.
+2. Open the study (`load_if_exists=True`, so an interrupted run resumes and several workers share one study
+   through an RDB URL: sqlite here; PostgreSQL/MySQL URLs pass straight to Optuna). A new study is seeded with
+   the cost model's top plans through `study.enqueue_trial`.
+3. Each trial: take the enqueued plan if one waits, else the fastest untried candidate under the corrected
+   model; skip (PRUNED, reason recorded) a plan another worker already tried or that the memory correction no
+   longer fits; probe it; record status, reason, log and predicted vs measured as trial user attrs; tell Optuna
+   the measured tokens/s/GPU (COMPLETE) or FAIL. Failures, OOMs and hangs never stop the study.
+4. Refit the correction factors on every finished probe of the study and re-rank what is left.
+
+Testing hook: `AUTOPLAN_TUNE_FAULTS="1:fail,2:hang"` injects a fault into the probes of those trial numbers
+(`AUTOPLAN_FAULT` for ds_train.py); it exists to test failure handling and must not be set in real use.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import optuna
+
+from autoplan.errors import InputError
+from autoplan.integrations.launchers import LauncherName
+from autoplan.integrations.probe import ProbeResult, run_probe
+from autoplan.solvers.space import Problem
+from autoplan.tuning.calibration import Corrections, corrected_step_time, fit_corrections
+from autoplan.tuning.candidates import Candidate, Pruned, build_candidates, capacity_gib, fit_reason, plan_of
+from autoplan.tuning.report import TuneReport, build_report
+
+PARAM = "strategy"
+FAULTS_ENV = "AUTOPLAN_TUNE_FAULTS"
+DEFAULT_SEEDS = 3
+STALE_MARGIN_S = 120.0  # launch, log parsing and teardown on top of the probe timeout
+
+
+def parse_faults(text: str) -> Dict[int, str]:
+    """'1:fail,2:hang' -> {1: 'fail', 2: 'hang'}."""
+    faults: Dict[int, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        number, _, kind = item.partition(":")
+        if not number.strip().isdigit() or kind.strip() not in ("fail", "hang"):
+            raise InputError(f"{FAULTS_ENV} item {item!r} must be N:fail or N:hang (trial number, fault)")
+        faults[int(number)] = kind.strip()
+    return faults
+
+
+def open_study(storage: Optional[str], study_name: str, seed: int) -> optuna.Study:
+    """Create or load the study; the sampler is never asked (each trial's plan is enqueued), it only fills
+    the parameter record."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
+                                   load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=seed))
+    except (ImportError, ValueError, optuna.exceptions.StorageInternalError) as e:
+        raise InputError(f"--storage {storage!r} cannot be opened ({' '.join(str(e).split())}); use a URL such as "
+                         f"sqlite:///autoplan.db or postgresql://user@host/db") from None
+
+
+def tried_keys(study: optuna.Study) -> Dict[str, optuna.trial.FrozenTrial]:
+    """Strategy key -> the trial that probed (or is probing) it, in any worker."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.RUNNING)
+    out: Dict[str, optuna.trial.FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False, states=states):
+        key = t.params.get(PARAM)
+        if key is not None and (t.user_attrs.get("status") or t.state == optuna.trial.TrialState.RUNNING):
+            out.setdefault(key, t)
+    return out
+
+
+def current_corrections(study: optuna.Study, by_key: Dict[str, Candidate]) -> Corrections:
+    """Fit the correction factors on every finished probe of the study (all workers)."""
+    time_points, memory_points = [], []
+    for t in study.get_trials(deepcopy=False):
+        cand = by_key.get(t.params.get(PARAM, ""))
+        if cand is None:
+            continue
+        if t.user_attrs.get("status") == "ok" and t.user_attrs.get("measured_step_time_s"):
+            time_points.append((cand.estimate, float(t.user_attrs["measured_step_time_s"])))
+        if t.user_attrs.get("measured_peak_mem_gib"):
+            memory_points.append((cand.estimate, float(t.user_attrs["measured_peak_mem_gib"])))
+    return fit_corrections(time_points, memory_points)
+
+
+def next_candidate(candidates: List[Candidate], tried: Dict[str, object], corr: Corrections
+                   ) -> Optional[Candidate]:
+    """The fastest untried candidate under the corrected model that still fits after the memory correction."""
+    left = [c for c in candidates if c.key not in tried
+            and fit_reason(c.estimate, capacity_gib(c.estimate), corr.memory_scale) is None]
+    return min(left, key=lambda c: (corrected_step_time(c.estimate, corr), c.key)) if left else None
+
+
+def seed_study(study: optuna.Study, candidates: List[Candidate], seeds: int) -> None:
+    """Enqueue the cost model's top plans, once per study (a resumed or shared study is not seeded again)."""
+    if study.get_trials(deepcopy=False) or study.user_attrs.get("seeded"):
+        return
+    study.set_user_attr("seeded", True)
+    for cand in candidates[:seeds]:
+        study.enqueue_trial({PARAM: cand.key}, user_attrs={"source": "cost-model seed"})
+
+
+def record_probe(trial: optuna.trial.Trial, cand: Candidate, corrected_s: float, res: ProbeResult) -> None:
+    attrs = {"status": res.status, "reason": res.error, "log": res.log_path, "label": cand.strategy.label(),
+             "predicted_step_time_s": cand.estimate.step_time_s, "corrected_step_time_s": corrected_s,
+             "measured_step_time_s": res.step_time_s, "measured_tokens_per_s_per_gpu": res.tokens_per_s_per_gpu,
+             "predicted_tokens_per_s_per_gpu": cand.estimate.tokens_per_s_per_gpu,
+             "predicted_peak_mem_gib": cand.estimate.peak_mem_gib,
+             "measured_peak_mem_gib": res.measured_peak_mem_gib, "probe_wall_s": res.wall_time_s}
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+
+
+def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[str] = None,
+             study_name: str = "autoplan-tune", budget_minutes: float = 60.0, iters: int = 6, warmup: int = 2,
+             launcher: LauncherName = "torchrun", probe_timeout_s: float = 600.0, seeds: int = DEFAULT_SEEDS,
+             seed: int = 0, log: Callable[[str], None] = lambda s: None) -> TuneReport:
+    """Run up to `trials` probes in this worker (or until the budget or the candidates run out)."""
+    if trials <= 0:
+        raise InputError(f"--trials={trials} must be > 0")
+    if budget_minutes <= 0:
+        raise InputError(f"--budget-minutes={budget_minutes} must be > 0")
+    faults = parse_faults(os.environ.get(FAULTS_ENV, ""))
+    start = time.monotonic()
+    candidates, pruned = build_candidates(problem)
+    if not candidates:
+        raise InputError(f"no strategy of the space can be probed: all {len(pruned)} legal strategies are pruned "
+                         f"(first: {pruned[0].label}: {pruned[0].reason})" if pruned else
+                         "the search space holds no legal strategy; relax --fix/--exclude")
+    by_key = {c.key: c for c in candidates}
+    study = open_study(storage, study_name, seed)
+    seed_study(study, candidates, seeds)
+    skipped: List[Pruned] = []
+    probes = 0
+    choices = sorted(by_key)
+    while probes < trials and time.monotonic() - start < budget_minutes * 60:
+        fail_stale_trials(study, stale_after_s=probe_timeout_s + STALE_MARGIN_S)
+        corr = current_corrections(study, by_key)
+        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+            cand = next_candidate(candidates, tried_keys(study), corr)
+            if cand is None:
+                log("every runnable candidate has been probed")
+                break
+            study.enqueue_trial({PARAM: cand.key}, user_attrs={"source": "corrected cost model"})
+        trial = study.ask()
+        key = trial.suggest_categorical(PARAM, choices)  # the enqueued plan
+        cand = by_key[key]
+        skip = ("already probed by another trial" if _already_tried(study, trial, key)
+                else fit_reason(cand.estimate, capacity_gib(cand.estimate), corr.memory_scale))
+        if skip:
+            trial.set_user_attr("reason", skip)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            skipped.append(Pruned(label=cand.strategy.label(), reason=skip))
+            continue
+        corrected = corrected_step_time(cand.estimate, corr)
+        log(f"trial {trial.number}: probing {cand.strategy.label()} (predicted {cand.estimate.step_time_s:.4f} s, "
+            f"corrected {corrected:.4f} s)")
+        res = run_probe(plan_of(problem, cand), engine=problem.engine,
+                        out_dir=out_dir / "trials" / f"trial-{trial.number:03d}", iters=iters, warmup=warmup,
+                        launcher=launcher, timeout_s=probe_timeout_s, fault=faults.get(trial.number))
+        probes += 1
+        record_probe(trial, cand, corrected, res)
+        log(f"trial {trial.number}: {res.status}"
+            + (f", {res.tokens_per_s_per_gpu:.1f} tokens/s/GPU" if res.status == "ok" else f": {res.error}"))
+        if res.status == "ok":
+            study.tell(trial, res.tokens_per_s_per_gpu)
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    corr = current_corrections(study, by_key)
+    return build_report(problem, study, candidates, pruned + skipped, corr, out_dir, storage,
+                        wall_time_s=time.monotonic() - start, space_size=len(candidates) + len(pruned))
+
+
+def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> None:
+    """Mark FAIL the RUNNING trials older than a probe can last: their worker died (a resumed study would
+    otherwise treat those strategies as taken forever)."""
+    now = datetime.datetime.now()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.datetime_start and (now - t.datetime_start).total_seconds() > stale_after_s:
+            study._storage.set_trial_user_attr(t._trial_id, "reason", "worker stopped before the probe ended")
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def _already_tried(study: optuna.Study, trial: optuna.trial.Trial, key: str) -> bool:
+    """Whether another trial (any worker) probed or is probing this strategy."""
+    for t in study.get_trials(deepcopy=False):
+        if t.number != trial.number and t.params.get(PARAM) == key and (
+                t.user_attrs.get("status") or t.state == optuna.trial.TrialState.RUNNING):
+            return True
+    return False
