@@ -1,0 +1,112 @@
+"""Feed emitted Megatron-LM arguments to megatron-core's own checks on a fake process group of the plan's world
+size: `parallel_state.initialize_model_parallel` and `TransformerConfig` (MLATransformerConfig for MLA).
+
+Run as a script (the fake process group is global state, so the tests keep it out of the pytest process):
+    python megatron_check.py WORLD_SIZE ARGS_FILE [WORLD_SIZE ARGS_FILE ...]
+prints 'OK ARGS_FILE' per accepted pair, or 'REJECTED ARGS_FILE: <megatron-core's error>'."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+
+
+def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
+    """TransformerConfig fields from Megatron-LM argument names (megatron/training/arguments.py ->
+    core_transformer_config_from_args)."""
+    from autoplan.integrations.importers import _eval_pattern
+
+    def num(name, kind=int, default=None):
+        return kind(flags[name]) if name in flags else default
+
+    tp = num("tensor-model-parallel-size", default=1)
+    kw: Dict[str, Any] = dict(
+        num_layers=num("num-layers"), hidden_size=num("hidden-size"), ffn_hidden_size=num("ffn-hidden-size"),
+        num_attention_heads=num("num-attention-heads"), kv_channels=num("kv-channels"),
+        num_query_groups=num("num-query-groups") if "group-query-attention" in flags else None,
+        normalization=flags.get("normalization", "LayerNorm"), add_bias_linear="disable-bias-linear" not in flags,
+        add_qkv_bias="add-qkv-bias" in flags, qk_layernorm="qk-layernorm" in flags,
+        hidden_dropout=num("hidden-dropout", float, 0.1), attention_dropout=num("attention-dropout", float, 0.1),
+        init_method_std=num("init-method-std", float, 0.02),
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=num("pipeline-model-parallel-size", default=1),
+        virtual_pipeline_model_parallel_size=num("num-virtual-stages-per-pipeline-rank"),
+        context_parallel_size=num("context-parallel-size", default=1),
+        expert_model_parallel_size=num("expert-model-parallel-size", default=1),
+        expert_tensor_parallel_size=num("expert-tensor-parallel-size", default=tp),
+        sequence_parallel="sequence-parallel" in flags,
+        num_layers_in_first_pipeline_stage=num("decoder-first-pipeline-num-layers"),
+        num_layers_in_last_pipeline_stage=num("decoder-last-pipeline-num-layers"),
+        bf16="bf16" in flags, params_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
+        pipeline_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
+        fp8=flags.get("fp8-format"), fp8_recipe=flags.get("fp8-recipe", "delayed"),
+        recompute_granularity=flags.get("recompute-granularity"), recompute_method=flags.get("recompute-method"),
+        recompute_num_layers=num("recompute-num-layers"), tp_comm_overlap="tp-comm-overlap" in flags,
+    )
+    if "swiglu" in flags:
+        kw.update(gated_linear_unit=True, activation_func=F.silu)
+    if "window-size" in flags:
+        kw["window_size"] = tuple(int(x) for x in flags["window-size"].split(","))
+        skip = flags.get("window-attn-skip-freq")
+        kw["window_attn_skip_freq"] = None if skip is None else (_eval_pattern(skip) if "[" in skip else int(skip))
+    if "num-experts" in flags:
+        freq = flags.get("moe-layer-freq", "1")
+        kw.update(num_moe_experts=num("num-experts"), moe_router_topk=num("moe-router-topk"),
+                  moe_ffn_hidden_size=num("moe-ffn-hidden-size"),
+                  moe_shared_expert_intermediate_size=num("moe-shared-expert-intermediate-size"),
+                  moe_layer_freq=_eval_pattern(freq) if "[" in freq else int(freq),
+                  moe_token_dispatcher_type=flags.get("moe-token-dispatcher-type", "allgather"),
+                  moe_router_load_balancing_type=flags.get("moe-router-load-balancing-type", "aux_loss"),
+                  moe_aux_loss_coeff=num("moe-aux-loss-coeff", float, 0.0),
+                  overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags)
+    if "multi-latent-attention" in flags:
+        kw.update(multi_latent_attention=True, q_lora_rank=num("q-lora-rank"), kv_lora_rank=num("kv-lora-rank"),
+                  qk_head_dim=num("qk-head-dim"), qk_pos_emb_head_dim=num("qk-pos-emb-head-dim"),
+                  v_head_dim=num("v-head-dim"), rope_type=flags.get("position-embedding-type", "rope"))
+    return kw
+
+
+def dist_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def check(world_size: int, args_text: str) -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from autoplan.integrations.importers import parse_megatron_flags
+    from megatron.core import parallel_state
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+
+    flags, _ = parse_megatron_flags(args_text)
+    kw = transformer_kwargs(flags)
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=kw["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=kw["pipeline_model_parallel_size"],
+        virtual_pipeline_model_parallel_size=kw["virtual_pipeline_model_parallel_size"],
+        context_parallel_size=kw["context_parallel_size"], expert_model_parallel_size=kw["expert_model_parallel_size"],
+        expert_tensor_parallel_size=kw["expert_tensor_parallel_size"], create_gloo_process_groups=False)
+    config_cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
+    config_cls(**kw)
+    parallel_state.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    pairs = sys.argv[1:]
+    for world, path in zip(pairs[::2], pairs[1::2]):
+        try:
+            check(int(world), open(path).read())
+            print(f"OK {path}", flush=True)
+        except (AssertionError, ValueError, RuntimeError) as e:
+            print(f"REJECTED {path}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+            if dist_initialized():
+                from megatron.core import parallel_state
+
+                parallel_state.destroy_model_parallel()
+                torch.distributed.destroy_process_group()

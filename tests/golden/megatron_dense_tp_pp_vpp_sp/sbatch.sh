@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# autoplan training run: llama3-70b on 64 x h100, seq 8192, global batch 128
+# strategy: tp8 pp4 v5 mbs1 sp z1 rc-sel
+# predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
+# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
+#SBATCH --job-name=autoplan-llama3-70b
+#SBATCH --nodes=8
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+set -euo pipefail
+RUN_DIR="${RUN_DIR:-$SLURM_SUBMIT_DIR}"
+export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+export MASTER_PORT="${MASTER_PORT:-6000}"
+export NNODES="$SLURM_JOB_NUM_NODES" GPUS_PER_NODE=8 RUN_DIR
+
+srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID" bash "$RUN_DIR/train.sh"'

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# autoplan training run: deepseek-v2-lite on 32 x h100, seq 4096, global batch 256
+# strategy: tp2 pp1 ep8 etp1 mbs1 sp z1 rc-full1u
+# predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
+# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
+# Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+: "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the folder holding pretrain_gpt.py)}"
+NNODES=${NNODES:-4}
+NODE_RANK=${NODE_RANK:-0}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+MASTER_ADDR=${MASTER_ADDR:-localhost}
+MASTER_PORT=${MASTER_PORT:-6000}
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)
+
+set -f  # the MoE layer pattern holds '[' and '*'; no globbing
+if [[ -n "${DATA_PATH:-}" ]]; then
+  ARGS=($(grep -v -e '^#' -e '^--mock-data$' -e '^--tokenizer-type ' "$HERE/megatron_args.txt"))
+  ARGS+=(--data-path $DATA_PATH --tokenizer-type "${TOKENIZER_TYPE:-HuggingFaceTokenizer}"
+         --tokenizer-model "${TOKENIZER_MODEL:?set TOKENIZER_MODEL with DATA_PATH}")
+else
+  ARGS=($(grep -v '^#' "$HERE/megatron_args.txt"))
+fi
+set +f
+
+exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE" \
+  --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
+  "$MEGATRON_LM/pretrain_gpt.py" "${ARGS[@]}" "$@"

@@ -1,0 +1,152 @@
+"""Megatron-LM emitter: golden files, argument names, engine rules and the launch scripts."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autoplan.errors import InputError
+from autoplan.integrations.megatron import args_to_lines, emit_megatron, megatron_args, moe_layer_pattern
+from engine_checks.golden import check_golden
+from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
+                                 make_plan)
+
+VERIFIED = Path(__file__).parent / "engine_checks" / "megatron_args_verified.txt"
+MEGATRON_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
+
+
+def verified_names():
+    return {line.strip() for line in VERIFIED.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
+def test_golden(case):
+    check_golden(case, emit_megatron(MEGATRON_CASES[case]))
+
+
+def variety():
+    return list(MEGATRON_CASES.values()) + [
+        make_plan(MIXTRAL, 64, 4096, 256, tp=2, pp=2, vpp=2, ep=8, etp=2, sp=True, moe_a2a_overlap=True),
+        make_plan(GPT2_SMALL, 8, 1024, 32, zero=3, tp=2, sp=True, tp_comm_overlap=True),
+        make_plan(GPT2_SMALL, 8, 1024, 32, zero=2, pp=2, first_stage_layers=5, last_stage_layers=7),
+        make_plan(DEEPSEEK_V2_LITE.model_copy(update={"q_lora_rank": 512}), 8, 1024, 32, zero=0, ep=8),
+        make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2, "add_qkv_bias": True,
+                                          "qk_layernorm": True}), 8, 128, 8, recompute="full",
+                  recompute_method="block", recompute_layers=2),
+    ]
+
+
+@pytest.mark.parametrize("probe", [False, True])
+def test_every_emitted_argument_exists_in_megatron_lm(probe):
+    known = verified_names()
+    for plan in variety():
+        emitted = {a[2:] for a in megatron_args(plan, probe=probe) if a.startswith("--")}
+        assert emitted <= known, f"not verified against arguments.py: {sorted(emitted - known)}"
+
+
+def test_verified_list_names_its_commit():
+    header = VERIFIED.read_text().splitlines()[:3]
+    assert any("d98e8a64ddf34856e74b24714e3bedb2f5a39553" in line for line in header)
+
+
+def flags(plan, probe=False):
+    lines = args_to_lines(megatron_args(plan, probe=probe))
+    return {line.split(" ", 1)[0]: (line.split(" ", 1) + [None])[1] for line in lines}
+
+
+def test_dense_layout_args():
+    f = flags(MEGATRON_CASES["megatron_dense_tp_pp_vpp_sp"])
+    assert f["--tensor-model-parallel-size"] == "8" and f["--pipeline-model-parallel-size"] == "4"
+    assert f["--num-virtual-stages-per-pipeline-rank"] == "5" and "--sequence-parallel" in f
+    assert f["--num-query-groups"] == "8" and "--group-query-attention" in f
+    assert f["--recompute-granularity"] == "selective" and "--recompute-method" not in f
+    assert "--use-distributed-optimizer" in f and "--overlap-param-gather" in f
+    assert "--num-experts" not in f and "--expert-model-parallel-size" not in f
+
+
+def test_moe_args_and_layer_pattern():
+    f = flags(MEGATRON_CASES["megatron_moe_ep_etp"])
+    assert f["--num-experts"] == "64" and f["--moe-router-topk"] == "6"
+    assert f["--expert-model-parallel-size"] == "8" and f["--expert-tensor-parallel-size"] == "1"
+    assert f["--moe-layer-freq"] == "[0]*1+[1]*26"
+    assert f["--moe-token-dispatcher-type"] == "alltoall" and "--moe-grouped-gemm" in f
+    assert f["--recompute-method"] == "uniform" and f["--recompute-num-layers"] == "1"
+    every_other = MIXTRAL.model_copy(update={"moe_layer_freq": 2, "first_k_dense_layers": 1, "num_layers": 6})
+    assert moe_layer_pattern(every_other) == "[0]*1+[1]*1+[0]*1+[1]*1+[0]*1+[1]*1"
+
+
+def test_probe_args():
+    f = flags(MEGATRON_CASES["megatron_dense_tp_pp_vpp_sp"], probe=True)
+    assert f["--train-iters"] == "10" and f["--log-interval"] == "1" and "--log-throughput" in f
+    assert f["--log-memory-interval"] == "1" and f["--eval-iters"] == "0" and "--mock-data" in f
+
+
+def test_zero_stages_map_to_megatron_fsdp():
+    plan = make_plan(GPT2_SMALL, 8, 1024, 32, zero=3)
+    f = flags(plan)
+    assert "--use-megatron-fsdp" in f and f["--data-parallel-sharding-strategy"] == "optim_grads_params"
+    assert "--use-distributed-optimizer" not in flags(make_plan(GPT2_SMALL, 8, 1024, 32, zero=0))
+
+
+def test_max_connections_only_before_blackwell_and_without_fsdp():
+    plan = MEGATRON_CASES["megatron_dense_tp_pp_vpp_sp"]
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in emit_megatron(plan)["train.sh"]
+    b200 = make_plan(LLAMA_70B, 64, 8192, 128, gpu=B200, tp=8, pp=4, sp=True)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in emit_megatron(b200)["train.sh"]
+    fsdp = make_plan(LLAMA_8B, 16, 4096, 64, tp=2, sp=True, zero=3)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in emit_megatron(fsdp)["train.sh"]
+
+
+def test_scripts_are_valid_bash_with_plan_sizes(tmp_path):
+    files = emit_megatron(MEGATRON_CASES["megatron_long_context_cp"])
+    for name in ("train.sh", "sbatch.sh"):
+        (tmp_path / name).write_text(files[name])
+        subprocess.run(["bash", "-n", str(tmp_path / name)], check=True)
+    assert "NNODES=${NNODES:-4}" in files["train.sh"] and "GPUS_PER_NODE=${GPUS_PER_NODE:-8}" in files["train.sh"]
+    assert "#SBATCH --nodes=4" in files["sbatch.sh"] and "srun" in files["sbatch.sh"]
+
+
+def test_train_sh_passes_args_file_to_torchrun(tmp_path):
+    """Run train.sh with a fake torchrun on PATH and check the argv it receives."""
+    plan = MEGATRON_CASES["megatron_moe_ep_etp"]
+    for name, text in emit_megatron(plan).items():
+        (tmp_path / name).write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "MEGATRON_LM": "/opt/mlm", "NODE_RANK": "1"}
+    out = subprocess.run(["bash", str(tmp_path / "train.sh"), "--train-iters", "5"], env=env, check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out[:8] == ["--nnodes", "4", "--node_rank", "1", "--nproc_per_node", "8", "--master_addr", "localhost"]
+    assert "/opt/mlm/pretrain_gpt.py" in out
+    argv = out[out.index("/opt/mlm/pretrain_gpt.py") + 1:]
+    assert argv[:-2] == megatron_args(plan) and argv[-2:] == ["--train-iters", "5"]
+    env["DATA_PATH"], env["TOKENIZER_MODEL"] = "/data/corpus", "/tok"
+    out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    assert "--mock-data" not in out and "/data/corpus" in out and "HuggingFaceTokenizer" in out
+
+
+@pytest.mark.parametrize("update, message", [
+    (dict(tp=8, pp=3), "must be divisible by tp*pp*cp"),
+    (dict(tp=8, pp=4, vpp=3), "must be divisible by pp*vpp"),
+    (dict(tp=8, mbs=3), "global_batch_size=128 must be divisible by mbs*dp"),
+    (dict(tp=8, tp_comm_overlap=True), "tp_comm_overlap=true needs"),
+    (dict(tp=8, pp=2, first_stage_layers=10, last_stage_layers=11), "uneven pipeline"),
+    (dict(tp=8, ep=2), "needs an MoE model"),
+])
+def test_megatron_rules_are_one_line_input_errors(update, message):
+    plan = make_plan(LLAMA_70B, 64, 8192, 128, **update)
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        emit_megatron(plan)
+    assert "\n" not in str(err.value)
+
+
+def test_moe_with_tp_needs_sp_and_cp_needs_even_split():
+    with pytest.raises(InputError, match="requires sp=true"):
+        emit_megatron(make_plan(MIXTRAL, 16, 4096, 64, tp=2, ep=8))
+    with pytest.raises(InputError, match="divisible by 2\\*cp"):
+        emit_megatron(make_plan(LLAMA_8B, 16, 4098, 64, cp=2))
+    with pytest.raises(InputError, match="tp=3 must divide num_attention_heads=4"):
+        emit_megatron(make_plan(TINY, 6, 128, 8, tp=3))
