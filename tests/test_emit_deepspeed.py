@@ -1,0 +1,125 @@
+"""DeepSpeed emitter: golden files, what DeepSpeed cannot run, the top-level key allow-list, the launch files."""
+import json
+import subprocess
+
+import pytest
+
+from autoplan.errors import InputError
+from autoplan.integrations.deepspeed import deepspeed_config, emit_deepspeed
+from autoplan.integrations.engines import DEEPSPEED_TOP_LEVEL_KEYS, check_deepspeed_keys, deepspeed_unsupported
+from autoplan.strategy import Strategy
+from engine_checks.golden import check_golden
+from engine_checks.plans import GPT2_SMALL, LLAMA_8B, TINY, TINY_MOE, golden_plans, make_plan
+
+DS_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "deepspeed"}
+
+
+@pytest.mark.parametrize("case", sorted(DS_CASES))
+def test_golden(case):
+    check_golden(case, emit_deepspeed(DS_CASES[case]))
+
+
+def test_zero3_config():
+    config = deepspeed_config(DS_CASES["deepspeed_zero3"])
+    # 16 GPUs, dp 16, mbs 2, gbs 64 -> 2 accumulation steps.
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"]) == (64, 2, 2)
+    assert config["zero_optimization"]["stage"] == 3 and "stage3_prefetch_bucket_size" in config["zero_optimization"]
+    assert config["bf16"] == {"enabled": True} and "activation_checkpointing" in config
+    assert "pipeline" not in config
+
+
+def test_pipeline_config():
+    config = deepspeed_config(DS_CASES["deepspeed_pipeline"])
+    # 8 GPUs over 2 stages -> dp 4; gbs 32 / (mbs 4 x dp 4) = 2.
+    assert config["pipeline"]["stages"] == 2 and config["gradient_accumulation_steps"] == 2
+    assert config["zero_optimization"]["stage"] == 1
+
+
+def test_launch_uses_hostfile_and_ds_train(tmp_path):
+    files = emit_deepspeed(DS_CASES["deepspeed_zero3"], probe=True)
+    assert files["hostfile"].splitlines()[1:] == ["node0 slots=8", "node1 slots=8"]
+    launch = files["launch.sh"]
+    assert "deepspeed --hostfile" in launch and "$HERE/ds_train.py" in launch and "--iters 10" in launch
+    assert "--recompute full --recompute-method uniform --recompute-layers 1" in launch
+    (tmp_path / "launch.sh").write_text(launch)
+    subprocess.run(["bash", "-n", str(tmp_path / "launch.sh")], check=True)
+    assert json.loads(files["model.json"])["name"] == "llama3-8b" and "AUTOPLAN_ITER" in files["ds_train.py"]
+
+
+def test_user_train_script_gets_only_the_config():
+    files = emit_deepspeed(DS_CASES["deepspeed_pipeline"], train_script="/src/train.py")
+    assert '"/src/train.py" --deepspeed_config "$HERE/ds_config.json" "$@"' in files["launch.sh"]
+    assert "ds_train.py" not in files and "model.json" not in files
+
+
+@pytest.mark.parametrize("fields, word", [
+    (dict(cp=2), "context parallelism (cp=2)"),
+    (dict(pp=2, vpp=2), "interleaved"),
+    (dict(tp=2, sp=True), "sequence parallelism"),
+    (dict(fp8="hybrid"), "FP8"),
+    (dict(ep=2), "expert parallelism"),
+    (dict(pp=2, zero=2), "ZeRO stage 0 or 1"),
+    (dict(pp=2, tp=2), "AutoTP"),
+    (dict(pp=2, first_stage_layers=1), "uneven"),
+    (dict(tp=2, sp=True, tp_comm_overlap=True), "sequence parallelism"),
+])
+def test_unsupported_strategies_name_the_feature(fields, word):
+    reason = deepspeed_unsupported(Strategy(**fields), TINY_MOE)
+    assert reason and word in reason and "\n" not in reason
+    with pytest.raises(InputError, match="DeepSpeed"):
+        emit_deepspeed(make_plan(TINY_MOE, 8, 64, 16, **fields))
+
+
+@pytest.mark.parametrize("fields", [dict(), dict(zero=3), dict(pp=2, zero=1), dict(tp=2, zero=2), dict(zero=0),
+                                    dict(recompute="selective"), dict(pp=2, recompute="full")])
+def test_supported_strategies(fields):
+    assert deepspeed_unsupported(Strategy(**fields), TINY) is None
+    deepspeed_config(make_plan(TINY, 8, 64, 16, **fields))
+
+
+def test_batch_mismatch_is_input_error():
+    with pytest.raises(InputError, match="global_batch_size=12 must be divisible by mbs\\*dp = 2\\*8"):
+        deepspeed_config(make_plan(TINY, 8, 64, 12, mbs=2))
+
+
+def test_unknown_top_level_key_rejected_with_suggestion():
+    with pytest.raises(InputError, match="'zero_optimisation'.*did you mean 'zero_optimization'"):
+        check_deepspeed_keys({"train_batch_size": 8, "zero_optimisation": {"stage": 2}})
+
+
+def test_allow_list_covers_every_key_deepspeed_reads():
+    """Record which top-level keys DeepSpeedConfig looks up and require them all in the allow-list; every
+    allow-listed key must be a string DeepSpeed's sources define."""
+    pytest.importorskip("deepspeed")
+    import pathlib
+
+    import deepspeed
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    seen = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            seen.add(key)
+            return dict.__getitem__(self, key)
+
+        def get(self, key, default=None):
+            seen.add(key)
+            return dict.get(self, key, default)
+
+        def __contains__(self, key):
+            seen.add(key)
+            return dict.__contains__(self, key)
+
+    DeepSpeedConfig(Recording(deepspeed_config(make_plan(TINY, 1, 64, 8, zero=2))))
+    read = {k for k in seen if isinstance(k, str)}
+    assert read and read <= DEEPSPEED_TOP_LEVEL_KEYS, sorted(read - DEEPSPEED_TOP_LEVEL_KEYS)
+    sources = "\n".join(p.read_text(errors="ignore") for p in pathlib.Path(deepspeed.__file__).parent.rglob("*.py"))
+    missing = [k for k in DEEPSPEED_TOP_LEVEL_KEYS if f'"{k}"' not in sources and f"'{k}'" not in sources]
+    assert not missing, missing
+
+
+def test_emitted_configs_pass_the_allow_list():
+    for plan in DS_CASES.values():
+        check_deepspeed_keys(deepspeed_config(plan))
