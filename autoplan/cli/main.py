@@ -20,6 +20,8 @@ COMMAND_MODULES = (
     "autoplan.cli.plan",
     "autoplan.cli.profile",
     "autoplan.cli.emit",
+    "autoplan.cli.probe",
+    "autoplan.cli.tune",
 )
 
 

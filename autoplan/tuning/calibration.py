@@ -9,7 +9,7 @@ peak memory (the least-squares solution in log space), over probes whose engine 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoplan.results import Estimate
 
 COMPUTE_TERMS = ("compute", "recompute", "optimizer", "bubble")
-RIDGE = 0.1  # weight of (log a - log b)^2: keeps the fit determined with fewer probes than parameters
+RIDGE = 0.01  # weight of (log a - log b)^2: keeps the fit determined with fewer probes than parameters
 LM_STEPS = 50
 
 
@@ -89,12 +89,3 @@ def fit_corrections(time_points: Sequence[Tuple[Estimate, float]],
     mem_scale = float(np.exp(np.mean([math.log(m / e.peak_mem_gib) for e, m in mem]))) if mem else 1.0
     return Corrections(compute_scale=a, comm_scale=b, memory_scale=mem_scale, time_probes=len(usable),
                        memory_probes=len(mem), rms_log_error=rms)
-
-
-def describe(corr: Corrections) -> Dict[str, object]:
-    return corr.model_dump()
-
-
-def rank_by_corrected(estimates: List[Estimate], corr: Corrections) -> List[int]:
-    """Indices of `estimates` from fastest to slowest corrected step time."""
-    return sorted(range(len(estimates)), key=lambda i: corrected_step_time(estimates[i], corr))

@@ -50,16 +50,22 @@ def parse_faults(text: str) -> Dict[int, str]:
     return faults
 
 
-def open_study(storage: Optional[str], study_name: str, seed: int) -> optuna.Study:
-    """Create or load the study; the sampler is never asked (each trial's plan is enqueued), it only fills
-    the parameter record."""
+def open_study(storage: Optional[str], study_name: str, seed: int, attempts: int = 5) -> optuna.Study:
+    """Create or load the study. Workers starting together may race to create the schema; retry briefly.
+    The sampler is never asked for a plan (each trial's plan is enqueued); it only fills the record."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        return optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
-                                   load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=seed))
-    except (ImportError, ValueError, optuna.exceptions.StorageInternalError) as e:
-        raise InputError(f"--storage {storage!r} cannot be opened ({' '.join(str(e).split())}); use a URL such as "
-                         f"sqlite:///autoplan.db or postgresql://user@host/db") from None
+    for attempt in range(attempts):
+        try:
+            return optuna.create_study(storage=storage, study_name=study_name, direction="maximize",
+                                       load_if_exists=True, sampler=optuna.samplers.RandomSampler(seed=seed))
+        except (ImportError, ValueError) as e:
+            raise InputError(f"--storage {storage!r} cannot be opened ({' '.join(str(e).split())}); use a URL "
+                             f"such as sqlite:///autoplan.db or postgresql://user@host/db") from None
+        except Exception as e:  # sqlalchemy OperationalError/IntegrityError while another worker creates tables
+            if attempt == attempts - 1 or "sqlalchemy" not in type(e).__module__:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def tried_keys(study: optuna.Study) -> Dict[str, optuna.trial.FrozenTrial]:
@@ -93,6 +99,16 @@ def next_candidate(candidates: List[Candidate], tried: Dict[str, object], corr: 
     left = [c for c in candidates if c.key not in tried
             and fit_reason(c.estimate, capacity_gib(c.estimate), corr.memory_scale) is None]
     return min(left, key=lambda c: (corrected_step_time(c.estimate, corr), c.key)) if left else None
+
+
+def memory_excluded(candidates: List[Candidate], tried: Dict[str, object], corr: Corrections) -> List[Pruned]:
+    """Untried candidates that the memory correction rules out, with the reason (never launched)."""
+    out = []
+    for c in candidates:
+        reason = None if c.key in tried else fit_reason(c.estimate, capacity_gib(c.estimate), corr.memory_scale)
+        if reason:
+            out.append(Pruned(label=c.strategy.label(), reason=reason))
+    return out
 
 
 def seed_study(study: optuna.Study, candidates: List[Candidate], seeds: int) -> None:
@@ -141,9 +157,11 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
         fail_stale_trials(study, stale_after_s=probe_timeout_s + STALE_MARGIN_S)
         corr = current_corrections(study, by_key)
         if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            cand = next_candidate(candidates, tried_keys(study), corr)
+            tried = tried_keys(study)
+            cand = next_candidate(candidates, tried, corr)
             if cand is None:
-                log("every runnable candidate has been probed")
+                skipped += memory_excluded(candidates, tried, corr)
+                log("no untried candidate is left that is predicted to fit")
                 break
             study.enqueue_trial({PARAM: cand.key}, user_attrs={"source": "corrected cost model"})
         trial = study.ask()
