@@ -1,0 +1,88 @@
+"""Emitted files checked by the engines' own code on fake process groups of each plan's world size:
+DeepSpeedConfig for DeepSpeed, parallel_state.initialize_model_parallel + TransformerConfig for megatron-core.
+Each engine runs in one subprocess (the process group is global state)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoplan.integrations.deepspeed import deepspeed_config
+from autoplan.integrations.megatron import emit_megatron
+from engine_checks.plans import GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE, golden_plans, make_plan
+
+CHECKS = Path(__file__).parent / "engine_checks"
+ROOT = Path(__file__).parent.parent
+
+
+def run_check(script, pairs):
+    out = subprocess.run([sys.executable, str(CHECKS / script), *[str(x) for pair in pairs for x in pair]],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [line for line in out.stdout.splitlines() if line.startswith(("OK ", "REJECTED "))]
+
+
+def megatron_plans():
+    plans = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
+    plans.update({
+        "mixtral_vpp_a2a": make_plan(MIXTRAL, 64, 4096, 256, tp=2, pp=2, vpp=2, ep=8, etp=2, sp=True,
+                                     moe_a2a_overlap=True),
+        "gpt2_fsdp_tp_overlap": make_plan(GPT2_SMALL, 8, 1024, 32, zero=3, tp=2, sp=True, tp_comm_overlap=True),
+        "gpt2_uneven": make_plan(GPT2_SMALL, 8, 1024, 32, pp=2, first_stage_layers=5, last_stage_layers=7),
+        "tiny_window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2}),
+                                       8, 128, 8, pp=2, recompute="full", recompute_method="block",
+                                       recompute_layers=2),
+        "tiny_moe_pp_ep": make_plan(TINY_MOE, 8, 128, 8, pp=2, ep=4, etp=1),
+    })
+    return plans
+
+
+def test_megatron_core_accepts_emitted_layouts(tmp_path):
+    pytest.importorskip("megatron.core")
+    pairs = []
+    for name, plan in megatron_plans().items():
+        path = tmp_path / f"{name}.txt"
+        path.write_text(emit_megatron(plan)["megatron_args.txt"])
+        pairs.append((plan.cluster.num_gpus, path))
+    # A layout megatron-core must refuse, so the check is known to bite: 64 heads over 6 tensor-parallel ranks.
+    bad = tmp_path / "bad_tp.txt"
+    bad.write_text(pairs[0][1].read_text().replace("--tensor-model-parallel-size 8", "--tensor-model-parallel-size 6"))
+    pairs.append((48, bad))
+    lines = run_check("megatron_check.py", pairs)
+    assert len(lines) == len(pairs)
+    assert all(line.startswith("OK ") for line in lines[:-1]), lines
+    assert lines[-1].startswith("REJECTED "), lines[-1]
+
+
+def deepspeed_plans():
+    plans = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "deepspeed"}
+    plans.update({
+        "zero0": make_plan(TINY, 4, 64, 16, zero=0, mbs=2),
+        "zero2_autotp": make_plan(LLAMA_8B, 16, 4096, 64, tp=2, zero=2),
+        "pipe4_recompute": make_plan(GPT2_SMALL, 32, 1024, 64, pp=4, zero=1, mbs=2, recompute="full",
+                                     recompute_layers=2),
+        "moe_zero3": make_plan(TINY_MOE, 8, 64, 32, zero=3),
+    })
+    return plans
+
+
+def test_deepspeed_accepts_emitted_configs(tmp_path):
+    pytest.importorskip("deepspeed")
+    pairs, expected_dp = [], []
+    for name, plan in deepspeed_plans().items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(deepspeed_config(plan)))
+        pairs.append((plan.cluster.num_gpus, path))
+        s = plan.strategy
+        expected_dp.append(plan.cluster.num_gpus // (s.tp * s.pp))
+    # A config DeepSpeed must refuse: the batch does not match micro x gas x dp.
+    bad = json.loads(pairs[0][1].read_text())
+    bad["train_batch_size"] += 1
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    pairs.append((pairs[0][0], tmp_path / "bad.json"))
+    lines = run_check("deepspeed_check.py", pairs)
+    assert len(lines) == len(pairs)
+    for line, dp in zip(lines[:-1], expected_dp):
+        assert line.startswith("OK ") and line.endswith(f"dp={dp}"), line
+    assert lines[-1].startswith("REJECTED ") and "train_batch_size" in lines[-1]
