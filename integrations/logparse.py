@@ -115,7 +115,8 @@ def _f(text: Optional[str]) -> Optional[float]:
 
 def _failure_lines(lines: List[str]) -> Dict[str, Optional[str]]:
     oom = next((ln.strip().strip('"') for ln in lines if _OOM.search(ln)), None)
-    errors = [ln.strip() for ln in lines if _ERROR.match(ln)]
+    # torchrun's own ChildFailedError only says that a rank failed; the rank's exception is the cause.
+    errors = [ln.strip() for ln in lines if _ERROR.match(ln) and "ChildFailedError" not in ln]
     return {"oom_line": oom, "error_line": errors[-1] if errors else None}
 
 

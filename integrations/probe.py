@@ -203,7 +203,7 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
               program: Optional[ProbeProgram] = None) -> ProbeResult:
     """Emit, launch, wait (or kill on timeout) and measure one plan. `fault` sets AUTOPLAN_FAULT (testing hook)."""
     check_iters(iters, warmup, timeout_s)
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()  # the ranks run inside it
     program = program or build_program(plan, engine, out_dir, iters)
     env = dict(program.env)
     if fault:

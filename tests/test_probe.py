@@ -143,3 +143,27 @@ def test_plan_file_forms(tmp_path):
         load_plan_file(bad)
     with pytest.raises(InputError, match="does not exist"):
         load_plan_file(tmp_path / "missing.json")
+
+
+def _cli(args, env):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "probe", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_probe_cli_exit_codes(tmp_path, fake_megatron):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(tiny_plan().model_dump_json())
+    env = dict(os.environ, FAKE_MEGATRON_LOG=str(LOGS / "megatron_issue756_mixtral.log"))
+    ok = _cli([str(plan_file), "--engine", "megatron", "--launcher", "local", "--out", str(tmp_path / "a"),
+               "--json"], env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["step_time_s"] == pytest.approx(5.5338)
+    env["FAKE_MEGATRON_LOG"] = str(LOGS / "megatron_issue525_oom.log")
+    env["FAKE_MEGATRON_EXIT"] = "1"
+    oom = _cli([str(plan_file), "--engine", "megatron", "--launcher", "local", "--out", str(tmp_path / "b")], env)
+    assert oom.returncode == 3
+    assert "oom: " in oom.stderr and "Traceback" not in oom.stderr
+    bad = _cli([str(plan_file), "--engine", "jax"], env)
+    assert bad.returncode == 2 and "valid engines" in bad.stderr

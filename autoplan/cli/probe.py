@@ -52,13 +52,19 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
     if as_json:
         print(json.dumps(res.model_dump(), indent=2))
     else:
-        console = Console()
+        console = _console()
         console.print(_table(res))
         if res.error:
             console.print(f"[red]{res.status}[/red]: {res.error}")
         console.print(f"log: {res.log_path}")
     if res.status != "ok":
         raise ProbeFailure(f"{res.status}: {res.error} (log: {res.log_path})")
+
+
+def _console() -> Console:
+    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def register(app: typer.Typer) -> None:

@@ -50,11 +50,11 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
-                      probe_timeout_s=probe_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False))
+                      probe_timeout_s=probe_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
     if as_json:
         print(json.dumps(report.model_dump(), indent=2))
     else:
-        out_console = Console()
+        out_console = _console()
         out_console.print(render_table(report))
         c = report.corrections
         out_console.print(f"corrections: compute x{c['compute_scale']:.3f}, comm x{c['comm_scale']:.3f}, "
@@ -64,6 +64,12 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
                               f"tokens/s/device; files in {report.best['files']}")
     if report.best is None:
         raise ProbeFailure(f"no probe of study {report.study_name!r} succeeded; see {out / 'tune_report.json'}")
+
+
+def _console() -> Console:
+    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
 
 
 def register(app: typer.Typer) -> None:
