@@ -100,6 +100,7 @@ def test_torchrun_runs_two_ranks(tmp_path):
     assert "rank=0 world=2" in log and "rank=1 world=2" in log
 
 
+@pytest.mark.slow
 def test_torchrun_hang_leaves_nothing(tmp_path):
     out = launch("torchrun", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=15)
     assert out.timed_out
