@@ -71,6 +71,7 @@ def optuna_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: 
         study.tell(trial, step if fits else step * 1e3)  # a point that does not fit ranks below any that fits
         if progress:
             progress(t + 1, n_trials)
+    _polish(problem, grid, priced, profile)
     feasible = sorted((v[0], i) for i, v in priced.items() if v[1])
     plans = plans_from(problem, lay, [i for _, i in feasible[:top_k]], profile=profile)
     return SolveResult(plans=plans, solver="optuna", space_size=len(lay), evaluated=len(priced),
@@ -79,3 +80,24 @@ def optuna_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: 
                                                      "out of memory": len(priced) - len(feasible)}.items() if v},
                        smallest_peak_gib=min((v[2] for v in priced.values()), default=None) and
                        min(v[2] for v in priced.values()) / 2**30)
+
+
+def _polish(problem: Problem, grid: Grid, priced: Dict[int, Tuple[float, bool, float]], profile, groups: int = 8):
+    """Price every memory-knob setting (ZeRO stage, recompute) of the best layouts TPE found, vectorised: TPE
+    explores the layout, this settles the knobs exactly."""
+    feasible = sorted((v[0], i) for i, v in priced.items() if v[1])
+    best_groups = []
+    for _, i in feasible:
+        g = int(grid.group[i])
+        if g not in best_groups:
+            best_groups.append(g)
+        if len(best_groups) == groups:
+            break
+    idx = np.flatnonzero(np.isin(grid.group, best_groups))
+    idx = np.array([i for i in idx if i not in priced], dtype=np.int64)
+    if len(idx) == 0:
+        return
+    ev = price(problem, grid.layouts.take(idx), profile=profile)
+    fits = ev.fits(problem.mem_headroom)
+    for j, i in enumerate(idx):
+        priced[int(i)] = (float(ev.step_time_s[j]), bool(fits[j]), float(ev.peak_mem_bytes[j]))

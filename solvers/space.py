@@ -237,7 +237,7 @@ def fp8_choices(problem: Problem) -> List[bool]:
     return [v for v in vals if ("hybrid" if v else "none") in allowed]
 
 
-def sp_choices(problem: Problem, tp: int) -> List[bool]:
+def sp_choices(problem: Problem, tp: int, cp: int = 1) -> List[bool]:
     if tp == 1:
         vals = [False]
     elif problem.model.is_moe:
@@ -246,6 +246,8 @@ def sp_choices(problem: Problem, tp: int) -> List[bool]:
         vals = [True, False] if "no-sp" in problem.allow else [True]
     if problem.engine == "deepspeed":
         vals = [False]
+    if (problem.workload.seq_len // cp) % tp:
+        vals = [v for v in vals if not v]  # SP splits seq/cp over tp ranks (tensor_parallel/mappings.py)
     return _choices(problem, "sp", vals)
 
 
@@ -270,7 +272,7 @@ def enumerate_grid(problem: Problem) -> Grid:
         knobs = np.array([(z, rc, block, rl) for (rc, block, rl) in recompute_options(problem, chunk)
                           for z in zero_choices(problem, p["pp"])], dtype=np.int64).reshape(-1, 4)
         outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), fp8_choices(problem),
-                                                sp_choices(problem, p["tp"]))), dtype=np.int64).reshape(-1, 3)
+                                                sp_choices(problem, p["tp"], p["cp"]))), dtype=np.int64).reshape(-1, 3)
         if not len(knobs) or not len(outer):
             continue
         n_o, n_k = len(outer), len(knobs)

@@ -1,0 +1,53 @@
+"""Shared fixtures: small specs built directly (no catalogue files), so unit tests are independent."""
+import pytest
+
+from autoplan.cluster import ClusterSpec, GpuSpec
+from autoplan.model import ModelSpec
+from autoplan.workload import Workload
+
+
+def make_gpu(**kw) -> GpuSpec:
+    base = dict(id="h100", name="H100 SXM", peak_tflops={"bf16": 989.0, "fp8": 1979.0},
+                gemm_efficiency={"bf16": 0.80, "fp8": 0.71}, hbm_gib=79.1, hbm_bandwidth_tbps=3.35,
+                nvlink_bandwidth_gbytes_per_s=450.0, nvlink_domain_size=8, gpus_per_node=8, nics_per_node=8,
+                nic_gbit_per_s=400.0, source="test")
+    base.update(kw)
+    return GpuSpec(**base)
+
+
+def make_dense(**kw) -> ModelSpec:
+    base = dict(name="dense-test", num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+                num_query_groups=4, kv_channels=64, vocab_size=32000, max_position_embeddings=8192)
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+def make_moe(**kw) -> ModelSpec:
+    base = dict(name="moe-test", num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=16,
+                num_query_groups=4, kv_channels=64, vocab_size=32000, max_position_embeddings=8192,
+                num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=1024, first_k_dense_layers=1)
+    base.update(kw)
+    return ModelSpec(**base)
+
+
+@pytest.fixture
+def gpu():
+    return make_gpu()
+
+
+@pytest.fixture
+def dense():
+    return make_dense()
+
+
+@pytest.fixture
+def moe():
+    return make_moe()
+
+
+def cluster(n=8, **kw) -> ClusterSpec:
+    return ClusterSpec(gpu=make_gpu(**kw), num_gpus=n)
+
+
+def workload(seq=2048, gbs=32) -> Workload:
+    return Workload(seq_len=seq, global_batch_size=gbs)
