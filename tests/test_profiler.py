@@ -217,3 +217,11 @@ def test_cuda_profile_records_allocator_peaks():
     assert profile.device.kind == "cuda"
     assert all(e.peak_bytes is not None and e.peak_bytes >= e.activation_bytes > 0
                for e in profile.layers if e.kind in ("attention", "mlp"))
+
+
+def test_threads_apply_during_the_run_and_are_restored():
+    before = torch.get_num_threads()
+    profile = run_profile(tiny_request(DENSE, tps=(1,), mbss=(1,), seqs=(32,), gemms=False, repeats=1,
+                                       kinds=("mlp",), threads=1))
+    assert profile.device.cpu_threads == 1
+    assert torch.get_num_threads() == before

@@ -57,6 +57,7 @@ def profile_command(
     kinds: Optional[str] = typer.Option(None, help="Layer kinds to time (default: all the model has)."),
     gemms: bool = typer.Option(True, help="Also time the GEMM table."),
     gpu_id: Optional[str] = typer.Option(None, help="GPU id to record (default: from the device name)."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads during the run (1 steadies CPU timings)."),
     set_: List[str] = typer.Option([], "--set", help="Model override key=value (repeatable)."),
     out: Optional[Path] = typer.Option(None, help="Output JSON (default: profile-<gpu>-<model>.json)."),
 ) -> None:
@@ -70,7 +71,7 @@ def profile_command(
         mbss=parse_int_list(mbs, "--mbs"), seqs=parse_int_list(seq, "--seq"),
         dtypes=tuple(d.strip().lower() for d in dtype.split(",") if d.strip()), device=device.lower(),
         warmup=warmup, repeats=repeats, kinds=tuple(k.strip() for k in kinds.split(",")) if kinds else None,
-        gemms=gemms, gpu_id=gpu_id)
+        gemms=gemms, gpu_id=gpu_id, threads=threads)
     req.check()
     profile = _run_with_progress(req)
     from autoplan.costmodel.measured import save_profile

@@ -18,7 +18,7 @@ from autoplan.profiler.gemm import gemm_table, strategy_gemm_shapes
 from autoplan.profiler.layers import build_layer, layer_kinds
 from autoplan.profiler.schema import DeviceInfo, GemmTiming, LayerTiming, MeasuredProfile
 from autoplan.profiler.shards import check_ep, check_tp
-from autoplan.profiler.timing import LayerMeasurement, measure_layer
+from autoplan.profiler.timing import LayerMeasurement, measure_points, warm_up
 
 Advance = Callable[[str], None]
 
@@ -39,6 +39,7 @@ class ProfileRequest:
     kinds: Optional[Tuple[str, ...]] = None  # None = every kind the model has
     gemms: bool = True
     gpu_id: Optional[str] = None
+    threads: Optional[int] = None  # torch intra-op threads during the run; None = torch's default
 
     def check(self) -> None:
         """One-line InputError for a bad request (before anything is built)."""
@@ -49,6 +50,8 @@ class ProfileRequest:
         for name in self.dtypes:
             if name not in SUPPORTED_DTYPES:
                 raise InputError(f"dtype {name!r} is not supported; use one of {', '.join(SUPPORTED_DTYPES)}")
+        if self.threads is not None and self.threads < 1:
+            raise InputError(f"threads={self.threads} must be >= 1 (or left unset for torch's default)")
         if self.repeats < 1 or self.warmup < 0:
             raise InputError(f"repeats={self.repeats} must be >= 1 and warmup={self.warmup} >= 0")
         if self.device not in ("cpu", "cuda"):
@@ -111,22 +114,29 @@ def _entries(kind: str, tp: int, ep: int, mbs: int, seq: int, dtype: str, m: Lay
 
 def profile_shard(req: ProfileRequest, prec: Precision, device: torch.device, kind: str, tp: int, ep: int,
                   advance: Advance, notes: List[str]) -> List[LayerTiming]:
-    """All (mbs, seq) points of one layer shard. A point that runs out of GPU memory is skipped with a note."""
+    """All (mbs, seq) points of one layer shard, timed in interleaved rounds. A point whose warm-up runs out of
+    GPU memory is skipped with a note."""
     torch.manual_seed(0)
     layer = build_layer(req.model, kind, tp, ep, prec.linear).to(device=device, dtype=prec.param_dtype)
-    rows: List[LayerTiming] = []
+    inputs_by_point = {}
     for mbs in req.mbss:
         for seq in req.seqs:
-            label = f"{prec.name} {kind} tp={tp} ep={ep} mbs={mbs} seq={seq}"
             try:
                 inputs = layer.make_inputs(mbs, seq, device, prec.param_dtype)
-                m = measure_layer(layer, inputs, device, req.warmup, req.repeats, prec.autocast)
+                warm_up(layer, inputs, max(req.warmup, 1), prec.autocast)
             except torch.cuda.OutOfMemoryError:
-                notes.append(f"{label}: out of GPU memory; skipped")
+                notes.append(f"{prec.name} {kind} tp={tp} ep={ep} mbs={mbs} seq={seq}: out of GPU memory; skipped")
+                inputs = None
                 torch.cuda.empty_cache()
+            if inputs is not None:
+                inputs_by_point[(mbs, seq)] = inputs
             else:
-                rows.extend(_entries(kind, tp, ep, mbs, seq, prec.name, m))
-            advance(label)
+                advance(f"{prec.name} {kind} tp={tp} ep={ep} mbs={mbs} seq={seq}")
+    measured = measure_points(layer, inputs_by_point, device, 0, req.repeats, prec.autocast)
+    rows: List[LayerTiming] = []
+    for (mbs, seq), m in measured.items():
+        rows.extend(_entries(kind, tp, ep, mbs, seq, prec.name, m))
+        advance(f"{prec.name} {kind} tp={tp} ep={ep} mbs={mbs} seq={seq}")
     return rows
 
 
@@ -146,6 +156,16 @@ def run_profile(req: ProfileRequest, advance: Advance = lambda label: None) -> M
     """Measure the grid and return the profile. FP8 without Transformer Engine or an FP8 GPU is skipped with a
     note (see `MeasuredProfile.notes`)."""
     req.check()
+    previous_threads = torch.get_num_threads()
+    if req.threads:
+        torch.set_num_threads(req.threads)
+    try:
+        return _run(req, advance)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(req: ProfileRequest, advance: Advance) -> MeasuredProfile:
     device = torch.device(req.device)
     notes: List[str] = []
     layers: List[LayerTiming] = []
@@ -165,5 +185,5 @@ def run_profile(req: ProfileRequest, advance: Advance = lambda label: None) -> M
             gemms.extend(gemm_table(gemm_shapes(req), name, prec.param_dtype, device, req.warmup, req.repeats,
                                     lambda: advance(f"{name} gemm")))
     return MeasuredProfile(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                           device=device_info(device, req.gpu_id), model=req.model, warmup=req.warmup,
+                           device=device_info(device, req.gpu_id), model=req.model, warmup=max(req.warmup, 1),
                            layers=tuple(layers), gemms=tuple(gemms), notes=tuple(notes))

@@ -7,7 +7,7 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, ContextManager, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -119,26 +119,52 @@ def measure_activation(layer: ProfiledLayer, inputs, device: torch.device,
     return held, peak
 
 
-def measure_layer(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torch.device, warmup: int,
-                  repeats: int, autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> LayerMeasurement:
-    """Warm up, then time `repeats` forward passes and the backward pass of each (autograd from the output)."""
-    for _ in range(warmup):
+def warm_up(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], iterations: int,
+            autocast: Callable[[], ContextManager]) -> None:
+    for _ in range(iterations):
         with autocast():
             out = layer(*inputs)
         _backward(out)
         _clear_grads(layer, inputs)
+
+
+def time_once(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torch.device,
+              autocast: Callable[[], ContextManager]) -> Tuple[float, float]:
+    """(forward s, backward s) of one iteration; backward is autograd from the output."""
+    with autocast():
+        t_fwd, out = time_call(lambda: layer(*inputs), device)
+    grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
     synchronize(device)
-    fwd: List[float] = []
-    bwd: List[float] = []
+    t_bwd, _ = time_call(lambda: out.backward(grad), device)
+    del out
+    _clear_grads(layer, inputs)
+    return t_fwd, t_bwd
+
+
+def measure_points(layer: ProfiledLayer, inputs_by_point: Dict[Hashable, Sequence[torch.Tensor]],
+                   device: torch.device, warmup: int, repeats: int,
+                   autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> Dict[Hashable, LayerMeasurement]:
+    """Time several input shapes of one layer in interleaved rounds (each round times every shape once), so a
+    burst of load from other processes spreads over all shapes instead of skewing one shape's median."""
+    for inputs in inputs_by_point.values():
+        warm_up(layer, inputs, warmup, autocast)
+    synchronize(device)
+    fwd: Dict[Hashable, List[float]] = {k: [] for k in inputs_by_point}
+    bwd: Dict[Hashable, List[float]] = {k: [] for k in inputs_by_point}
     for _ in range(repeats):
-        with autocast():
-            t_fwd, out = time_call(lambda: layer(*inputs), device)
-        grad = torch.ones_like(out) if out.dim() == 0 else torch.randn_like(out)
-        synchronize(device)
-        t_bwd, _ = time_call(lambda: out.backward(grad), device)
-        fwd.append(t_fwd)
-        bwd.append(t_bwd)
-        del out
-        _clear_grads(layer, inputs)
-    activation, peak = measure_activation(layer, inputs, device, autocast)
-    return LayerMeasurement(Samples(tuple(fwd)), Samples(tuple(bwd)), activation, peak, weight_bytes(layer))
+        for key, inputs in inputs_by_point.items():
+            t_fwd, t_bwd = time_once(layer, inputs, device, autocast)
+            fwd[key].append(t_fwd)
+            bwd[key].append(t_bwd)
+    out = {}
+    for key, inputs in inputs_by_point.items():
+        activation, peak = measure_activation(layer, inputs, device, autocast)
+        out[key] = LayerMeasurement(Samples(tuple(fwd[key])), Samples(tuple(bwd[key])), activation, peak,
+                                    weight_bytes(layer))
+    return out
+
+
+def measure_layer(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torch.device, warmup: int,
+                  repeats: int, autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> LayerMeasurement:
+    """Warm up, then time `repeats` forward passes and the backward pass of each (autograd from the output)."""
+    return measure_points(layer, {0: inputs}, device, warmup, repeats, autocast)[0]
