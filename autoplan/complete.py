@@ -31,15 +31,14 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
 
     missing = [k for k in CONTRACT_KEYS if k not in given]
     if not missing:
-        return validate(model, cluster, workload, strategy_from_mapping(given)), []
-    # Validate what the user gave, with plain defaults for the rest, before searching: a broken rule in the
-    # user's own keys must be reported as such.
+        try:
+            return validate(model, cluster, workload, strategy_from_mapping(given)), []
+        except InputError:
+            # An uneven pipeline split the user left out is chosen for them; anything else is their error.
+            if "first_stage_layers" in given or "last_stage_layers" in given or given.get("pp", 1) == 1:
+                raise
+            missing = ["first_stage_layers", "last_stage_layers"]
     plain = default_completion(given)
-    try:
-        validate(model, cluster, workload, plain)
-    except InputError as err:
-        if _blames_given_keys(str(err), given):
-            raise
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
@@ -48,6 +47,11 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
                       allow=frozenset({"no-sp"}) if given.get("sp") is False and given.get("tp", 1) > 1 else
                       frozenset())
     result = solve(problem, "enumerate", top_k=1)
+    if result.space_size == 0:
+        # No legal completion: the plain defaults name the broken rule (validate raises).
+        validate(model, cluster, workload, plain)
+        raise InputError(f"no legal strategy has {', '.join(f'{k}={v}' for k, v in given.items())}; "
+                         f"run `autoplan plan` with --fix for the keys you need")
     if not result.plans:
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
         strategy = validate(model, cluster, workload, plain)
@@ -58,14 +62,9 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     if extra:
         chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
     chosen = validate(model, cluster, workload, chosen)
-    picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing)
+    picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
     return chosen, [f"chosen for you (fastest that fits): {picked}"]
 
 
 def _fmt(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
-
-
-def _blames_given_keys(message: str, given: Dict[str, Any]) -> bool:
-    head = message.split(";")[0]
-    return any(f"{k}=" in head for k in given)

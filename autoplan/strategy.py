@@ -46,7 +46,8 @@ class Strategy(BaseModel):
     last_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the last pipeline stage (uneven).")
     overlap_grad_reduce: bool = Field(True, description="Overlap DP gradient reduction with backward.")
     overlap_param_gather: bool = Field(True, description="Overlap distributed-optimizer param all-gather.")
-    tp_comm_overlap: bool = Field(False, description="Overlap TP communication with GEMMs (userbuffers).")
+    tp_comm_overlap: Optional[bool] = Field(None, description="Overlap TP communication with GEMMs (userbuffers); "
+                                                                "None = on exactly when sp is on.")
     moe_a2a_overlap: bool = Field(False, description="Overlap MoE all-to-all with compute (1F1B a2a overlap).")
 
     @model_validator(mode="before")
@@ -73,6 +74,11 @@ class Strategy(BaseModel):
     @property
     def uses_fp8(self) -> bool:
         return self.fp8 != "none"
+
+    @property
+    def tp_overlap_on(self) -> bool:
+        """Whether TP communication overlap is on (the default follows sequence parallelism)."""
+        return self.sp if self.tp_comm_overlap is None else self.tp_comm_overlap
 
     @property
     def distributed_optimizer(self) -> bool:

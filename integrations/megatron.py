@@ -196,7 +196,7 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--overlap-grad-reduce"]
         if s.overlap_param_gather and s.zero >= 1:  # [V] needs the distributed optimizer and overlap-grad-reduce
             a += ["--overlap-param-gather"]
-    if s.tp_comm_overlap:
+    if s.tp_overlap_on:
         a += ["--tp-comm-overlap"]
     if s.moe_a2a_overlap and m.is_moe:
         a += ["--overlap-moe-expert-parallel-comm"]

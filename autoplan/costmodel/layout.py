@@ -61,7 +61,8 @@ class Layouts:
             last_stage_layers=int(self.last[i]) if self.last[i] >= 0 else None,
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_param_gather=bool(self.overlap_param_gather[i]),
-            tp_comm_overlap=bool(self.tp_comm_overlap[i]), moe_a2a_overlap=bool(self.moe_a2a_overlap[i]),
+            tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
+            moe_a2a_overlap=bool(self.moe_a2a_overlap[i]),
         )
 
 
@@ -84,6 +85,6 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> La
         last=col(lambda s: -1 if s.last_stage_layers is None else s.last_stage_layers),
         overlap_grad_reduce=col(lambda s: s.overlap_grad_reduce, bool),
         overlap_param_gather=col(lambda s: s.overlap_param_gather, bool),
-        tp_comm_overlap=col(lambda s: s.tp_comm_overlap, bool),
+        tp_comm_overlap=col(lambda s: s.tp_overlap_on and s.sp and s.tp > 1, bool),
         moe_a2a_overlap=col(lambda s: s.moe_a2a_overlap, bool),
     )
