@@ -85,3 +85,13 @@ def test_two_gloo_processes_under_torchrun(tmp_path):
         assert len(p["raw_s"]) == 3
         assert p["busbw_gbytes_per_s"] == pytest.approx(p["algbw_gbytes_per_s"] * bus_factor(p["op"], 2))
     assert "nvlink_latency_us" in data["gpu_overrides"]
+
+
+def test_a_single_rank_has_nothing_to_fit():
+    from autoplan.profiler.comm import CommPoint, fit_points
+
+    points = [CommPoint(op="all_reduce", size_bytes=s, median_s=1e-5, min_s=1e-5, max_s=1e-5, raw_s=(1e-5,),
+                        algbw_gbytes_per_s=s / 1e-5 / 1e9, busbw_gbytes_per_s=0.0) for s in (1024, 2048)]
+    notes = []
+    assert fit_points(points, 1) == []
+    assert gpu_overrides([], "nvlink", None, notes) == {} and notes

@@ -51,7 +51,7 @@ def profile_command(
     mbs: str = typer.Option("1", help="Micro-batch sizes, e.g. 1,2,4."),
     seq: str = typer.Option("4096", help="Sequence lengths, e.g. 4096,8192."),
     dtype: str = typer.Option("bf16", help="bf16, fp16, fp32, fp8 (fp8 needs Transformer Engine and an FP8 GPU)."),
-    device: str = typer.Option("cuda", help="cpu or cuda."),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when torch sees a GPU, else cpu)."),
     repeats: int = typer.Option(10, help="Timed repeats per point (median reported, all kept)."),
     warmup: int = typer.Option(3, help="Untimed warm-up iterations per point."),
     kinds: Optional[str] = typer.Option(None, help="Layer kinds to time (default: all the model has)."),
@@ -63,8 +63,12 @@ def profile_command(
 ) -> None:
     """Time each layer's TP/EP shard forward and backward on this device and write a measured profile."""
     _require_torch()
+    import torch
+
     from autoplan.modelio import load_model
     from autoplan.profiler.run import ProfileRequest
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     req = ProfileRequest(
         model=load_model(model, set_), tps=parse_int_list(tp, "--tp"), eps=parse_int_list(ep, "--ep"),

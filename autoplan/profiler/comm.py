@@ -109,6 +109,9 @@ def fit_alpha_beta(bus_bytes: np.ndarray, seconds: np.ndarray) -> Tuple[float, f
 
 
 def fit_points(points: List[CommPoint], n: int) -> List[CommFit]:
+    """One fit per op with 2+ sizes; none on a single rank (nothing crosses a link)."""
+    if n < 2:
+        return []
     fits = []
     for op in dict.fromkeys(p.op for p in points):
         rows = [p for p in points if p.op == op]

@@ -91,13 +91,25 @@ def _driver_version() -> Optional[str]:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
+def _cpu_model() -> Optional[str]:
+    """The 'model name' line of /proc/cpuinfo (Linux), else None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
 def device_info(device: torch.device, gpu_id: Optional[str]) -> DeviceInfo:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         return DeviceInfo(kind="cuda", name=name, gpu_id=gpu_id or default_gpu_id(name),
                           torch_version=torch.__version__, cuda_version=torch.version.cuda,
                           driver_version=_driver_version(), cpu_threads=torch.get_num_threads())
-    name = platform.processor() or platform.machine() or "cpu"
+    name = _cpu_model() or platform.processor() or platform.machine() or "cpu"
     return DeviceInfo(kind="cpu", name=name, gpu_id=gpu_id or "cpu", torch_version=torch.__version__,
                       cuda_version=torch.version.cuda, driver_version=None, cpu_threads=torch.get_num_threads())
 
