@@ -157,3 +157,13 @@ def test_copies_with_new_layers_do_not_reuse_the_lookup_cache():
     q = p.model_copy(update=dict(layers=doubled))
     assert q.layer_time(*args)[0] == pytest.approx(2 * before)
     assert p.layer_time(*args)[0] == before
+
+
+def test_a_profile_of_other_shapes_or_another_gpu_is_rejected(tmp_path):
+    path = save_profile(synthetic_profile(), tmp_path / "p.json")
+    assert load_profile(path, model=MODEL.model_copy(update=dict(name="renamed", num_layers=80)), gpu_id="CPU")
+    wider = MODEL.model_copy(update=dict(hidden_size=512))
+    with pytest.raises(InputError, match="hidden_size=256, but synthetic has hidden_size=512"):
+        load_profile(path, model=wider)
+    with pytest.raises(InputError, match="measured on cpu, but the cluster uses h100"):
+        load_profile(path, gpu_id="h100")

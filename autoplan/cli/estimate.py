@@ -60,7 +60,7 @@ def _load_profile(path, cluster, model):
     from autoplan.costmodel import measured
 
     if path:
-        return measured.load_profile(path)
+        return measured.load_profile(path, model=model, gpu_id=cluster.gpu.id)
     return measured.find_profile(cluster.gpu.id, model.name) if hasattr(measured, "find_profile") else None
 
 

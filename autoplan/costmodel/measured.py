@@ -15,10 +15,11 @@ from typing import Iterator, Optional, Union
 from pydantic import ValidationError
 
 from autoplan.errors import InputError
+from autoplan.model import ModelSpec
 from autoplan.profiler.schema import LAYER_KINDS, PASSES, SCHEMA_VERSION, MeasuredProfile
 
 __all__ = ["MeasuredProfile", "LAYER_KINDS", "PASSES", "SCHEMA_VERSION", "load_profile", "find_profile",
-           "shipped_profiles"]
+           "shipped_profiles", "check_matches"]
 
 
 def _first_error(e: ValidationError) -> str:
@@ -48,12 +49,39 @@ def parse_profile(text: str, origin: str) -> MeasuredProfile:
                          f"regenerate it with `autoplan profile`") from None
 
 
-def load_profile(path: Union[str, Path]) -> MeasuredProfile:
-    """Read and validate a profile file; bad or mismatched files raise a one-line InputError."""
+# ModelSpec fields that set a layer's shapes: a profile measured for other values does not describe the model.
+LAYER_SHAPE_FIELDS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+                      "vocab_size", "activation", "normalization", "position_embedding", "add_bias_linear",
+                      "add_qkv_bias", "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
+                      "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
+                      "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size")
+
+
+def check_matches(profile: MeasuredProfile, origin: str, model: Optional[ModelSpec] = None,
+                  gpu_id: Optional[str] = None) -> None:
+    """One-line InputError when the profile was measured for other layer shapes or on another device."""
+    if model is not None:
+        for field in LAYER_SHAPE_FIELDS:
+            mine, theirs = getattr(profile.model, field), getattr(model, field)
+            if mine != theirs:
+                raise InputError(f"measured profile {origin} was measured for {profile.model.name} with "
+                                 f"{field}={mine}, but {model.name} has {field}={theirs}; profile this model with "
+                                 f"`autoplan profile --model ...` or drop --profile")
+    if gpu_id is not None and profile.device.gpu_id.lower() != gpu_id.lower():
+        raise InputError(f"measured profile {origin} was measured on {profile.device.gpu_id}, but the cluster "
+                         f"uses {gpu_id}; profile on that GPU or drop --profile")
+
+
+def load_profile(path: Union[str, Path], model: Optional[ModelSpec] = None,
+                 gpu_id: Optional[str] = None) -> MeasuredProfile:
+    """Read and validate a profile file; bad files, and (when given) a profile of other layer shapes or of
+    another GPU, raise a one-line InputError."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"measured profile {p} does not exist; pass a file written by `autoplan profile --out`")
-    return parse_profile(p.read_text(encoding="utf-8"), str(p)).with_path(str(p))
+    profile = parse_profile(p.read_text(encoding="utf-8"), str(p)).with_path(str(p))
+    check_matches(profile, str(p), model, gpu_id)
+    return profile
 
 
 def save_profile(profile: MeasuredProfile, path: Union[str, Path]) -> Path:
@@ -76,7 +104,8 @@ def shipped_profiles() -> Iterator[tuple[str, MeasuredProfile]]:
 
 
 def find_profile(gpu_id: str, model_name: str) -> Optional[MeasuredProfile]:
-    """The shipped profile measured on `gpu_id` for `model_name` (both case-insensitive), or None."""
+    """The shipped profile measured on `gpu_id` for `model_name` (both case-insensitive), or None. The caller
+    should still `check_matches` it against the model (a name with --set overrides keeps its name)."""
     for _, profile in shipped_profiles():
         if (profile.device.gpu_id.lower() == gpu_id.lower()
                 and profile.model.name.lower() == model_name.lower()):
