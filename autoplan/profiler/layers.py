@@ -246,7 +246,8 @@ class Embedding(ProfiledLayer):
 
 class Head(ProfiledLayer):
     """Final norm, LM head over this rank's vocab rows, and cross-entropy over those logits in fp32 (the local part
-    of Megatron's vocab-parallel cross-entropy; its all-reduces are costed as communication)."""
+    of Megatron's vocab-parallel cross-entropy; its all-reduces are costed as communication). The LM head is a
+    plain torch Linear even when profiling fp8 (Megatron keeps the output layer out of FP8)."""
 
     def __init__(self, model: ModelSpec, dims: ShardDims, linear: LinearFactory):
         super().__init__(model, dims)
@@ -278,7 +279,7 @@ def build_layer(model: ModelSpec, kind: str, tp: int, ep: int = 1,
     if kind == "embedding":
         return Embedding(model, dims)
     if kind == "head":
-        return Head(model, dims, linear)
+        return Head(model, dims, torch_linear)  # the output layer stays bf16 under FP8 recipes, as in Megatron
     raise ValueError(f"unknown layer kind {kind!r}")
 
 
