@@ -18,7 +18,8 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 # Keys that are part of the command-line contract, and the extras that plan output may carry.
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "fp8_recipe", "first_stage_layers", "last_stage_layers")
-OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap")
+OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
+                "grad_reduce_bf16")
 
 
 class Strategy(BaseModel):
@@ -49,6 +50,8 @@ class Strategy(BaseModel):
     tp_comm_overlap: Optional[bool] = Field(None, description="Overlap TP communication with GEMMs (userbuffers); "
                                                                 "None = on exactly when sp is on.")
     moe_a2a_overlap: bool = Field(False, description="Overlap MoE all-to-all with compute (1F1B a2a overlap).")
+    grad_reduce_bf16: bool = Field(False, description="Keep and reduce gradients in bf16 (Megatron "
+                                                      "--grad-reduce-in-bf16) instead of fp32 main grads.")
 
     @model_validator(mode="before")
     @classmethod

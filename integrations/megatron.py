@@ -198,6 +198,8 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
             a += ["--overlap-param-gather"]
     if s.tp_overlap_on:
         a += ["--tp-comm-overlap"]
+    if s.grad_reduce_bf16:
+        a += ["--grad-reduce-in-bf16"]
     if s.moe_a2a_overlap and m.is_moe:
         a += ["--overlap-moe-expert-parallel-comm"]
     return a

@@ -294,7 +294,7 @@ def enumerate_grid(problem: Problem) -> Grid:
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], fp8=col["fp8"].astype(bool),
         first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
         overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
-        moe_a2a_overlap=np.zeros(n, bool))
+        moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     return Grid(lay, g, lv)

@@ -157,7 +157,8 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     dp_group = lay.dp * lay.cp
     dp_spans = _spans(lay.tp, dp_group, hw)
     edp_spans = _spans(lay.etp * lay.ep, edp, hw)
-    grad_bytes = 4.0  # fp32 main-grad reduction (Megatron default for bf16 with the distributed optimizer)
+    # fp32 main grads are reduced in fp32 (Megatron's default for bf16); --grad-reduce-in-bf16 halves it.
+    grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
     rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
         collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw)
     ag = collective_time("all_gather", C.BF16 * params_dense, dp_group, dp_spans, hw) + \

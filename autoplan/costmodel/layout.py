@@ -38,6 +38,7 @@ class Layouts:
     overlap_param_gather: np.ndarray  # bool
     tp_comm_overlap: np.ndarray  # bool
     moe_a2a_overlap: np.ndarray  # bool
+    grad_bf16: np.ndarray  # bool: bf16 gradient buffer and reduction
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -62,7 +63,7 @@ class Layouts:
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_param_gather=bool(self.overlap_param_gather[i]),
             tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
-            moe_a2a_overlap=bool(self.moe_a2a_overlap[i]),
+            moe_a2a_overlap=bool(self.moe_a2a_overlap[i]), grad_reduce_bf16=bool(self.grad_bf16[i]),
         )
 
 
@@ -87,4 +88,5 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> La
         overlap_param_gather=col(lambda s: s.overlap_param_gather, bool),
         tp_comm_overlap=col(lambda s: s.tp_overlap_on and s.sp and s.tp > 1, bool),
         moe_a2a_overlap=col(lambda s: s.moe_a2a_overlap, bool),
+        grad_bf16=col(lambda s: s.grad_reduce_bf16, bool),
     )

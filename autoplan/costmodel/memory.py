@@ -107,7 +107,8 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     dp = lay.dp * lay.cp  # Megatron shards the optimizer over the data-parallel x context-parallel group
     total = params_dense + params_expert
     weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
-    grads = np.where(lay.zero >= 2, FP32 * (params_dense / dp + params_expert / edp), FP32 * total)
+    grad_size = np.where(lay.grad_bf16, BF16, FP32)  # main-grad buffer dtype
+    grads = np.where(lay.zero >= 2, grad_size * (params_dense / dp + params_expert / edp), grad_size * total)
     optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
     # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8: row- and
     # column-wise copies). Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
