@@ -260,6 +260,13 @@ def _maybe_fault(rank: int) -> None:
     raise ValueError(f"AUTOPLAN_FAULT must be 'fail' or 'hang', got {fault!r}")
 
 
+def emit_line(text: str) -> None:
+    """One os.write of the whole line: ranks share the output pipe, and writes up to PIPE_BUF (4 KiB) are not
+    interleaved, while a buffered print of a long buffer may be."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (text + "\n").encode())
+
+
 def _memory() -> Dict[str, Optional[float]]:
     device_peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
@@ -310,10 +317,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         record = {"rank": rank, "world_size": world, "iteration": iteration, "elapsed_ms": round(elapsed * 1e3, 3),
                   "tokens_per_s": round(tokens_per_step / elapsed, 3),
                   "loss": None if loss is None or not math.isfinite(loss) else round(loss, 5), **_memory()}
-        print(ITER_PREFIX + json.dumps(record), flush=True)
+        emit_line(ITER_PREFIX + json.dumps(record))
     dist.barrier()
     if rank == 0:
-        print(DONE_PREFIX + json.dumps({"iterations": args.iters, "world_size": world}), flush=True)
+        emit_line(DONE_PREFIX + json.dumps({"iterations": args.iters, "world_size": world}))
     dist.destroy_process_group()
     return 0
 

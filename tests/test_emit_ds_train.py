@@ -1,0 +1,88 @@
+"""Real DeepSpeed training on CPU with emitted files: 2 processes (torchrun, gloo), a tiny model, a few steps."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from autoplan.integrations.deepspeed import emit_deepspeed
+from engine_checks.plans import TINY, TINY_MOE, make_plan
+
+pytestmark = pytest.mark.slow
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=600):
+    """Run the emitted ds_train.py under torchrun in its own session; on timeout the whole group is killed."""
+    for name, text in emit_deepspeed(plan, probe=True).items():
+        (tmp_path / name).write_text(text)
+    s = plan.strategy
+    recompute = ["--recompute", s.recompute]
+    if s.recompute == "full":
+        recompute += ["--recompute-method", s.recompute_method, "--recompute-layers", str(s.recompute_layers)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(tmp_path / "ds_train.py"), "--deepspeed_config", str(tmp_path / "ds_config.json"),
+           "--model-json", str(tmp_path / "model.json"), "--seq-len", str(plan.workload.seq_len),
+           "--iters", str(iters), *recompute]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each worker in a session of its own; SIGTERM makes torchrun stop them itself.
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, _ = proc.communicate()
+        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def iteration_records(stdout):
+    return [json.loads(line.split("AUTOPLAN_ITER ", 1)[1]) for line in stdout.splitlines() if "AUTOPLAN_ITER " in line]
+
+
+def check_run(out, iters, loss_ranks):
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    records = iteration_records(out.stdout)
+    assert sorted((r["rank"], r["iteration"]) for r in records) == [(r, i) for r in (0, 1) for i in range(1, iters + 1)]
+    for r in records:
+        assert r["world_size"] == 2 and r["elapsed_ms"] > 0 and r["tokens_per_s"] > 0 and r["host_rss_peak_gib"] > 0
+        if r["rank"] in loss_ranks:
+            assert 0 < r["loss"] < 20
+    assert 'AUTOPLAN_DONE {"iterations": %d, "world_size": 2}' % iters in out.stdout
+
+
+def test_zero3_moe_selective_recompute(tmp_path):
+    plan = make_plan(TINY_MOE, 2, 64, 8, zero=3, mbs=2, recompute="selective")
+    check_run(run_emitted(tmp_path, plan), 3, loss_ranks=(0, 1))
+
+
+def test_two_pipeline_stages_zero1_full_recompute(tmp_path):
+    plan = make_plan(TINY, 2, 64, 8, pp=2, zero=1, mbs=2, recompute="full")
+    check_run(run_emitted(tmp_path, plan), 3, loss_ranks=(1,))  # the last stage holds the loss
+
+
+def test_injected_failure_exits_nonzero(tmp_path):
+    plan = make_plan(TINY, 2, 32, 4, zero=2, mbs=1)
+    out = run_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "fail", "AUTOPLAN_FAULT_RANK": "1"})
+    assert out.returncode != 0 and "injected failure on rank 1" in out.stdout + out.stderr
+
+
+def test_injected_hang_is_stopped_by_timeout(tmp_path):
+    plan = make_plan(TINY, 2, 32, 4, zero=1, mbs=1)
+    with pytest.raises(subprocess.TimeoutExpired) as hung:
+        run_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "hang"}, timeout=40)
+    assert "AUTOPLAN_FAULT=hang: rank 0 sleeping" in hung.value.output
+    assert "AUTOPLAN_ITER" not in hung.value.output
