@@ -34,6 +34,7 @@ class SolveResult:
     smallest_peak_gib: Optional[float] = None  # least memory any candidate needs (for the 'nothing fits' message)
     best_by_shape: List[Plan] = field(default_factory=list)  # best plan of each other (tp, pp, cp, ep) shape
     notes: List[str] = field(default_factory=list)
+    feasible_step_times: Optional[np.ndarray] = None  # step time of every priced candidate that fits, s
 
     @property
     def candidates_per_s(self) -> float:

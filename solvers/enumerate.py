@@ -34,7 +34,8 @@ def _finish(problem: Problem, grid: Grid, idx: np.ndarray, steps: np.ndarray, pe
     return SolveResult(
         plans=plans, solver=solver, space_size=len(lay), evaluated=len(idx), feasible=int(fits.sum()), wall_s=0.0,
         infeasible=infeasible, smallest_peak_gib=float(peaks.min() / GIB) if len(peaks) else None,
-        best_by_shape=plans_from(problem, lay, others, profile=profile))
+        best_by_shape=plans_from(problem, lay, others, profile=profile),
+        feasible_step_times=np.sort(steps[fits]))
 
 
 def brute_force(problem: Problem, *, top_k: int = 5, profile=None, **_) -> SolveResult:
