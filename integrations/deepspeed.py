@@ -85,6 +85,9 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
             # PipelineModule checkpoints every `interval` layers: Megatron's uniform method with that group size.
             pipeline["activation_checkpoint_interval"] = s.recompute_layers or 1
         config["pipeline"] = pipeline
+    if s.grad_reduce_bf16:
+        # Gradients accumulated and reduced in bf16 instead of fp32 (runtime/config.py get_data_types_params).
+        config["data_types"] = {"grad_accum_dtype": "bf16"}
     if s.tp > 1:
         config["tensor_parallel"] = {"autotp_size": s.tp}
     check_deepspeed_keys(config)

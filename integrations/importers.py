@@ -41,7 +41,7 @@ _FLAG_FLAGS = {  # store_true flags this reader uses
     "group-query-attention", "multi-latent-attention", "swiglu", "untie-embeddings-and-output-weights",
     "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
     "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce", "overlap-param-gather",
-    "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data",
+    "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
 }
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 
@@ -249,7 +249,10 @@ def _megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: boo
     s["overlap_grad_reduce"] = "overlap-grad-reduce" in f
     if s["zero"] >= 1 and s["overlap_grad_reduce"]:  # [V] only expressible with both
         s["overlap_param_gather"] = "overlap-param-gather" in f
-    s["tp_comm_overlap"] = "tp-comm-overlap" in f
+    if ("tp-comm-overlap" in f) != s["sp"]:  # the Strategy default (None) follows sp
+        s["tp_comm_overlap"] = "tp-comm-overlap" in f
+    if "grad-reduce-in-bf16" in f:
+        s["grad_reduce_bf16"] = True
     if is_moe:
         s["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
     return s
@@ -329,6 +332,8 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "mbs": mbs, "zero": min(stage, 3)}
     if stage > 0 and "overlap_comm" in zero:
         strategy["overlap_grad_reduce"] = bool(zero["overlap_comm"])
+    if (config.get("data_types", {}) or {}).get("grad_accum_dtype") == "bf16":
+        strategy["grad_reduce_bf16"] = True
     notes: List[str] = []
     interval = _ds_int(pipeline, "activation_checkpoint_interval", "pipeline.") or 0
     if interval:

@@ -207,7 +207,7 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
 
 def _precision_args(plan: Plan) -> List[str]:
     s = plan.strategy
-    a = ["--bf16"]
+    a = ["--bf16"] + (["--grad-reduce-in-bf16"] if s.grad_reduce_bf16 else [])
     if s.uses_fp8:
         default_recipe = "mxfp8" if is_blackwell_or_newer(plan.cluster.gpu) else "delayed"
         a += ["--fp8-format", s.fp8, "--fp8-recipe", s.fp8_recipe or default_recipe]

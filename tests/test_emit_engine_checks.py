@@ -63,6 +63,7 @@ def deepspeed_plans():
         "pipe4_recompute": make_plan(GPT2_SMALL, 32, 1024, 64, pp=4, zero=1, mbs=2, recompute="full",
                                      recompute_layers=2),
         "moe_zero3": make_plan(TINY_MOE, 8, 64, 32, zero=3),
+        "bf16_grads": make_plan(TINY, 8, 64, 32, zero=2, grad_reduce_bf16=True),
     })
     return plans
 

@@ -1,0 +1,114 @@
+"""Reading Megatron-LM arguments and launch scripts; emit -> import round trips."""
+import pytest
+
+from autoplan.errors import InputError
+from autoplan.integrations.importers import ImportedConfig, from_megatron_args
+from autoplan.integrations.megatron import emit_megatron
+from autoplan.strategy import strategy_from_mapping
+from engine_checks.plans import DEEPSEEK_V2_LITE, GPT2_SMALL, MIXTRAL, TINY, golden_plans, make_plan
+
+ROUND_TRIP = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
+ROUND_TRIP.update({
+    "mixtral_vpp_a2a": make_plan(MIXTRAL, 64, 4096, 256, tp=2, pp=2, vpp=2, ep=8, etp=2, sp=True,
+                                 moe_a2a_overlap=True),
+    "gpt2_fsdp": make_plan(GPT2_SMALL, 8, 1024, 32, zero=3, tp=2, sp=True, tp_comm_overlap=True),
+    "sp_without_tp_overlap_bf16_grads": make_plan(GPT2_SMALL, 8, 1024, 32, tp=2, sp=True, tp_comm_overlap=False,
+                                                  grad_reduce_bf16=True),
+    "gpt2_uneven_zero0": make_plan(GPT2_SMALL, 8, 1024, 32, zero=0, pp=2, first_stage_layers=5, last_stage_layers=7,
+                                   overlap_grad_reduce=False),
+    "mla_q_lora": make_plan(DEEPSEEK_V2_LITE.model_copy(update={"q_lora_rank": 512, "moe_layer_freq": 2}), 8, 1024,
+                            32, ep=8),
+    "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
+                                                      "add_qkv_bias": True, "qk_layernorm": True}),
+                              8, 128, 8, recompute="full", recompute_method="block", recompute_layers=2),
+})
+
+
+def effective(strategy):
+    """tp_comm_overlap=None means 'follows sp'; compare what is switched on."""
+    return strategy.model_copy(update={"tp_comm_overlap": strategy.tp_overlap_on})
+
+
+@pytest.mark.parametrize("case", sorted(ROUND_TRIP))
+def test_round_trip(case, tmp_path):
+    plan = ROUND_TRIP[case]
+    path = tmp_path / "megatron_args.txt"
+    path.write_text(emit_megatron(plan)["megatron_args.txt"])
+    imported = from_megatron_args(str(path))
+    assert isinstance(imported, ImportedConfig) and imported.source == "megatron"
+    assert imported.model.model_copy(update={"name": plan.model.name}) == plan.model
+    assert effective(strategy_from_mapping(imported.strategy)) == effective(plan.strategy)
+    assert imported.workload == plan.workload
+
+
+def test_imported_config_is_frozen():
+    imported = from_megatron_args(emit_megatron(ROUND_TRIP["gpt2_fsdp"])["megatron_args.txt"])
+    with pytest.raises(Exception):
+        imported.world_size = 4
+
+
+LAUNCH_SCRIPT = r"""#!/bin/bash
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+DATA_PATH=/data/x   # not used here
+torchrun --nproc_per_node 8 --nnodes 2 --master_addr $MASTER_ADDR \
+    pretrain_gpt.py \
+    --num-layers 32 --hidden-size 4096 --num-attention-heads 32 \
+    --group-query-attention --num-query-groups 8 \
+    --seq-length 4096 --max-position-embeddings 8192 \
+    --tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 4 \
+    --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear \
+    --untie-embeddings-and-output-weights --vocab-size 32000 \
+    --micro-batch-size 2 --global-batch-size 64 --bf16 --use-distributed-optimizer \
+    --data-path $DATA_PATH --lr 1e-4 --save-interval 500 --use-flash-attn \
+    --recompute-activations  # unknown-but-real flags are ignored
+"""
+
+
+def test_launch_script_with_continuations_and_shell_variables():
+    imported = from_megatron_args(LAUNCH_SCRIPT)
+    m = imported.model
+    assert (m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels) == (32, 4096, 32, 8,
+                                                                                                        128)
+    # Megatron's SwiGLU default ffn: 2/3 of 4h, rounded down to a multiple of 64.
+    assert m.ffn_hidden_size == 10880 and m.max_position_embeddings == 8192 and not m.tie_embeddings
+    s = imported.strategy
+    assert (s["tp"], s["pp"], s["vpp"], s["mbs"], s["zero"]) == (4, 2, 4, 2, 1)
+    assert imported.world_size == 16 and imported.workload.global_batch_size == 64
+
+
+def test_megatron_defaults_when_flags_are_absent():
+    imported = from_megatron_args("--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 "
+                                  "--vocab-size 50257 --global-batch-size 8")
+    m = imported.model
+    assert m.tie_embeddings and m.add_bias_linear and m.activation == "gelu" and m.normalization == "layernorm"
+    assert m.position_embedding == "learned" and m.ffn_hidden_size == 3072 and m.max_position_embeddings == 1024
+    assert imported.strategy["zero"] == 0 and imported.world_size is None
+
+
+def test_global_batch_defaults_to_mbs_times_dp_with_known_world():
+    imported = from_megatron_args("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                                  "--num-attention-heads 4 --seq-length 128 --vocab-size 100 "
+                                  "--tensor-model-parallel-size 2 --micro-batch-size 3")
+    assert imported.workload.global_batch_size == 12 and imported.notes
+
+
+@pytest.mark.parametrize("text, message", [
+    ("--num-layers x --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1",
+     "--num-layers expects a positive integer, got 'x'"),
+    ("--num-layers $L --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1",
+     "uses a shell variable"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --global-batch-size 1",
+     "lack --vocab-size"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 9 --global-batch-size 1",
+     "lack --seq-length"),
+    ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1 "
+     "--num-experts 4 --moe-layer-freq [1,0,1,1]", "not 'k dense layers, then every n-th layer MoE'"),
+    ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1 "
+     "--num-experts 4 --moe-layer-freq '([1]*4).copy()'", "is not a list pattern"),
+    ("--num-layers 2 --hidden-size 64 'unclosed", "quoting"),
+])
+def test_malformed_input_is_one_line_error(text, message):
+    with pytest.raises(InputError, match=None) as err:
+        from_megatron_args(text)
+    assert message in str(err.value) and "\n" not in str(err.value)
