@@ -30,18 +30,44 @@ def _row(lay: Layouts, i: int, **update) -> Layouts:
     return Layouts(**{**sub.__dict__, **fields})
 
 
-def _linear_coeffs(problem: Problem, base: Layouts, stage: int, x1: int, x2: int, key: str):
-    """(slope, intercept) per layer of rank `stage`'s micro-batch time and memory, from two pricings."""
-    hw = hardware_of(problem.cluster)
-    out = []
-    for x in (x1, x2):
-        lay = Layouts(**{**base.__dict__, key: np.asarray([x])})
-        rc = rank_cost(problem.model, hw, problem.workload, lay, np.asarray([stage]), DEFAULT)
-        mem = sum(float(np.asarray(rc.memory[k]).reshape(-1)[0]) for k in MEMORY_KEYS)
-        out.append((float(rc.per_microbatch[0]), mem))
-    (t1, m1), (t2, m2) = out
-    dt, dm = (t2 - t1) / (x2 - x1), (m2 - m1) / (x2 - x1)
-    return (dt, t1 - dt * x1), (dm, m1 - dm * x1)
+def _coefficients(problem: Problem, lay: Layouts, i: int, options, pp: int, vpp: int
+                  ) -> Dict[Tuple[str, int], Tuple[Tuple[float, float], Tuple[float, float]]]:
+    """((time slope, intercept), (memory slope, intercept)) per layer of the first, middle and last ranks under
+    each recompute option, from one vectorised pricing at two layer counts per rank type."""
+    L = problem.model.num_layers
+    rows, stages, keys = [], [], []
+    x1, x2 = max(vpp, 1), 2 * max(vpp, 1)
+    mids = (max(1, L // pp - 1), max(2, L // pp))
+    for k, (rc, block, rl) in enumerate(options):
+        knobs = dict(recompute=rc, recompute_block=block, recompute_layers=rl)
+        for x in (x1, x2):
+            rows.append(dict(knobs, first=x, last=max(L // pp, 1)))
+            stages.append(0)
+            keys.append(("first", k, x))
+            rows.append(dict(knobs, first=max(L // pp, 1), last=x))
+            stages.append(pp - 1)
+            keys.append(("last", k, x))
+        if pp > 2:
+            for mid in mids:  # vary first and last together so the middle ranks hold `mid` layers
+                rest = L - (pp - 2) * mid
+                rows.append(dict(knobs, first=rest // 2, last=rest - rest // 2))
+                stages.append(1)
+                keys.append(("mid", k, mid))
+    base = lay.take(np.full(len(rows), i))
+    cols = {name: np.array([r[name] for r in rows]) for name in rows[0]}
+    batch = Layouts(**{**base.__dict__, **cols})
+    rc_ = rank_cost(problem.model, hardware_of(problem.cluster), problem.workload, batch, np.array(stages), DEFAULT)
+    t = np.asarray(rc_.per_microbatch, dtype=float)
+    mem = sum(np.broadcast_to(np.asarray(rc_.memory[key], dtype=float), t.shape) for key in MEMORY_KEYS)
+    points: Dict[Tuple[str, int], List[Tuple[float, float, float]]] = {}
+    for n, (name, k, x) in enumerate(keys):
+        points.setdefault((name, k), []).append((float(x), float(t[n]), float(mem[n])))
+    out = {}
+    for key, ((xa, ta, ma), (xb, tb, mb)) in points.items():
+        dx = (xb - xa) or 1.0
+        dt, dm = (tb - ta) / dx, (mb - ma) / dx
+        out[key] = ((dt, ta - dt * xa), (dm, ma - dm * xa))
+    return out
 
 
 def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, seed: int = 0
@@ -71,22 +97,14 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
         model.Add(mid == 0)
     choose = [model.NewBoolVar(f"rc{k}") for k in range(len(options))]
     model.AddExactlyOne(choose)
+    coeffs = _coefficients(problem, lay, i, options, pp, vpp)
     times = {}
-    for stage_name, stage, var, key in (("first", 0, first, "first"), ("last", pp - 1, last, "last"),
-                                        ("mid", 1, mid, "first")):
+    for stage_name, var in (("first", first), ("last", last), ("mid", mid)):
         if stage_name == "mid" and pp == 2:
             continue
         t_terms = []
-        for k, (rc, block, rl) in enumerate(options):
-            base = _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl,
-                        first=max(L // pp, 1), last=max(L // pp, 1))
-            # A middle rank is priced as stage 1 with its own layer count set through `first` of a 3+ stage
-            # split would be wrong; price it through the even middle instead: vary `first` and read stage 1.
-            st = stage if stage_name != "mid" else 1
-            if stage_name == "mid":
-                (dt, t0), (dm, m0) = _mid_coeffs(problem, base, pp)
-            else:
-                (dt, t0), (dm, m0) = _linear_coeffs(problem, base, st, max(vpp, 1), 2 * max(vpp, 1), key)
+        for k in range(len(options)):
+            (dt, t0), (dm, m0) = coeffs[(stage_name, k)]
             # Layers on this rank when option k is chosen (0 otherwise): x_k = var * choose[k].
             x_k = model.NewIntVar(0, L, f"x_{stage_name}_{k}")
             model.Add(x_k == var).OnlyEnforceIf(choose[k])
@@ -119,26 +137,6 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     return new, solver.ObjectiveValue() / US / vpp
 
 
-def _mid_coeffs(problem: Problem, base: Layouts, pp: int):
-    """Slope/intercept of a middle rank: vary first and last together so the middle count moves by pp-2."""
-    hw = hardware_of(problem.cluster)
-    L = problem.model.num_layers
-    pts = []
-    mid_vals = []
-    for mid in (max(1, L // pp - 1), max(2, L // pp)):
-        rest = L - (pp - 2) * mid
-        f = rest // 2
-        lay = Layouts(**{**base.__dict__, "first": np.asarray([f]), "last": np.asarray([rest - f])})
-        rc = rank_cost(problem.model, hw, problem.workload, lay, np.asarray([1]), DEFAULT)
-        mem = sum(float(np.asarray(rc.memory[k]).reshape(-1)[0]) for k in MEMORY_KEYS)
-        pts.append((float(rc.per_microbatch[0]), mem))
-        mid_vals.append(mid)
-    (t1, m1), (t2, m2) = pts
-    dx = (mid_vals[1] - mid_vals[0]) or 1
-    dt, dm = (t2 - t1) / dx, (m2 - m1) / dx
-    return (dt, t1 - dt * mid_vals[0]), (dm, m1 - dm * mid_vals[0])
-
-
 @register("cpsat")
 def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: Optional[float] = None,
                  progress=None, profile=None, **_) -> SolveResult:
@@ -151,11 +149,20 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
         return base
     from autoplan.costmodel.layout import layouts_from_strategies
 
+    # Refine each distinct pipelined layout once (the stage split and recompute are what CP-SAT chooses).
+    distinct, seen = [], set()
+    for p in base.plans:
+        s = p.strategy
+        key = (s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp, s.mbs, s.zero, s.fp8, s.sp)
+        if key not in seen and s.pp > 1:
+            seen.add(key)
+            distinct.append(s)
     lay = layouts_from_strategies([p.strategy for p in base.plans], problem.cluster.num_gpus)
-    per_call = 2.0 if budget_s is None else max(0.2, budget_s / max(len(base.plans), 1))
+    targets = layouts_from_strategies(distinct[:4], problem.cluster.num_gpus) if distinct else None
+    per_call = 2.0 if budget_s is None else max(0.2, budget_s / 4)
     refined = [lay]
-    for i in range(len(lay)):
-        got = refine(problem, lay, i, time_limit_s=per_call, seed=seed)
+    for i in range(len(targets) if targets is not None else 0):
+        got = refine(problem, targets, i, time_limit_s=per_call, seed=seed)
         if got is not None:
             refined.append(got[0])
     merged = Layouts(**{k: np.concatenate([getattr(r, k) for r in refined]) for k in lay.__dict__})
@@ -174,4 +181,4 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
                        evaluated=base.evaluated + len(merged), feasible=base.feasible, wall_s=0.0,
                        infeasible=base.infeasible, smallest_peak_gib=base.smallest_peak_gib,
                        best_by_shape=base.best_by_shape,
-                       notes=[f"CP-SAT refined {len(refined) - 1} of {len(lay)} pipelined layouts"])
+                       notes=[f"CP-SAT refined the stage split and recompute of {len(refined) - 1} layouts"])
