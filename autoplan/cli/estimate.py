@@ -81,12 +81,14 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
         m = load_model(model, sets or ())
         if gpus is None:
             raise InputError("--from-deepspeed needs --gpus (the world size the config is run with)")
-        imp = importers.from_deepspeed_config(from_deepspeed, m, gpus)
-    world = gpus or getattr(imp, "num_gpus", None)
+        imp = importers.from_deepspeed_config(from_deepspeed, m, gpus, seq_len=seq)
+    world = gpus or imp.world_size
     if not world:
         raise InputError("the world size is not in the imported config; pass --gpus N")
     c = load_cluster(cluster, world)
     wl = imp.workload
+    if wl is None and not seq:
+        raise InputError("--from-deepspeed needs --seq: a DeepSpeed config holds no sequence length")
     if seq or gbs:
         from autoplan.workload import Workload
 
