@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu-id", default=None, help="GPU profile for the analytic model (default: cpu / h200)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on CPU)")
     parser.add_argument("--out", type=Path, default=None, help="Folder for the profile JSON")
+    parser.add_argument("--from", dest="source", type=Path, default=None,
+                        help="analyse a profile written earlier by this script (--out) instead of profiling")
     parser.add_argument("--synthetic", metavar="GPU_ID", default=None,
                         help="no timing: leave-one-out on the analytic model's Llama-3-8B times for this GPU "
                              "(tp 1,2,4,8; mbs 1,2,4; seq 2048,4096,8192)")
@@ -170,15 +172,21 @@ def main(argv=None) -> int:
         print_errors("interpolation error on noise-free costs", interpolation_errors(profile, points, "bf16"))
         return 0
 
-    from autoplan.costmodel.measured import save_profile
-    from autoplan.profiler.run import ProfileRequest, run_profile
+    from autoplan.costmodel.measured import load_profile, save_profile
 
-    tps, mbss, seqs = grid(args.quick)
-    req = ProfileRequest(model=MODEL, tps=tps, mbss=mbss, seqs=seqs, dtypes=(args.dtype,), device=args.device,
-                         warmup=args.warmup, repeats=args.repeats, gemms=False,
-                         threads=args.threads or (1 if args.device == "cpu" else None))
-    profile = run_profile(req)
-    if args.out:
+    if args.source:
+        profile = load_profile(args.source)
+        tps, mbss, seqs = (tuple(sorted({getattr(e, axis) for e in profile.layers})) for axis in ("tp", "mbs", "seq"))
+        args.dtype, args.repeats, args.device = profile.layers[0].dtype, profile.layers[0].repeats, profile.device.kind
+    else:
+        from autoplan.profiler.run import ProfileRequest, run_profile
+
+        tps, mbss, seqs = grid(args.quick)
+        req = ProfileRequest(model=MODEL, tps=tps, mbss=mbss, seqs=seqs, dtypes=(args.dtype,), device=args.device,
+                             warmup=args.warmup, repeats=args.repeats, gemms=False,
+                             threads=args.threads or (1 if args.device == "cpu" else None))
+        profile = run_profile(req)
+    if args.out and not args.source:
         print(f"wrote {save_profile(profile, args.out / f'accuracy-{profile.device.gpu_id}-{MODEL.name}.json')}")
     points = held_out_points(tps, mbss, seqs)
     print(f"{MODEL.name} on {profile.device.name} ({profile.device.kind}, {profile.device.cpu_threads} threads), "
