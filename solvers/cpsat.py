@@ -154,7 +154,7 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
     for p in base.plans:
         s = p.strategy
         key = (s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp, s.mbs, s.zero, s.fp8, s.sp)
-        if key not in seen and s.pp > 1:
+        if key not in seen and s.pp > 1 and problem.engine == "megatron":  # DeepSpeed: even stages only
             seen.add(key)
             distinct.append(s)
     lay = layouts_from_strategies([p.strategy for p in base.plans], problem.cluster.num_gpus)

@@ -297,6 +297,11 @@ def enumerate_grid(problem: Problem) -> Grid:
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
+    if problem.engine == "deepspeed" and n:
+        # DeepSpeed's pipeline engine: ZeRO 0/1 only, no AutoTP, checkpoints every k layers (no 'block' method)
+        # (deepspeed runtime/pipe/engine.py, module.py; integrations/engines.py `deepspeed_unsupported`).
+        keep = ~((lay.pp > 1) & ((lay.zero >= 2) | (lay.tp > 1) | ((lay.recompute == 2) & lay.recompute_block)))
+        lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
 
 

@@ -33,6 +33,8 @@ def estimate_cmd(
     from autoplan.errors import InputError
 
     given, notes = read_strategy(strategy), []
+    if from_deepspeed:
+        engine = "deepspeed"  # the imported layout is completed under DeepSpeed's rules
     if from_megatron or from_deepspeed:
         m, c, wl, imported = _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs)
         given = {**imported, **given}

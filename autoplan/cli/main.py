@@ -34,7 +34,9 @@ def build_app() -> typer.Typer:
 def main(argv=None) -> None:
     build_app()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except InputError as e:
         print(f"autoplan: error: {e}", file=sys.stderr)
         sys.exit(InputError.exit_code)

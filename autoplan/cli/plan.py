@@ -140,7 +140,11 @@ def _no_plan(result, problem, as_json):
                f"{' and the given --fix/--exclude' if problem.fixed or problem.excluded else ''}; "
                f"check that gbs is divisible by the data-parallel size, or relax --fix")
     else:
-        hints = [f"try >= {2 * n} GPUs"]
+        # Model states shrink about linearly with more GPUs (ZeRO / pipeline sharding): scale to the need.
+        want = n * 2
+        while need is not None and want < n * need / cap and want < n * 1024:
+            want *= 2
+        hints = [f"try >= {want} GPUs"]
         if problem.cluster.gpu.has_dtype("fp8") and problem.fixed.get("fp8") in (None, ["hybrid"]):
             hints.append("fp8")
         if problem.mem_headroom:
