@@ -21,34 +21,36 @@ Strategy assumptions (the tables give tp/pp/vpp/cp/ep/mbs/gbs only; the rest liv
 - fp8: the precision column; the recipe comes from the notes (MXFP8 1x32 on Blackwell, per-tensor current
   scaling "FP8-CS" and TE delayed scaling on H100). A blank precision (the 25.09 release) means FP8 per the
   data README: MXFP8 on Blackwell, blockwise for DeepSeek-V3 on H100, tensorwise otherwise.
-- recompute is not in the tables. Policy "least" (default): the least recompute that autoplan predicts to fit
-  (none, then selective, then full), the way a recipe author would. Policy "none": no recompute, which is what
-  most Megatron-Bridge perf presets set (scripts/performance/configs/llama/llama3_workload_base_configs.py sets
-  recompute only for Llama3-8B H100 FP8-CS, `recompute_num_layers=5`; the DeepSeek-V3 common config sets
-  `recompute_granularity="selective"`; the FSDP presets offload 5-40 layers' activations to CPU instead).
-  `PublishedRun.strategy.recompute` records the choice.
-- Known gap, not modelled: Megatron-Bridge perf scripts reduce gradients in bf16
-  (`grad_reduce_in_fp32=False` in scripts/performance/utils helpers); autoplan counts fp32 main grads
-  (4 bytes/param), so its memory is conservative for these runs and "least" picks more recompute than the runs
-  used.
+- Everything else a Megatron-Bridge row ran with comes from `recipe_facts` below, read from that release's
+  performance configs (see RELEASE_TAG): recompute, CPU activation offload, the MoE all-to-all overlap, FP8
+  primary weights and the bf16 gradient reduction. The NeMo 24.03/24.07 rows keep the old assumptions (recompute:
+  the least that fits; fp32 gradient reduction).
+- Recompute policy (`--recompute`): "recipe" (default) = the recipe's recompute, escalated to the next heavier
+  kind only when autoplan predicts it does not fit (`PublishedRun.escalated` names those rows); "least" = the
+  least recompute that fits (none, selective, full); "none" = no recompute.
 """
 from __future__ import annotations
 
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
+import numpy as np
 from typing import Dict, List, Optional, Tuple
 
 from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_cluster
+from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.compute import shard_of
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
+from autoplan.costmodel.layout import layouts_from_strategies
 from autoplan.model import ModelSpec
 from autoplan.modelio import load_model
 from autoplan.results import Estimate
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
+from benchmarks.recipes import RecipeFacts, recipe_facts
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
 
@@ -71,6 +73,7 @@ DIM_COLUMNS = {
     "num_experts": "num_experts", "topk": "moe_router_topk", "moe_ffn_hidden": "moe_ffn_hidden_size",
 }
 RECOMPUTE_ORDER = ("none", "selective", "full")
+GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,9 @@ class PublishedRun:
     precision: str  # bf16 | fp8
     arch: str  # dense | moe
     dims_from_catalogue: Tuple[str, ...] = field(default_factory=tuple)  # fields not in the row
+    facts: Optional[RecipeFacts] = None  # Megatron-Bridge recipe settings (None for the NeMo rows)
+    memory_credit_gib: float = 0.0  # memory the run saved in ways autoplan cannot express (see memory_credit)
+    escalated: bool = False  # the recipe's recompute was predicted not to fit; a heavier one is used
 
     @property
     def setup(self) -> Tuple:
@@ -172,31 +178,112 @@ def fp8_setting(row: Dict[str, str], gpu: str) -> Tuple[str, Optional[str]]:
     return "hybrid", "blockwise" if row["model"].startswith("DeepSeek") else "tensorwise"
 
 
-def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str) -> Strategy:
+def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
+                  facts: Optional[RecipeFacts] = None) -> Strategy:
     tp, pp, cp = _int(row["tp"], 1), _int(row["pp"], 1), _int(row["cp"], 1)
     fp8, recipe = fp8_setting(row, gpu)
     fsdp = row["zero_or_distopt"].startswith("fsdp")
+    a2a = facts.moe_a2a_overlap if facts else row["model"].startswith("DeepSeekV3")
     return Strategy(
         tp=tp, pp=pp, vpp=_int(row["vpp"], 1) or 1, cp=cp,
         ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
         mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
-        tp_comm_overlap=tp > 1, moe_a2a_overlap=row["model"].startswith("DeepSeekV3"),
+        tp_comm_overlap=tp > 1, moe_a2a_overlap=a2a and model.is_moe,
+        grad_reduce_bf16=bool(facts and facts.grad_reduce_bf16),
     )
 
 
-def with_recompute(s: Strategy, recompute: str) -> Strategy:
-    return Strategy(**{**s.model_dump(exclude={"recompute_method", "recompute_layers"}), "recompute": recompute})
+def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None) -> Strategy:
+    fields = {**s.model_dump(exclude={"recompute_method", "recompute_layers"}), "recompute": recompute}
+    if recompute == "full" and layers:
+        fields.update(recompute_method="block", recompute_layers=layers)
+    return Strategy(**fields)
 
 
 def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload,
                     cal: Calibration = DEFAULT) -> Tuple[Strategy, Estimate]:
-    """The first of none/selective/full that fits; full recompute when none fits (the caller reports it)."""
+    """The first of none/selective/full that fits (no credits); full recompute when none fits."""
     for name in RECOMPUTE_ORDER:
         candidate = with_recompute(s, name)
         est = estimate(model, cluster, candidate, wl, cal=cal)
         if est.fits:
             return candidate, est
     return candidate, est
+
+
+def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[RecipeFacts]) -> float:
+    """GiB a Megatron-Bridge run did not hold on the GPU in ways autoplan's Strategy cannot express.
+
+    - FP8 primary weights (`fp8_param_gather`, Megatron `--fp8-param-gather`): TransformerEngine creates the
+      weights as FP8 tensors (MXFP8: row- and column-wise data), so the bf16 copy that autoplan counts next to
+      the FP8 cache (2 + 2 bytes per parameter) is not kept: half of the weights term. Counted without ZeRO-3
+      only (under Megatron-FSDP the shard is small and the gather buffers are left as counted).
+    - Per-module selective recompute (`recompute_modules`, Megatron `--recompute-modules`): the tensors those
+      modules would save are rebuilt in backward, so that share of every layer's activations is not held
+      (`module_saving_fraction`).
+    - CPU activation offload of N layers (`cpu_offloading_num_layers`, Megatron `--cpu-offloading`): those
+      layers' saved activations live in host memory: N / layers of the activations term (pp = 1 presets).
+    """
+    if facts is None:
+        return 0.0
+    credit = 0.0
+    if facts.fp8_param and s.uses_fp8 and s.zero < 3:
+        credit += est.memory_breakdown["weights"] / 2.0
+    if facts.recompute_modules and s.recompute == "none":
+        credit += est.memory_breakdown["activations"] * module_saving_fraction(model, s, facts.recompute_modules)
+    if facts.cpu_offload_layers:
+        layers = model.num_layers / s.pp
+        credit += est.memory_breakdown["activations"] * min(facts.cpu_offload_layers, layers) / layers
+    return credit
+
+
+def module_saving_fraction(model: ModelSpec, s: Strategy, modules: str) -> float:
+    """Share of one (MoE, where the model has experts) layer's saved activations that Megatron's per-module
+    recompute drops, sized with autoplan's own per-tensor terms (autoplan/costmodel/memory.py):
+    mla_up_proj -> the per-head q, k, v of MLA; mlp -> the whole MLP / MoE block but its input; moe_act -> the
+    activation output (fc2 input); layernorm -> the normalised outputs saved as QKV and FC1 inputs
+    (megatron/core/transformer/transformer_config.py `recompute_modules`)."""
+    lay = layouts_from_strategies([s], 1 << 20)
+    sh = shard_of(model, lay, 1)
+    full = float(M.layer_activation_bytes(model, sh, lay, moe=model.is_moe)[0][0])
+    region = float(sh.tokens_sp[0]) * model.hidden_size
+    fp8_in = float(M.gemm_input_bytes(lay)[0])
+    saved = 0.0
+    names = set(modules.split("/"))
+    if "mla_up_proj" in names and model.multi_latent_attention:
+        saved += M.BF16 * float(sh.tokens[0]) * float(np.ravel(sh.heads)[0]) * (2 * (model.qk_head_dim + model.qk_pos_emb_head_dim)
+                                                            + model.v_head_dim)
+    if "mlp" in names and model.is_moe:
+        saved += float(M.moe_activation_bytes(model, sh, lay)[0]) - 3 * M.BF16 * region
+    elif "moe_act" in names and model.is_moe:
+        saved += fp8_in * float(sh.expert_tokens[0]) * model.moe_ffn_hidden_size / s.etp
+    if "layernorm" in names:
+        saved += 2 * fp8_in * region
+    return min(saved / full, 1.0) if full else 0.0
+
+
+def fits_with_credit(est: Estimate, credit_gib: float) -> bool:
+    return est.peak_mem_gib - credit_gib <= est.capacity_gib
+
+
+def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload, facts, policy: str,
+                     cal: Calibration = DEFAULT) -> Tuple[Strategy, float, bool]:
+    """(strategy with recompute, memory credit GiB, escalated). Policy "recipe" starts from the recipe's
+    recompute (NeMo rows: from none) and moves to the next heavier kind only while the run is predicted not to
+    fit; "least" starts from none; "none" never recomputes."""
+    if policy == "none":
+        s = with_recompute(s, "none")
+        return s, memory_credit(estimate(model, cluster, s, wl, cal=cal), s, model, facts), False
+    start = facts.recompute if (policy == "recipe" and facts) else "none"
+    order = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(start):]
+    for name in order:
+        layers = facts.recompute_layers if (facts and name == facts.recompute) else None
+        candidate = with_recompute(s, name, layers)
+        est = estimate(model, cluster, candidate, wl, cal=cal)
+        credit = memory_credit(est, candidate, model, facts)
+        if fits_with_credit(est, credit):
+            break
+    return candidate, credit, policy == "recipe" and facts is not None and name != start
 
 
 def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
@@ -207,11 +294,11 @@ def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
     return value * 1e12 / model_flops_per_token(model, _int(row["seq_len"]))
 
 
-POLICIES = ("least", "none")
+POLICIES = ("recipe", "least", "none")
 
 
 def load_runs(path: Path = DATA, cal: Calibration = DEFAULT,
-              policy: str = "least") -> Tuple[List[PublishedRun], List[Tuple[str, str]]]:
+              policy: str = "recipe") -> Tuple[List[PublishedRun], List[Tuple[str, str]]]:
     """(usable runs in file order, [(row id, reason)] for the rows left out). A tflops row is used only when its
     run has no tokens row."""
     rows = read_rows(path)
@@ -228,18 +315,20 @@ def load_runs(path: Path = DATA, cal: Calibration = DEFAULT,
     return runs, excluded
 
 
-def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "least") -> PublishedRun:
+def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "recipe") -> PublishedRun:
     gpu = GPU_IDS[row["gpu"]]
     model, missing = build_model(row)
     cluster = load_cluster(gpu, _int(row["num_gpus"]))
     wl = Workload(seq_len=_int(row["seq_len"]), global_batch_size=_int(row["gbs"]))
     if policy not in POLICIES:
         raise ValueError(f"recompute policy {policy!r} must be one of {', '.join(POLICIES)}")
-    base = base_strategy(row, model, gpu)
-    strategy = least_recompute(model, cluster, base, wl, cal)[0] if policy == "least" else base
+    facts = recipe_facts(row, gpu, fp8=row["precision"] != "bf16")
+    base = base_strategy(row, model, gpu, facts)
+    strategy, credit, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
     return PublishedRun(
         id=row["id"], model=model, cluster=cluster, strategy=strategy, workload=wl,
         measured_tokens_per_gpu=measured_tokens_per_gpu(row, model), metric=row["measured_metric_name"],
         model_name=row["model"], gpu=gpu, precision="bf16" if row["precision"] == "bf16" else "fp8",
-        arch=row["arch"], dims_from_catalogue=missing,
+        arch=row["arch"], dims_from_catalogue=missing, facts=facts, memory_credit_gib=credit,
+        escalated=escalated,
     )

@@ -17,6 +17,9 @@ class Calibration:
     # backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.58  # fitted 2026-12-02
     attention_bwd_ratio: float = 2.5
+    # Head-dim dependence of that efficiency, d / (d + attention_head_dim_half) normalised at d = 128: FA3 Fig. 5
+    # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
+    attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
     grouped_gemm_eff: float = 0.49  # fitted 2026-12-02
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).

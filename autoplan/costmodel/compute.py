@@ -106,7 +106,16 @@ def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw:
     dims = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) if m.multi_latent_attention else 2 * m.kv_channels
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     flops = 2.0 * sh.tokens * keys * sh.heads * dims
-    return flops / (hw.peak_flops_bf16 * cal.attention_eff_fwd) + cal.kernel_overhead_s
+    return flops / (hw.peak_flops_bf16 * attention_efficiency(m, cal)) + cal.kernel_overhead_s
+
+
+def attention_efficiency(m: ModelSpec, cal: Calibration) -> float:
+    """Flash-attention forward efficiency for the model's head dim: `attention_eff_fwd` holds at head dim 128;
+    smaller heads do less work per K/V tile load (FlashAttention-3, Shah et al. 2024, Fig. 5: H100 causal
+    forward ~0.75x at head dim 64 and ~1.15x at 256 relative to 128), modelled as d / (d + d0)."""
+    d = (m.qk_head_dim + m.qk_pos_emb_head_dim) if m.multi_latent_attention else m.kv_channels
+    d0 = cal.attention_head_dim_half
+    return cal.attention_eff_fwd * (d / (d + d0)) / (128.0 / (128.0 + d0))
 
 
 def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Calibration, shards):

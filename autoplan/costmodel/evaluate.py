@@ -120,7 +120,12 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
     a2a_bytes = C.BF16 * routed_in * max(m.moe_router_topk, 1) * m.hidden_size
     a2a = collective_time("all_to_all", a2a_bytes, lay.ep, ep_spans, hw, inter_fraction=inter)
-    ep_exposed = 4 * a2a * n_moe * (1.0 - cal.a2a_overlap_hidden * lay.moe_a2a_overlap)
+    ep_total = 4 * a2a * n_moe
+    # The 1F1B all-to-all overlap runs one micro batch's dispatch/combine under another's MoE-layer compute
+    # (Megatron `overlap_moe_expert_parallel_comm`, combined 1F1B; DeepSeek-V3 report sec. 3.2.1 DualPipe):
+    # it hides at most that compute; an all-to-all longer than it stays exposed.
+    a2a_hidden = np.minimum(cal.a2a_overlap_hidden * ep_total, n_moe * (moe_fwd + moe_bwd))
+    ep_exposed = ep_total - np.where(lay.moe_a2a_overlap, a2a_hidden, 0.0)
 
     # Pipeline point-to-point: one activation forward and one gradient backward per chunk and micro batch.
     pp_spans = _spans(lay.tp * lay.cp * lay.dp, np.where(lay.pp > 1, 2, 1), hw)

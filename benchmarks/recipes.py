@@ -1,0 +1,104 @@
+"""What each published Megatron-Bridge run ran with, beyond the layout the tables print.
+
+Source: NVIDIA-NeMo/Megatron-Bridge, the performance configs of the release that produced the row
+(`RELEASE_TAG`): `scripts/performance/configs/<family>/*workload_base_configs.py` and `*_llm_pretrain.py` for
+tags v0.3.0 to v0.5.1, `src/megatron/bridge/perf_recipes/<family>/<gpu>/*.py` and `perf_recipes/_common.py` for
+v0.6.0 (commit 067f987df, the 26.08 container). The container a tag shipped in is inferred from the dates (tag
+v0.4.0 2026-04-16 -> container 26.04, ...); rows of 25.09 / 25.11 use the earliest tag with that layout (v0.3.0)
+and say so in `RecipeFacts.source`.
+
+Facts read there, per family (config names are those files' constants / functions):
+- All families: `grad_reduce_in_fp32 = False` (`_benchmark_common` in perf_recipes/_common.py; the per-family
+  `*_llm_pretrain.py` helpers in v0.3-v0.5) -> bf16 gradient buffer and bf16 DP reduction.
+- FP8 recipes: `bf16_with_mxfp8_mixed` and `bf16_with_fp8_current_scaling_mixed` set `fp8_param_gather = True`
+  (src/megatron/bridge/training/mixed_precision.py): primary weights are kept in FP8 (MXFP8: row- and
+  column-wise copies, with `reuse_grad_buf_for_mxfp8_param_ag` staging the gather in the grad buffer), so no bf16
+  weight copy is kept.
+- Llama3 8B / 70B, Llama3.1 405B: no recompute (`recompute_granularity = None`) except Llama3-8B H100 FP8-CS
+  (`recompute_num_layers = 5`, full, block). Megatron-FSDP presets offload activations of N layers to CPU
+  (`cpu_offloading_num_layers`: 70B GB200 40, GB300 20; 405B GB200 128 GPUs 92).
+- DeepSeek-V3: `recompute_granularity = "selective"` with cheap modules (`mla_up_proj`, `mlp`, `moe_act`);
+  `moe_a2a_overlap` on H100, on B200 MXFP8 pp8 vpp2 ep32 (v0.5.0), and on GB200 / GB300 MXFP8 from v0.5.0
+  (full-iteration CUDA graphs, HybridEP).
+- Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
+  MXFP8 from v0.5.0.
+- GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
+  v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
+
+autoplan has no switch for Megatron's per-module selective recompute, CPU activation offload or FP8 primary
+weights; `published.py` turns the last two into memory credits (`memory_credit_bytes`), and runs the cheap
+per-module recompute as recompute "none" (its time cost is a few percent; its memory saving is not credited).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+# Container release -> Megatron-Bridge tag (tag dates 2026-02-26, 04-16, 06-16, 08-19).
+RELEASE_TAG = {"26.02": "v0.3.0", "26.02.01": "v0.3.0", "26.04": "v0.4.0", "26.04.01": "v0.4.0",
+               "26.06": "v0.5.0", "26.06.01": "v0.5.0", "26.08": "v0.6.0"}
+EARLY_TAG = "v0.3.0"  # 25.09 / 25.11 rows: configs of that era not readable here; the nearest tag is used
+
+
+@dataclass(frozen=True)
+class RecipeFacts:
+    """Settings of one published run that the table does not print."""
+
+    recompute: str = "none"  # autoplan recompute kind
+    recompute_layers: Optional[int] = None  # full recompute, block method: layers per chunk
+    recompute_modules: str = ""  # Megatron selective modules (run as autoplan "none")
+    cpu_offload_layers: int = 0  # layers whose activations live in host memory
+    moe_a2a_overlap: bool = False
+    fp8_param: bool = False  # FP8 primary weights (fp8_param_gather)
+    grad_reduce_bf16: bool = False
+    source: str = ""
+
+
+def release_of(row_id: str) -> Optional[str]:
+    """'26.04.01' for 'mb_26.04.01_pre-training_...'; None for the NeMo rows."""
+    if not row_id.startswith("mb_"):
+        return None
+    return row_id.split("_")[1]
+
+
+def _tag(release: str) -> str:
+    return RELEASE_TAG.get(release, EARLY_TAG)
+
+
+def _at_least(release: str, tag: str) -> bool:
+    return _tag(release) >= tag
+
+
+def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFacts]:
+    """The recipe facts of a Megatron-Bridge row, or None for rows from other sources."""
+    release = release_of(row["id"])
+    if release is None:
+        return None
+    model, tp, pp, vpp, ep = row["model"], row["tp"], row["pp"], row["vpp"] or "1", row["ep"]
+    fsdp = row["zero_or_distopt"].startswith("fsdp")
+    tag = _tag(release)
+    common = dict(fp8_param=fp8, grad_reduce_bf16=True,
+                  source=f"Megatron-Bridge {tag}" + ("" if release in RELEASE_TAG else f" (nearest to {release})"))
+    if model.startswith("LLAMA"):
+        offload = 0
+        if fsdp and model.startswith("LLAMA3_70B"):
+            offload = {"gb200": 40, "gb300": 20, "b200": 5}.get(gpu, 0)
+        if fsdp and model.startswith("LLAMA3.1_405B") and gpu == "gb200":
+            offload = 92
+        if model.startswith("LLAMA3_8B") and gpu == "h100" and not fsdp:
+            return RecipeFacts(recompute="full", recompute_layers=5, **common)
+        return RecipeFacts(cpu_offload_layers=offload, **common)
+    if model.startswith("DeepSeekV3"):
+        a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
+            (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
+        return RecipeFacts(recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a, **common)
+    if model.startswith("Qwen3"):
+        a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
+            (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
+        return RecipeFacts(moe_a2a_overlap=a2a, **common)
+    if model.startswith("GPT OSS"):
+        a2a = (gpu == "gb200" and _at_least(release, "v0.4.0")) or \
+            (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
+        modules = "layernorm/moe_act" if gpu in ("b200", "gb200", "h100") else ""
+        return RecipeFacts(recompute_modules=modules, moe_a2a_overlap=a2a, **common)
+    return RecipeFacts(**common)
