@@ -73,6 +73,10 @@ DIM_COLUMNS = {
     "num_experts": "num_experts", "topk": "moe_router_topk", "moe_ffn_hidden": "moe_ffn_hidden_size",
 }
 RECOMPUTE_ORDER = ("none", "selective", "full")
+# NeMo 24.07 H100 FP8 runs reduce gradients in bf16 with the distributed fused Adam: NVIDIA/NeMo-Framework-Launcher
+# examples/training/gpt/h100/20b_fp8_1node.sh and llama/h100/llama2_13b_fp8.sh pass
+# `+training.model.optim.grad_sync_dtype=bf16`.
+NEMO_BF16_GRADS = "nemo2407_"
 GIB = 2**30
 
 
@@ -189,7 +193,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
         mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
         tp_comm_overlap=tp > 1, moe_a2a_overlap=a2a and model.is_moe,
-        grad_reduce_bf16=bool(facts and facts.grad_reduce_bf16),
+        grad_reduce_bf16=bool(facts.grad_reduce_bf16) if facts else row["id"].startswith(NEMO_BF16_GRADS),
     )
 
 
