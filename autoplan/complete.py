@@ -43,9 +43,7 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     from autoplan.solvers.space import Problem
 
     fixed = {k: v for k, v in given.items() if k not in PASS_THROUGH and k != "dp"}
-    problem = Problem(model, cluster, workload, fixed=fixed, engine=engine,
-                      allow=frozenset({"no-sp"}) if given.get("sp") is False and given.get("tp", 1) > 1 else
-                      frozenset())
+    problem = Problem(model, cluster, workload, fixed=fixed, engine=engine, allow=_allowances(given))
     result = solve(problem, "enumerate", top_k=1)
     if result.space_size == 0:
         # No legal completion: the plain defaults name the broken rule (validate raises).
@@ -68,3 +66,11 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
 
 def _fmt(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _allowances(given: Dict[str, Any]) -> frozenset:
+    """Search preferences never override what the user wrote: widen the space to hold the given keys."""
+    allow = {"tp-outside-domain", "ep-outside-domain", "non-pow2-mbs"}  # preferences, not rules
+    if given.get("sp") is False and given.get("tp", 1) > 1:
+        allow.add("no-sp")
+    return frozenset(allow)

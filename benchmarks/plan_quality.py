@@ -53,7 +53,12 @@ def main() -> None:
     for r in setups:
         pub, _ = least_recompute(r.model, r.cluster, neutral(r.strategy), r.workload)
         pub_est = estimate(r.model, r.cluster, pub, r.workload)
-        problem = Problem(r.model, r.cluster, r.workload, fixed={"fp8": ["hybrid" if r.precision == "fp8" else "none"]})
+        domain = r.cluster.gpu.nvlink_domain_size
+        # Widen the space to hold the published layout where it runs TP or EP across NVLink domains.
+        allow = {"ep-outside-domain"} if r.strategy.ep * r.strategy.etp > domain else set()
+        allow |= {"tp-outside-domain"} if r.strategy.tp > domain else set()
+        problem = Problem(r.model, r.cluster, r.workload, allow=frozenset(allow),
+                          fixed={"fp8": ["hybrid" if r.precision == "fp8" else "none"]})
         res = solve(problem, args.solver, top_k=1)
         name = f"{r.model_name} {r.cluster.num_gpus}x{r.gpu} s{r.workload.seq_len} b{r.workload.global_batch_size} {r.precision}"
         if not pub_est.fits:

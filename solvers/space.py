@@ -20,7 +20,7 @@ from autoplan.model import ModelSpec
 from autoplan.strategy import ALL_KEYS, Strategy, coerce_strategy_value
 from autoplan.workload import Workload
 
-ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "zero3-pp", "non-pow2-mbs")
+ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
 ENGINES = ("megatron", "deepspeed")
 
 
@@ -181,11 +181,8 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
                 continue  # etp*ep*pp must divide world (parallel_state)
             if ep * etp > tp * cp * dp:
                 continue  # experts fold inside the tp*cp*dp ranks of one stage
-            if ep * etp > domain and "ep-outside-domain" not in problem.allow and ep > 1:
-                # Keep EP inside the domain by default, except when the experts cannot fit otherwise:
-                # large MoE models (DeepSeek-V3 on H800) run EP across nodes.
-                if ep * etp > 8 * domain:
-                    continue
+            if ep > 1 and ep * etp > domain and "ep-outside-domain" not in problem.allow:
+                continue  # expert all-to-all stays on NVLink unless --allow ep-outside-domain
             if problem.engine == "deepspeed" and tp > 1 and ep > 1:
                 continue
             out.append((ep, etp))
@@ -222,7 +219,7 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
 
 def zero_choices(problem: Problem, pp: int) -> List[int]:
     vals = [0, 1, 2, 3]
-    if pp > 1 and "zero3-pp" not in problem.allow:
+    if pp > 1:
         vals = [0, 1, 2]  # ZeRO-3 / FSDP does not combine with pipeline parallelism (Megatron, DeepSpeed)
     if problem.engine == "megatron":
         vals = [v for v in vals if v <= 1] + ([3] if pp == 1 else [])  # Megatron: DDP, dist-opt, FSDP

@@ -29,7 +29,7 @@ def plan_cmd(
     fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="No plans with key=value."),
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
-                                              "ep-outside-domain, no-sp, zero3-pp, non-pow2-mbs."),
+                                              "ep-outside-domain, no-sp, non-pow2-mbs."),
     engine: str = typer.Option("megatron", "--engine", help="megatron or deepspeed (what the engine can run)."),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of device memory to keep free."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Your own strategy, estimated beside the best."),
