@@ -55,7 +55,9 @@ def main(argv=None) -> None:
         if isinstance(e, (click.exceptions.Exit, typer.Exit)):
             sys.exit(e.exit_code)
         if isinstance(e, (click.ClickException, VendoredClickException)):
-            print(f"autoplan: error: {e.format_message()}", file=sys.stderr)
+            message = e.format_message()
+            if message:  # no_args_is_help raises a usage error with no message after printing the help
+                print(f"autoplan: error: {message}", file=sys.stderr)
             sys.exit(2)
         if isinstance(e, (click.exceptions.Abort, typer.Abort)):
             sys.exit(130)
