@@ -3,7 +3,7 @@
 Minimises the mean squared log error of predicted vs measured tokens/s/GPU over the rows of
 `benchmarks/published.py` with a bounded Nelder-Mead search (numpy only). Every constant is global: one value
 for every row, GPU and model; no per-row factor. The recompute choice of each row is fixed before fitting (the
-fitted constants are time terms and do not change memory).
+fitted constants are time terms and do not change memory; policy "recipe", see benchmarks/published.py).
 
 Overfitting guard: the rows are grouped by setup (the same configuration measured in several releases is one
 setup); the constants are fitted on a random 70% of setups and the MAPE is reported on the other 30%, before the

@@ -225,6 +225,10 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
     - Per-module selective recompute (`recompute_modules`, Megatron `--recompute-modules`): the tensors those
       modules would save are rebuilt in backward, so that share of every layer's activations is not held
       (`module_saving_fraction`).
+    - No dropout (p = 0): autoplan sizes the 1-byte dropout masks of Korthikanti's count, which a p = 0 model
+      does not store (`dropout_mask_fraction`).
+    - Expandable segments: the caching allocator maps pages on demand, so autoplan's fragmentation allowance
+      is not needed.
     - CPU activation offload of N layers (`cpu_offloading_num_layers`, Megatron `--cpu-offloading`): those
       layers' saved activations live in host memory: N / layers of the activations term (pp = 1 presets).
     """
@@ -235,6 +239,10 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
         credit += est.memory_breakdown["weights"] / 2.0
     if facts.recompute_modules and s.recompute == "none":
         credit += est.memory_breakdown["activations"] * module_saving_fraction(model, s, facts.recompute_modules)
+    if facts.no_dropout:
+        credit += est.memory_breakdown["activations"] * dropout_mask_fraction(model, s)
+    if facts.expandable_segments:
+        credit += est.memory_breakdown["fragmentation"]
     if facts.cpu_offload_layers:
         layers = model.num_layers / s.pp
         credit += est.memory_breakdown["activations"] * min(facts.cpu_offload_layers, layers) / layers
@@ -264,6 +272,15 @@ def module_saving_fraction(model: ModelSpec, s: Strategy, modules: str) -> float
     if "layernorm" in names:
         saved += 2 * fp8_in * region
     return min(saved / full, 1.0) if full else 0.0
+
+
+def dropout_mask_fraction(model: ModelSpec, s: Strategy) -> float:
+    """Share of a layer's saved activations that are dropout masks (one byte per element after attention and
+    after the MLP, autoplan/costmodel/memory.py)."""
+    lay = layouts_from_strategies([s], 1 << 20)
+    sh = shard_of(model, lay, 1)
+    full = float(M.layer_activation_bytes(model, sh, lay, moe=model.is_moe)[0][0])
+    return 2.0 * float(sh.tokens_sp[0]) * model.hidden_size / full if full else 0.0
 
 
 def fits_with_credit(est: Estimate, credit_gib: float) -> bool:

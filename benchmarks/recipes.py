@@ -22,6 +22,11 @@ Facts read there, per family (config names are those files' constants / function
   (full-iteration CUDA graphs, HybridEP).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
+- Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
+  DeepSeek-V3 (models/deepseek/deepseek_v3_bridge.py) and Qwen (models/qwen/qwen2_bridge.py); torch's dropout
+  with p = 0 returns its input, so no mask is saved.
+- Allocator: scripts/performance/perf_plugins.py (v0.4.0) sets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`
+  for Llama3.1-405B FP8 on GB200 / GB300 and for DeepSeek-V3 on H100 / GB200.
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
@@ -51,6 +56,8 @@ class RecipeFacts:
     moe_a2a_overlap: bool = False
     fp8_param: bool = False  # FP8 primary weights (fp8_param_gather)
     grad_reduce_bf16: bool = False
+    no_dropout: bool = False  # hidden/attention dropout 0: no dropout masks are stored
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     source: str = ""
 
 
@@ -77,7 +84,10 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     model, tp, pp, vpp, ep = row["model"], row["tp"], row["pp"], row["vpp"] or "1", row["ep"]
     fsdp = row["zero_or_distopt"].startswith("fsdp")
     tag = _tag(release)
-    common = dict(fp8_param=fp8, grad_reduce_bf16=True,
+    expandable = (model.startswith("LLAMA3.1_405B") and gpu in ("gb200", "gb300") and fp8) or \
+        (model.startswith("DeepSeekV3") and gpu in ("h100", "gb200"))
+    common = dict(fp8_param=fp8, grad_reduce_bf16=True, expandable_segments=expandable,
+                  no_dropout=model.startswith(("LLAMA", "DeepSeek", "Qwen")),
                   source=f"Megatron-Bridge {tag}" + ("" if release in RELEASE_TAG else f" (nearest to {release})"))
     if model.startswith("LLAMA"):
         offload = 0
