@@ -3,7 +3,13 @@
 The default training script is autoplan's own `ds_train.py` (copied next to the config so the folder runs on
 its own); `train_script=` points the launcher at a user script instead, which then receives only
 `--deepspeed_config`. Config keys follow deepspeed 0.19.8 (runtime/config.py, runtime/zero/config.py,
-runtime/pipe/engine.py, runtime/tensor_parallel/config.py)."""
+runtime/pipe/engine.py, runtime/tensor_parallel/config.py).
+
+Tensor parallelism is AutoTP: `"tensor_parallel": {"autotp_size": tp}`, with batch sizes counted over
+dp = world / tp. DeepSpeed checks train_batch_size against the data-parallel size of the `mpu` passed to
+`deepspeed.initialize`, and without one against the whole world (runtime/config.py `DeepSpeedConfig.__init__`),
+so a training script must pass an mpu whose data-parallel world size is world / tp; `ds_train.py` does
+(`AutoTpGroups`), and a user script must too."""
 from __future__ import annotations
 
 import json
@@ -89,6 +95,7 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
         # Gradients accumulated and reduced in bf16 instead of fp32 (runtime/config.py get_data_types_params).
         config["data_types"] = {"grad_accum_dtype": "bf16"}
     if s.tp > 1:
+        # AutoTP (runtime/tensor_parallel/config.py TPTrainingConfig); batch sizes above use dp = world / tp.
         config["tensor_parallel"] = {"autotp_size": s.tp}
     check_deepspeed_keys(config)
     return config
@@ -123,11 +130,15 @@ def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str
     script = train_script or "$HERE/ds_train.py"
     script_args = "" if train_script else " " + _ds_train_args(plan, probe)
     kind = "probe run" if probe else "training run"
+    autotp_note = ""
+    if train_script and plan.strategy.tp > 1:
+        autotp_note = (f"# AutoTP tp={plan.strategy.tp}: pass deepspeed.initialize an mpu whose data-parallel size is "
+                       f"world/{plan.strategy.tp}, or DeepSpeed rejects the batch sizes\n")
     return f"""#!/usr/bin/env bash
 # autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, seq {plan.workload.seq_len}, \
 global batch {plan.workload.global_batch_size}
 # strategy: {plan.strategy.label()}
-# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+{autotp_note}# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 HOSTFILE="${{HOSTFILE:-$HERE/hostfile}}"

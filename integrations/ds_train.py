@@ -25,6 +25,14 @@ whole job; `loss` is this rank's last loss (null on pipeline ranks that do not h
 the accelerator's peak allocated memory so far (null on CPU); `host_rss_peak_gib` the process's peak RSS.
 Find the prefix anywhere in a line: DeepSpeed's pipeline engine ends its own step report without a newline, so
 that text can precede it. After the last iteration rank 0 prints `AUTOPLAN_DONE {"iterations": K, "world_size": N}`.
+Before the first iteration every rank prints the layout DeepSpeed built:
+    AUTOPLAN_LAYOUT {"rank": 0, "tensor_parallel": 2, "data_parallel": 1, "local_params": 81920}
+(`data_parallel` is the engine's data-parallel world size; `local_params` the parameters this rank holds before
+ZeRO partitioning, i.e. after AutoTP sharding).
+
+Tensor parallelism (`tensor_parallel.autotp_size` > 1 in the config) is DeepSpeed AutoTP driven by the config:
+`deepspeed.initialize` shards the model by `Gpt._tp_plan`, and an `AutoTpGroups` mpu makes DeepSpeed count
+world / tp data-parallel ranks. (`deepspeed.tp_model_init` only records arguments in 0.19.8 and is not needed.)
 
 Fault hooks for tests of failure handling: AUTOPLAN_FAULT=fail raises at the first iteration, AUTOPLAN_FAULT=hang
 sleeps forever there; AUTOPLAN_FAULT_RANK=R limits the fault to rank R (default: every rank)."""
@@ -49,6 +57,7 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 ITER_PREFIX = "AUTOPLAN_ITER "
+LAYOUT_PREFIX = "AUTOPLAN_LAYOUT "
 DONE_PREFIX = "AUTOPLAN_DONE "
 
 
@@ -73,32 +82,34 @@ class Attention(nn.Module):
     def __init__(self, spec: Dict[str, Any], selective: bool):
         super().__init__()
         h, d = spec["hidden_size"], spec["kv_channels"]
-        self.heads, self.groups, self.d = spec["num_attention_heads"], spec["num_query_groups"], d
+        heads, groups = spec["num_attention_heads"], spec["num_query_groups"]
+        self.d = d
         self.rope_base = spec.get("rotary_base", 10000.0) if spec.get("position_embedding", "rope") == "rope" else 0
         qkv_bias = spec.get("add_bias_linear", False) or spec.get("add_qkv_bias", False)
-        self.q_proj = nn.Linear(h, self.heads * d, bias=qkv_bias)
-        self.k_proj = nn.Linear(h, self.groups * d, bias=qkv_bias)
-        self.v_proj = nn.Linear(h, self.groups * d, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.heads * d, h, bias=spec.get("add_bias_linear", False))
+        self.q_proj = nn.Linear(h, heads * d, bias=qkv_bias)
+        self.k_proj = nn.Linear(h, groups * d, bias=qkv_bias)
+        self.v_proj = nn.Linear(h, groups * d, bias=qkv_bias)
+        self.o_proj = nn.Linear(heads * d, h, bias=spec.get("add_bias_linear", False))
         self.selective = selective
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        rep = self.heads // self.groups
+        rep = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Head counts come from the projections' outputs: under AutoTP each rank holds heads/tp and groups/tp.
         b, s, _ = x.shape
-        q = self.q_proj(x).view(b, s, self.heads, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(b, s, self.groups, self.d).transpose(1, 2)
-        v = self.v_proj(x).view(b, s, self.groups, self.d).transpose(1, 2)
+        q = self.q_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.d).transpose(1, 2)
         if self.rope_base:
             q, k = _rope(q, self.rope_base), _rope(k, self.rope_base)
         if self.selective and self.training:  # Megatron's selective recompute: the core attention only
             out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
             out = self._core(q, k, v)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, self.heads * self.d))
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
 class Mlp(nn.Module):
@@ -190,7 +201,24 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class Gpt(nn.Module):
-    """The whole model in one module (no pipeline); full recompute per Megatron's uniform/block methods."""
+    """The whole model in one module (no pipeline); full recompute per Megatron's uniform/block methods.
+
+    `_tp_plan` is the AutoTP sharding plan, in the Hugging Face form that `deepspeed.initialize` reads from the model
+    class (deepspeed 0.19.8 runtime/tensor_parallel/config.py `_get_hf_tp_plan`, converted by
+    module_inject/tp_plan_converter.py). It is Megatron's layout (Shoeybi et al., arXiv:1909.08053 sec. 3): Q/K/V and
+    the MLP's up/gate projections split by output columns, the attention output and MLP down projections by input
+    rows (one all-reduce each). Routed experts stay whole (DeepSpeed has no expert tensor parallelism, etp=1); the
+    shared expert is split like a dense MLP. Embedding, norms, router and LM head are not listed, so they are
+    replicated: DeepSpeed leaves modules the plan does not name untouched (module_inject/auto_tp.py
+    `_replace_module`)."""
+
+    _tp_plan = {
+        "blocks.*.attn.q_proj": "colwise", "blocks.*.attn.k_proj": "colwise", "blocks.*.attn.v_proj": "colwise",
+        "blocks.*.attn.o_proj": "rowwise",
+        "blocks.*.mlp.up_proj": "colwise", "blocks.*.mlp.gate_proj": "colwise", "blocks.*.mlp.down_proj": "rowwise",
+        "blocks.*.mlp.shared.up_proj": "colwise", "blocks.*.mlp.shared.gate_proj": "colwise",
+        "blocks.*.mlp.shared.down_proj": "rowwise",
+    }
 
     def __init__(self, spec: Dict[str, Any], recompute: str, method: str, group: int):
         super().__init__()
@@ -229,6 +257,71 @@ def build_pipeline(spec: Dict[str, Any], stages: int, recompute: str, interval: 
     return PipelineModule(layers=layers, num_stages=stages, loss_fn=lm_loss, partition_method="uniform",
                           checkpointable_layers=["Block"],  # never the embedding: its input ids carry no grad
                           activation_checkpoint_interval=interval if recompute == "full" else 0)
+
+
+class AutoTpGroups:
+    """Tensor- and data-parallel process groups of an AutoTP run, handed to `deepspeed.initialize` as its `mpu`.
+
+    DeepSpeedConfig checks train_batch_size == micro * gas * (data-parallel size) with the size taken from
+    `mpu.get_data_parallel_world_size()`, and without an mpu from the whole world (deepspeed 0.19.8
+    runtime/config.py `DeepSpeedConfig.__init__`, `_batch_assertion`): AutoTP's own groups are built later, in the
+    engine (runtime/engine.py `_configure_tensor_parallel_states`), so without this object the tensor-parallel
+    ranks count as data parallel. The layout is DeepSpeed's (utils/groups.py `_init_tp_mesh_device`, a (dp, tp)
+    mesh): a tensor-parallel group is `tp` consecutive ranks, a data-parallel group every tp-th rank."""
+
+    def __init__(self, tp: int):
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if tp < 1 or world % tp:
+            raise ValueError(f"tensor_parallel.autotp_size={tp} must divide the world size {world}")
+        self.tp, self.dp = tp, world // tp
+        self.tp_rank, self.dp_rank = rank % tp, rank // tp
+        # Every rank creates every group, in the same order (torch.distributed.new_group's contract).
+        for first in range(0, world, tp):
+            group = dist.new_group(list(range(first, first + tp)))
+            if first == rank - self.tp_rank:
+                self.tp_group = group
+        for offset in range(tp):
+            group = dist.new_group(list(range(offset, world, tp)))
+            if offset == self.tp_rank:
+                self.dp_group = group
+
+    def get_model_parallel_world_size(self) -> int:
+        return self.tp
+
+    def get_model_parallel_rank(self) -> int:
+        return self.tp_rank
+
+    def get_model_parallel_group(self):
+        return self.tp_group
+
+    def get_tensor_model_parallel_world_size(self) -> int:
+        return self.tp
+
+    def get_tensor_model_parallel_rank(self) -> int:
+        return self.tp_rank
+
+    def get_tensor_model_parallel_group(self):
+        return self.tp_group
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+    def get_data_parallel_rank(self) -> int:
+        return self.dp_rank
+
+    def get_data_parallel_group(self):
+        return self.dp_group
+
+
+def check_autotp(spec: Dict[str, Any], tp: int) -> None:
+    """AutoTP splits Q by whole heads and K/V by whole key-value groups; it cannot replicate K/V heads as
+    Megatron does when tp exceeds the group count (runtime/engine.py: ranks past the kv-head count get no shard)."""
+    heads, groups = spec["num_attention_heads"], spec["num_query_groups"]
+    if heads % tp or groups % tp:
+        raise ValueError(f"tensor_parallel.autotp_size={tp} must divide num_attention_heads={heads} and "
+                         f"num_query_groups={groups}")
 
 
 # ----------------------------------------------------------------------------------------------- run
@@ -280,6 +373,24 @@ def _batches(vocab: int, mbs: int, seq: int, device: str, seed: int):
         yield tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
+def build_engine(spec: Dict[str, Any], config: Dict[str, Any], args: argparse.Namespace, stages: int, tp: int):
+    """(engine, model, mpu): the model, sharded by AutoTP when tp > 1, wrapped by `deepspeed.initialize`."""
+    import deepspeed
+
+    if stages > 1:
+        model = build_pipeline(spec, stages, args.recompute, args.recompute_layers)
+    else:
+        model = Gpt(spec, args.recompute, args.recompute_method, args.recompute_layers)
+    mpu = None
+    if tp > 1:
+        # AutoTP from the config: deepspeed.initialize shards `model` by Gpt._tp_plan; the mpu sizes the batch.
+        check_autotp(spec, tp)
+        mpu = AutoTpGroups(tp)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, mpu=mpu)
+    return engine, model, mpu
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import deepspeed
     import torch.distributed as dist
@@ -296,16 +407,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     device = get_accelerator().current_device_name()
 
     stages = int(config.get("pipeline", {}).get("stages", 1))
-    if stages > 1:
-        model = build_pipeline(spec, stages, args.recompute, args.recompute_layers)
-    else:
-        model = Gpt(spec, args.recompute, args.recompute_method, args.recompute_layers)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
-
+    tp = int(config.get("tensor_parallel", {}).get("autotp_size", 1) or 1)
+    engine, model, mpu = build_engine(spec, config, args, stages, tp)
+    emit_line(LAYOUT_PREFIX + json.dumps({"rank": rank, "tensor_parallel": tp, "data_parallel": engine.dp_world_size,
+                                          "local_params": _local_params(model)}))
     mbs, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
     tokens_per_step = engine.train_batch_size() * args.seq_len
-    data = _batches(spec["vocab_size"], mbs, args.seq_len, device, args.seed + _data_parallel_rank(engine, config))
+    data = _batches(spec["vocab_size"], mbs, args.seq_len, device, args.seed + _data_parallel_rank(engine, mpu))
     for iteration in range(1, args.iters + 1):
         if iteration == 1:
             _maybe_fault(rank)
@@ -325,13 +433,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def _data_parallel_rank(engine, config: Dict[str, Any]) -> int:
-    """Ranks of one model replica (pipeline stages, AutoTP shards) must read the same tokens."""
+def _local_params(model: nn.Module) -> int:
+    """Parameters this rank's model holds; ZeRO-3 keeps the unpartitioned count in `ds_numel`."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+
+
+def _data_parallel_rank(engine, mpu: Optional[AutoTpGroups]) -> int:
+    """Ranks of one model replica (pipeline stages, AutoTP shards) must read the same tokens; DeepSpeed checks
+    this for AutoTP on the first forward (runtime/engine.py `check_dataloader_inputs_same_across_ranks`)."""
     import torch.distributed as dist
 
     if hasattr(engine, "grid"):  # PipelineEngine's process topology
         return engine.grid.get_data_parallel_rank()
-    return dist.get_rank() // int(config.get("tensor_parallel", {}).get("autotp_size", 1) or 1)
+    return mpu.get_data_parallel_rank() if mpu is not None else dist.get_rank()
 
 
 def _step(engine, data, gas: int, stages: int) -> Optional[float]:

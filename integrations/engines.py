@@ -55,13 +55,23 @@ def _first(reasons: Iterable[Optional[str]]) -> Optional[str]:
     return next((r for r in reasons if r), None)
 
 
+def _autotp_kv_heads_reason(tp: int, groups: int) -> str:
+    # module_inject/tp_shard.py get_shard_size splits K/V by whole key-value heads; runtime/engine.py
+    # _apply_autotp_partitioning leaves ranks past the kv-head count without an attention shard (Megatron instead
+    # replicates K/V heads when tp is a multiple of num_query_groups).
+    valid = ", ".join(str(t) for t in range(1, groups + 1) if groups % t == 0)
+    return (f"DeepSpeed AutoTP splits K/V by whole key-value heads, so tp must divide num_query_groups "
+            f"(tp={tp}, num_query_groups={groups}); use tp in {{{valid}}} or --engine megatron")
+
+
 def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]:
     """A one-line reason why DeepSpeed (config + `deepspeed.initialize`) cannot run `strategy`, or None.
 
     Sources: deepspeed 0.19.8 runtime/pipe/engine.py (PipelineEngine asserts ZeRO stage < 2), runtime/engine.py
     (AutoEP/native MoE set expert parallelism in model code), runtime/pipe/module.py (PipelineModule has no interleaved
     schedule and partitions by method, not by explicit counts). Features with no DeepSpeed counterpart at all
-    (context parallel, Megatron sequence parallel, TransformerEngine FP8, userbuffer TP overlap) are rejected."""
+    (context parallel, Megatron sequence parallel, TransformerEngine FP8, userbuffer TP overlap) are rejected.
+    Tensor parallelism is AutoTP (`tensor_parallel.autotp_size`), trained by integrations/ds_train.py."""
     s = strategy
     alt = "use --engine megatron or"
     return _first((
@@ -84,6 +94,7 @@ def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]
                                      f"pp={s.pp}); use zero=1 or pp=1",
         s.pp > 1 and s.tp > 1 and f"DeepSpeed AutoTP cannot be combined with its pipeline engine (tp={s.tp}, pp={s.pp}); "
                                   f"{alt} tp=1 or pp=1",
+        s.tp > 1 and model.num_query_groups % s.tp and _autotp_kv_heads_reason(s.tp, model.num_query_groups),
         s.pp > 1 and s.recompute == "full" and s.recompute_method == "block"
         and f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, pp={s.pp}); "
             f"use recompute_method=uniform",

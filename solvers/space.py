@@ -96,6 +96,8 @@ def tp_choices(problem: Problem) -> List[int]:
         g = m.num_query_groups
         if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
             continue  # query groups a multiple or divisor of tp (TransformerConfig)
+        if problem.engine == "deepspeed" and g % t:
+            continue  # AutoTP splits K/V by whole kv heads (integrations/engines.py deepspeed_unsupported)
         out.append(t)
     return out
 

@@ -63,6 +63,7 @@ def test_user_train_script_gets_only_the_config():
     (dict(pp=2, tp=2), "AutoTP"),
     (dict(pp=2, first_stage_layers=1), "uneven"),
     (dict(tp=2, sp=True, tp_comm_overlap=True), "sequence parallelism"),
+    (dict(tp=4), "tp must divide num_query_groups (tp=4, num_query_groups=2); use tp in {1, 2}"),
 ])
 def test_unsupported_strategies_name_the_feature(fields, word):
     reason = deepspeed_unsupported(Strategy(**fields), TINY_MOE)
@@ -76,6 +77,22 @@ def test_unsupported_strategies_name_the_feature(fields, word):
 def test_supported_strategies(fields):
     assert deepspeed_unsupported(Strategy(**fields), TINY) is None
     deepspeed_config(make_plan(TINY, 8, 64, 16, **fields))
+
+
+def test_autotp_batch_sizes_count_data_parallel_ranks_only():
+    # 8 GPUs with AutoTP 2 -> dp 4 (runtime/config.py _batch_assertion: 16 == 1 x 4 x 4), not 8.
+    config = deepspeed_config(make_plan(TINY, 8, 64, 16, tp=2))
+    assert config["tensor_parallel"] == {"autotp_size": 2}
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"]) == (16, 1, 4)
+    with pytest.raises(InputError, match="global_batch_size=6 must be divisible by mbs\\*dp = 1\\*4"):
+        deepspeed_config(make_plan(TINY, 8, 64, 6, tp=2))
+
+
+def test_user_script_with_autotp_is_told_to_pass_an_mpu():
+    launch = emit_deepspeed(make_plan(TINY, 8, 64, 16, tp=2), train_script="/src/train.py")["launch.sh"]
+    assert "mpu whose data-parallel size is world/2" in launch
+    assert "mpu" not in emit_deepspeed(make_plan(TINY, 8, 64, 16, tp=2))["launch.sh"]
 
 
 def test_batch_mismatch_is_input_error():
