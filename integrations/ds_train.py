@@ -26,7 +26,7 @@ the accelerator's peak allocated memory so far (null on CPU); `host_rss_peak_gib
 Find the prefix anywhere in a line: DeepSpeed's pipeline engine ends its own step report without a newline, so
 that text can precede it. After the last iteration rank 0 prints `AUTOPLAN_DONE {"iterations": K, "world_size": N}`.
 Before the first iteration every rank prints the layout DeepSpeed built:
-    AUTOPLAN_LAYOUT {"rank": 0, "tensor_parallel": 2, "data_parallel": 1, "local_params": 81920}
+    AUTOPLAN_LAYOUT {"rank": 0, "tensor_parallel": 2, "data_parallel": 1, "local_params": 139840}
 (`data_parallel` is the engine's data-parallel world size; `local_params` the parameters this rank holds before
 ZeRO partitioning, i.e. after AutoTP sharding).
 
