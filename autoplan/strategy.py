@@ -19,7 +19,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "fp8_recipe", "first_stage_layers", "last_stage_layers")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
-                "grad_reduce_bf16")
+                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers")
 
 
 class Strategy(BaseModel):
@@ -52,6 +52,13 @@ class Strategy(BaseModel):
     moe_a2a_overlap: bool = Field(False, description="Overlap MoE all-to-all with compute (1F1B a2a overlap).")
     grad_reduce_bf16: bool = Field(False, description="Keep and reduce gradients in bf16 (Megatron "
                                                       "--grad-reduce-in-bf16) instead of fp32 main grads.")
+    fp8_param: bool = Field(False, description="FP8 primary weights (Megatron --fp8-param-gather): the compute "
+                                               "weights exist only as FP8 tensors (no bf16 copy, ~1 byte/param plus "
+                                               "the transpose or column-wise copy) and the parameter all-gather "
+                                               "moves FP8; needs fp8 and zero>=1.")
+    cpu_offload_layers: int = Field(0, ge=0, description="Decoder layers whose saved activations are offloaded to "
+                                                         "host memory (Megatron --cpu-offloading-num-layers), "
+                                                         "layers; 0 = off; needs pp=1.")
 
     @model_validator(mode="before")
     @classmethod
@@ -131,8 +138,8 @@ class Strategy(BaseModel):
 _BOOL_TRUE = {"true", "1", "yes", "on"}
 _BOOL_FALSE = {"false", "0", "no", "off"}
 _INT_KEYS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_layers", "first_stage_layers",
-             "last_stage_layers"}
-_BOOL_KEYS = {"sp"} | set(OVERLAP_KEYS)
+             "last_stage_layers", "cpu_offload_layers"}
+_BOOL_KEYS = {"sp"} | (set(OVERLAP_KEYS) - _INT_KEYS)
 ALL_KEYS = tuple(Strategy.model_fields)
 
 

@@ -286,7 +286,9 @@ def _optimizer(c: Case) -> Optional[str]:
     """zero in 0..3; ZeRO-3/FSDP cannot combine with PP ([V] torch FSDP2 rejects PP > 1; DeepSpeed
     runtime/pipe/engine.py asserts ZeRO stage < 2); [V] overlap_param_gather needs the distributed optimizer and
     overlap_grad_reduce. The overlap switches default to on and then apply only where possible, so only an
-    explicitly requested overlap_param_gather is held to its rule."""
+    explicitly requested overlap_param_gather is held to its rule. [V] --fp8-param-gather needs the distributed
+    optimizer (or FSDP) and [TC] fp8; [TC] CPU offloading needs pp = 1 and fewer layers than the model has
+    (transformer_config.py)."""
     s = c.strategy
     asked = "overlap_param_gather" in s.model_fields_set and s.overlap_param_gather
     return _first((
@@ -297,6 +299,15 @@ def _optimizer(c: Case) -> Optional[str]:
         (asked and s.zero == 0,
          lambda: "overlap_param_gather=true needs the distributed optimizer; set zero>=1 or "
                  "overlap_param_gather=false"),
+        (s.fp8_param and not (s.uses_fp8 and s.zero >= 1),
+         lambda: f"fp8_param=true (--fp8-param-gather) needs fp8 and the distributed optimizer (got fp8={s.fp8}, "
+                 f"zero={s.zero}); set fp8=hybrid and zero>=1, or fp8_param=false"),
+        (s.cpu_offload_layers and s.pp > 1,
+         lambda: f"cpu_offload_layers={s.cpu_offload_layers} needs pp=1 (Megatron has no CPU offloading with "
+                 f"pipeline parallelism, pp={s.pp}); use pp=1 or cpu_offload_layers=0"),
+        (s.cpu_offload_layers >= c.model.num_layers,
+         lambda: f"cpu_offload_layers={s.cpu_offload_layers} must be below num_layers={c.model.num_layers}; "
+                 f"use at most {c.model.num_layers - 1}"),
         (asked and not s.overlap_grad_reduce,
          lambda: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
                  "overlap_param_gather=false"),

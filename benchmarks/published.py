@@ -78,6 +78,7 @@ RECOMPUTE_ORDER = ("none", "selective", "full")
 # `+training.model.optim.grad_sync_dtype=bf16`.
 NEMO_BF16_GRADS = "nemo2407_"
 GIB = 2**30
+LOGITS_BYTES = M.BF16 + M.FP32 + M.BF16  # per logit in autoplan/costmodel/memory.py logits_bytes
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,8 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
         tp_comm_overlap=tp > 1, moe_a2a_overlap=a2a and model.is_moe,
         grad_reduce_bf16=bool(facts.grad_reduce_bf16) if facts else row["id"].startswith(NEMO_BF16_GRADS),
+        fp8_param=bool(facts and facts.fp8_param and fp8 != "none"),
+        cpu_offload_layers=facts.cpu_offload_layers if facts and pp == 1 else 0,
     )
 
 
@@ -218,10 +221,6 @@ def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wor
 def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[RecipeFacts]) -> float:
     """GiB a Megatron-Bridge run did not hold on the GPU in ways autoplan's Strategy cannot express.
 
-    - FP8 primary weights (`fp8_param_gather`, Megatron `--fp8-param-gather`): TransformerEngine creates the
-      weights as FP8 tensors (MXFP8: row- and column-wise data), so the bf16 copy that autoplan counts next to
-      the FP8 cache (2 + 2 bytes per parameter) is not kept: half of the weights term. Counted without ZeRO-3
-      only (under Megatron-FSDP the shard is small and the gather buffers are left as counted).
     - Per-module selective recompute (`recompute_modules`, Megatron `--recompute-modules`): the tensors those
       modules would save are rebuilt in backward, so that share of every layer's activations is not held
       (`module_saving_fraction`).
@@ -229,23 +228,23 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
       does not store (`dropout_mask_fraction`).
     - Expandable segments: the caching allocator maps pages on demand, so autoplan's fragmentation allowance
       is not needed.
-    - CPU activation offload of N layers (`cpu_offloading_num_layers`, Megatron `--cpu-offloading`): those
-      layers' saved activations live in host memory: N / layers of the activations term (pp = 1 presets).
+    - TransformerEngine fused cross entropy (Bridge `cross_entropy_fusion_impl = "te"`): the gradient is written
+      in place into the bf16 logits (transformer_engine/pytorch/cross_entropy.py), so of autoplan's bf16 logits
+      + fp32 softmax + bf16 gradient (8 bytes per logit) only the 2-byte logits are held.
+    FP8 primary weights and CPU activation offload are Strategy switches (`fp8_param`, `cpu_offload_layers`),
+    set from the recipe facts in `base_strategy` and priced by the cost model itself.
     """
     if facts is None:
         return 0.0
     credit = 0.0
-    if facts.fp8_param and s.uses_fp8 and s.zero < 3:
-        credit += est.memory_breakdown["weights"] / 2.0
     if facts.recompute_modules and s.recompute == "none":
         credit += est.memory_breakdown["activations"] * module_saving_fraction(model, s, facts.recompute_modules)
     if facts.no_dropout:
         credit += est.memory_breakdown["activations"] * dropout_mask_fraction(model, s)
     if facts.expandable_segments:
         credit += est.memory_breakdown["fragmentation"]
-    if facts.cpu_offload_layers:
-        layers = model.num_layers / s.pp
-        credit += est.memory_breakdown["activations"] * min(facts.cpu_offload_layers, layers) / layers
+    if facts.te_cross_entropy:
+        credit += est.memory_breakdown["logits"] * (1.0 - M.BF16 / LOGITS_BYTES)
     return credit
 
 

@@ -27,12 +27,18 @@ Facts read there, per family (config names are those files' constants / function
   with p = 0 returns its input, so no mask is saved.
 - Allocator: scripts/performance/perf_plugins.py (v0.4.0) sets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`
   for Llama3.1-405B FP8 on GB200 / GB300 and for DeepSeek-V3 on H100 / GB200.
+- Loss: `cross_entropy_loss_fusion = True` (src/megatron/bridge/models/gpt_provider.py) with
+  `cross_entropy_fusion_impl = "te"` (scripts/performance/utils/overrides.py, all tags): TransformerEngine's
+  parallel cross entropy (transformer_engine/pytorch/cross_entropy.py) writes the logits gradient in place into
+  the bf16 logits, so no fp32 softmax copy is held.
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
-autoplan has no switch for Megatron's per-module selective recompute, CPU activation offload or FP8 primary
-weights; `published.py` turns the last two into memory credits (`memory_credit_bytes`), and runs the cheap
-per-module recompute as recompute "none" (its time cost is a few percent; its memory saving is not credited).
+CPU activation offload and FP8 primary weights are Strategy switches (`cpu_offload_layers`, `fp8_param`).
+autoplan has no switch for Megatron's per-module selective recompute, dropout 0, expandable segments or the TE
+fused cross entropy (Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns
+them into memory credits (`memory_credit`) and runs the cheap per-module recompute as recompute "none" (its time
+cost is a few percent).
 """
 from __future__ import annotations
 
@@ -58,6 +64,7 @@ class RecipeFacts:
     grad_reduce_bf16: bool = False
     no_dropout: bool = False  # hidden/attention dropout 0: no dropout masks are stored
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    te_cross_entropy: bool = False  # TransformerEngine fused cross entropy (gradient written into the logits)
     source: str = ""
 
 
@@ -86,7 +93,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     tag = _tag(release)
     expandable = (model.startswith("LLAMA3.1_405B") and gpu in ("gb200", "gb300") and fp8) or \
         (model.startswith("DeepSeekV3") and gpu in ("h100", "gb200"))
-    common = dict(fp8_param=fp8, grad_reduce_bf16=True, expandable_segments=expandable,
+    common = dict(fp8_param=fp8, grad_reduce_bf16=True, expandable_segments=expandable, te_cross_entropy=True,
                   no_dropout=model.startswith(("LLAMA", "DeepSeek", "Qwen")),
                   source=f"Megatron-Bridge {tag}" + ("" if release in RELEASE_TAG else f" (nearest to {release})"))
     if model.startswith("LLAMA"):

@@ -202,6 +202,8 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--grad-reduce-in-bf16"]
     if s.moe_a2a_overlap and m.is_moe:
         a += ["--overlap-moe-expert-parallel-comm"]
+    if s.cpu_offload_layers:  # [V] arguments.py turns --cpu-offloading on when the layer count is > 0
+        a += ["--cpu-offloading-num-layers", str(s.cpu_offload_layers)]
     return a
 
 
@@ -211,6 +213,8 @@ def _precision_args(plan: Plan) -> List[str]:
     if s.uses_fp8:
         default_recipe = "mxfp8" if is_blackwell_or_newer(plan.cluster.gpu) else "delayed"
         a += ["--fp8-format", s.fp8, "--fp8-recipe", s.fp8_recipe or default_recipe]
+        if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
+            a += ["--fp8-param-gather"]
     return a
 
 

@@ -144,3 +144,29 @@ def test_vectorised_matches_scalar(dense):
     ev = evaluate(dense, cluster(8), workload(), lay, every_rank=True)
     for i, s in enumerate(strategies):
         assert ev.step_time_s[i] == pytest.approx(estimate(dense, cluster(8), s, workload()).step_time_s)
+
+
+def test_fp8_param_drops_the_bf16_weight_copy(dense):
+    wl = workload()
+    cache = estimate(dense, cluster(8), Strategy(zero=1, fp8="hybrid"), wl).memory_breakdown
+    primary = estimate(dense, cluster(8), Strategy(zero=1, fp8="hybrid", fp8_param=True), wl).memory_breakdown
+    # bf16 copy (2 bytes) + FP8 row/column copies (2 bytes) -> FP8 copies only.
+    assert primary["weights"] == pytest.approx(cache["weights"] / 2)
+    assert primary["optimizer"] == pytest.approx(cache["optimizer"])
+
+
+def test_cpu_offload_keeps_the_other_layers_activations(dense):
+    wl = workload()
+    full = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
+    off = estimate(dense, cluster(8), Strategy(cpu_offload_layers=6), wl).memory_breakdown
+    ids_and_mask = (8 * 2048 + 2048 * dense.hidden_size) / 2**30  # embedding: int64 ids + dropout mask, GiB
+    layers = dense.num_layers
+    assert off["activations"] - ids_and_mask == pytest.approx((full["activations"] - ids_and_mask) * 2 / layers)
+    assert off["fragmentation"] < full["fragmentation"]
+
+
+def test_embedding_activations_only_on_chunk_0_micro_batches(dense):
+    from autoplan.costmodel.evaluate import embedding_in_flight
+    lay = layouts_from_strategies([Strategy(pp=4, vpp=2), Strategy(pp=4)], 8)
+    # rank 0 holds (4 - 1) * 2 + (2 - 1) * 4 + 1 = 11 pairs: forwards 0-3 and 8-10 run on chunk 0.
+    assert list(embedding_in_flight(lay, np.array([11, 4]))) == [7, 4]

@@ -33,7 +33,15 @@ def variety():
         make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2, "add_qkv_bias": True,
                                           "qk_layernorm": True}), 8, 128, 8, recompute="full",
                   recompute_method="block", recompute_layers=2),
+        make_plan(LLAMA_8B, 8, 4096, 32, zero=3, fp8="hybrid", fp8_param=True, cpu_offload_layers=4),
     ]
+
+
+def test_fp8_param_and_cpu_offload_flags():
+    f = flags(make_plan(LLAMA_8B, 8, 4096, 32, zero=1, fp8="hybrid", fp8_param=True, cpu_offload_layers=4))
+    assert "--fp8-param-gather" in f and f["--cpu-offloading-num-layers"] == "4"
+    plain = flags(make_plan(LLAMA_8B, 8, 4096, 32, zero=1, fp8="hybrid"))
+    assert "--fp8-param-gather" not in plain and "--cpu-offloading-num-layers" not in plain
 
 
 @pytest.mark.parametrize("probe", [False, True])

@@ -159,6 +159,18 @@ def test_moe_a2a_overlap_rules():
     assert run(model=MOE, world=16, ep=2, pp=2, vpp=2, moe_a2a_overlap=True).moe_a2a_overlap
 
 
+def test_fp8_param_needs_fp8_and_distributed_optimizer():
+    rejected("fp8_param=true", "needs fp8 and the distributed optimizer", "fp8=none", fp8_param=True)
+    rejected("fp8_param=true", "zero=0", fp8_param=True, fp8="hybrid", zero=0)
+    assert run(fp8_param=True, fp8="hybrid", zero=1).fp8_param
+
+
+def test_cpu_offload_needs_pp_1_and_fewer_layers_than_the_model():
+    rejected("cpu_offload_layers=2 needs pp=1", cpu_offload_layers=2, pp=2)
+    rejected("must be below num_layers", cpu_offload_layers=DENSE["num_layers"])
+    assert run(cpu_offload_layers=2).cpu_offload_layers == 2
+
+
 # ---- pipeline and virtual pipeline -------------------------------------------------------------------------
 
 def test_layers_divisible_by_pp_without_uneven_stages():

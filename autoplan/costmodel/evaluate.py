@@ -166,8 +166,10 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
     rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
         collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw)
-    ag = collective_time("all_gather", C.BF16 * params_dense, dp_group, dp_spans, hw) + \
-        collective_time("all_gather", C.BF16 * params_expert, edp, edp_spans, hw)
+    # --fp8-param-gather gathers the FP8 parameters (1 byte each) instead of bf16 (Megatron arguments.py help).
+    param_bytes = np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16)
+    ag = collective_time("all_gather", param_bytes * params_dense, dp_group, dp_spans, hw) + \
+        collective_time("all_gather", param_bytes * params_expert, edp, edp_spans, hw)
     ar_dp = collective_time("all_reduce", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
         collective_time("all_reduce", grad_bytes * params_expert, edp, edp_spans, hw)
     total_local = np.maximum(params_dense + params_expert, 1.0)
@@ -209,6 +211,15 @@ def in_flight(lay: Layouts, stage, m_micro):
     return np.minimum(warmup + 1, m_micro * lay.vpp)
 
 
+def embedding_in_flight(lay: Layouts, chunks):
+    """Of rank 0's `chunks` in-flight (micro batch, chunk) pairs, those of model chunk 0, which holds the
+    embedding. Megatron's interleaved schedule runs forward k on chunk (k // pp) % vpp (schedules.py
+    `get_model_chunk_id` with microbatch_group_size_per_vp_stage = pp); without interleaving every pair is chunk 0."""
+    groups, rest = chunks // lay.pp, chunks % lay.pp
+    chunk0 = lay.pp * np.ceil(groups / lay.vpp) + np.where(groups % lay.vpp == 0, rest, 0)
+    return np.where(lay.vpp > 1, chunk0, chunks)
+
+
 def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
                 cal: Calibration) -> Dict[str, np.ndarray]:
     m_micro = num_microbatches(wl, lay)
@@ -232,7 +243,13 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
                           uniform_ckpts * ckpt)
     per_chunk = np.select([lay.recompute == 0, lay.recompute == 1],
                           [chunk_layers * per_layer_none, chunk_layers * per_layer_sel], full_chunk)
-    activations = chunks * per_chunk + np.where(st.first, chunks * M.embedding_activation_bytes(m, sh), 0.0)
+    # CPU offload (--cpu-offloading-num-layers, pp = 1): the saved activations of that many layers are copied to
+    # host memory in forward and brought back in backward (megatron/core/transformer/transformer_block.py
+    # `get_cpu_offload_context`, TransformerEngine cpu_offload.py), so only the other layers' stay resident.
+    offloaded = np.minimum(lay.cpu_offload_layers, chunk_layers)
+    resident = np.where(chunk_layers > 0, (chunk_layers - offloaded) / np.maximum(chunk_layers, 1), 0.0)
+    embedding = embedding_in_flight(lay, chunks) * M.embedding_activation_bytes(m, sh)
+    activations = chunks * per_chunk * resident + np.where(st.first, embedding, 0.0)
     logits = np.where(st.last, M.logits_bytes(m, sh, lay), 0.0)
     # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt
     # — n layers at once under uniform recompute with groups of n.

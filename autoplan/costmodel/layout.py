@@ -39,6 +39,8 @@ class Layouts:
     tp_comm_overlap: np.ndarray  # bool
     moe_a2a_overlap: np.ndarray  # bool
     grad_bf16: np.ndarray  # bool: bf16 gradient buffer and reduction
+    fp8_param: np.ndarray  # bool: FP8 primary weights (--fp8-param-gather)
+    cpu_offload_layers: np.ndarray  # layers whose saved activations live in host memory
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -64,6 +66,7 @@ class Layouts:
             overlap_param_gather=bool(self.overlap_param_gather[i]),
             tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
             moe_a2a_overlap=bool(self.moe_a2a_overlap[i]), grad_reduce_bf16=bool(self.grad_bf16[i]),
+            fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
         )
 
 
@@ -89,4 +92,6 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> La
         tp_comm_overlap=col(lambda s: s.tp_overlap_on and s.sp and s.tp > 1, bool),
         moe_a2a_overlap=col(lambda s: s.moe_a2a_overlap, bool),
         grad_bf16=col(lambda s: s.grad_reduce_bf16, bool),
+        fp8_param=col(lambda s: s.fp8_param and s.uses_fp8, bool),
+        cpu_offload_layers=col(lambda s: s.cpu_offload_layers),
     )

@@ -97,8 +97,11 @@ def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
 
 
 def embedding_activation_bytes(m: ModelSpec, sh: Shard):
-    """Embedding output + dropout mask, and the int64 token ids (Megatron theoretical_memory_usage: 8sb)."""
-    return (BF16 + 1) * sh.tokens_sp * m.hidden_size + 8 * sh.tokens
+    """Embedding dropout mask and the int64 token ids (Megatron theoretical_memory_usage: 8sb + sbh). The bf16
+    embedding output is not held by the embedding (its backward needs only the ids,
+    megatron/core/tensor_parallel/layers.py VocabParallelEmbedding); it is the first layer's saved input, which
+    that layer's norm input already counts."""
+    return 1 * sh.tokens_sp * m.hidden_size + 8 * sh.tokens
 
 
 def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
@@ -112,6 +115,10 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
     # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8: row- and
     # column-wise copies). Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
+    # FP8 primary weights (--fp8-param-gather) make those FP8 tensors the parameters themselves: no bf16 copy is
+    # kept (megatron/core/fp8_utils.py `get_fp8_context(is_init=True)` builds the TE modules under TE's quantized
+    # model init when `config.fp8_param` is set; the
+    # distributed optimizer's fp32 main params are the only high-precision copy, counted in `optimizer`).
     local = np.where(lay.zero >= 3, params_dense / dp + params_expert / edp, total)
-    weights = weights + np.where(fp8, 2.0 * local, 0.0)
+    weights = np.where(fp8 & lay.fp8_param, 0.0, weights) + np.where(fp8, 2.0 * local, 0.0)
     return weights, grads, optimizer
