@@ -79,6 +79,8 @@ def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]
         s.vpp > 1 and f"DeepSpeed's pipeline has no interleaved schedule (vpp={s.vpp}); {alt} vpp=1",
         s.sp and s.tp > 1 and f"DeepSpeed cannot run Megatron sequence parallelism (sp=true, tp={s.tp}); {alt} sp=false",
         s.uses_fp8 and f"DeepSpeed has no TransformerEngine FP8 training (fp8={s.fp8}); {alt} fp8=none",
+        s.cpu_offload_layers and f"DeepSpeed's config cannot offload the activations of chosen layers "
+                                 f"(cpu_offload_layers={s.cpu_offload_layers}); {alt} cpu_offload_layers=0",
         s.tp_comm_overlap and f"DeepSpeed cannot overlap TP communication with GEMMs (tp_comm_overlap=true); "
                               f"{alt} tp_comm_overlap=false",
         s.ep > 1 and f"DeepSpeed cannot set expert parallelism from its config for this model (ep={s.ep}); {alt} ep=1",

@@ -294,7 +294,7 @@ def enumerate_grid(problem: Problem) -> Grid:
         first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
         overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool), fp8_param=np.zeros(n, bool),
-        cpu_offload_layers=np.zeros(n, np.int64))
+        cpu_offload_layers=np.zeros(n, np.int64), vocab_tp=np.full(n, problem.engine != "deepspeed"))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     if problem.engine == "deepspeed" and n:

@@ -170,3 +170,15 @@ def test_embedding_activations_only_on_chunk_0_micro_batches(dense):
     lay = layouts_from_strategies([Strategy(pp=4, vpp=2), Strategy(pp=4)], 8)
     # rank 0 holds (4 - 1) * 2 + (2 - 1) * 4 + 1 = 11 pairs: forwards 0-3 and 8-10 run on chunk 0.
     assert list(embedding_in_flight(lay, np.array([11, 4]))) == [7, 4]
+
+
+def test_deepspeed_autotp_replicates_the_vocabulary(dense):
+    # DeepSpeed AutoTP shards Linear layers only: embedding and LM head stay whole on every tp rank.
+    s, wl = Strategy(tp=2, zero=0), workload(gbs=8)
+    mega = estimate(dense, cluster(8), s, wl)
+    ds = estimate(dense, cluster(8), s, wl, engine="deepspeed")
+    vocab_half = 2 * dense.vocab_size * dense.hidden_size / 2  # embedding + untied head, the other tp half
+    assert ds.memory_breakdown["weights"] - mega.memory_breakdown["weights"] == pytest.approx(
+        2 * vocab_half / 2**30, rel=1e-6)
+    assert ds.memory_breakdown["logits"] > mega.memory_breakdown["logits"]
+    assert ds.step_time_s > mega.step_time_s

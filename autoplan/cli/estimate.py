@@ -47,7 +47,7 @@ def estimate_cmd(
         m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     prof = _load_profile(profile, c, m)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
-    est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen)
+    est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen, engine=engine)
     if as_json:
         print_json({**est.contract(), "strategy": s.to_dict()})
         return

@@ -119,7 +119,7 @@ def _baseline(problem, text, from_megatron, prof):
     s, notes = complete_strategy(problem.model, problem.cluster, problem.workload, given, engine=problem.engine)
     s = validate(problem.model, problem.cluster, problem.workload, s)
     est = estimate(problem.model, problem.cluster, s, problem.workload, profile=prof,
-                   headroom=problem.mem_headroom, notes=notes)
+                   headroom=problem.mem_headroom, notes=notes, engine=problem.engine)
     return Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=s, estimate=est)
 
 

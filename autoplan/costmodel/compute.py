@@ -173,8 +173,9 @@ def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware
 def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
     """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward."""
     no_fp8 = np.zeros_like(lay.fp8)
-    gemm = gemm_time(sh.tokens, m.vocab_size / lay.tp, m.hidden_size, lay, hw, cal, fp8=no_fp8)
-    xent = elementwise_time(3 * 4 * sh.tokens * m.vocab_size / lay.tp, hw, cal, 6)
+    vocab = m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
+    gemm = gemm_time(sh.tokens, vocab, m.hidden_size, lay, hw, cal, fp8=no_fp8)
+    xent = elementwise_time(3 * 4 * sh.tokens * vocab, hw, cal, 6)
     return gemm + xent
 
 

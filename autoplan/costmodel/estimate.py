@@ -108,9 +108,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, workload: Workload, *,
              cal: Calibration = DEFAULT, profile=None, headroom: float = 0.0,
-             notes: Optional[List[str]] = None) -> Estimate:
-    """Predict one strategy, pricing every pipeline rank."""
-    lay = layouts_from_strategies([strategy], cluster.num_gpus)
+             notes: Optional[List[str]] = None, engine: str = "megatron") -> Estimate:
+    """Predict one strategy, pricing every pipeline rank. `engine` matters where engines lay out the same
+    strategy differently (DeepSpeed AutoTP replicates the vocabulary)."""
+    lay = layouts_from_strategies([strategy], cluster.num_gpus, engine=engine)
     ev = evaluate(model, cluster, workload, lay, cal, profile, every_rank=True)
     return estimate_from(ev, 0, model, cluster, workload, lay, headroom=headroom, notes=notes,
                          profile=profile)

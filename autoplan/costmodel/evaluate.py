@@ -152,7 +152,10 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
     # A tied head on a separate last stage keeps its own copy of the embedding (Megatron shared embedding).
     head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
-    tp_sharded = tp_sharded + np.where(st.first, emb_p, 0.0) + np.where(st.last, head_w, 0.0)
+    vocab_params = np.where(st.first, emb_p, 0.0) + np.where(st.last, head_w, 0.0)
+    # Megatron shards the vocabulary over tp; DeepSpeed AutoTP replicates embedding and head on every tp rank.
+    tp_sharded = tp_sharded + np.where(lay.vocab_tp, vocab_params, 0.0)
+    replicated = replicated + np.where(lay.vocab_tp, 0.0, vocab_params)
     params_dense = tp_sharded / lay.tp + replicated
     params_expert = n_moe * lp_moe.experts / (lay.ep * lay.etp)
     edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)

@@ -41,6 +41,7 @@ class Layouts:
     grad_bf16: np.ndarray  # bool: bf16 gradient buffer and reduction
     fp8_param: np.ndarray  # bool: FP8 primary weights (--fp8-param-gather)
     cpu_offload_layers: np.ndarray  # layers whose saved activations live in host memory
+    vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -70,8 +71,10 @@ class Layouts:
         )
 
 
-def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> Layouts:
-    """Stack strategies; dp is derived as world / (tp * pp * cp) when a strategy leaves it out."""
+def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engine: str = "megatron") -> Layouts:
+    """Stack strategies; dp is derived as world / (tp * pp * cp) when a strategy leaves it out. `engine` decides
+    whether the vocabulary is sharded over tp (Megatron's VocabParallelEmbedding) or replicated (DeepSpeed AutoTP
+    keeps embedding and LM head whole: deepspeed module_inject/auto_tp.py shards Linear layers only)."""
 
     def col(fn, dtype=np.int64):
         return np.array([fn(s) for s in strategies], dtype=dtype)
@@ -94,4 +97,5 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int) -> La
         grad_bf16=col(lambda s: s.grad_reduce_bf16, bool),
         fp8_param=col(lambda s: s.fp8_param and s.uses_fp8, bool),
         cpu_offload_layers=col(lambda s: s.cpu_offload_layers),
+        vocab_tp=col(lambda s: engine != "deepspeed", bool),
     )

@@ -93,7 +93,7 @@ def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     """Last stage, one micro batch: bf16 logits + fp32 softmax in vocab-parallel cross entropy
     (megatron/core/tensor_parallel/cross_entropy.py upcasts to fp32) + bf16 logits gradient."""
-    return (BF16 + FP32 + BF16) * sh.tokens * m.vocab_size / lay.tp
+    return (BF16 + FP32 + BF16) * sh.tokens * m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
 
 
 def embedding_activation_bytes(m: ModelSpec, sh: Shard):

@@ -67,7 +67,8 @@ def build_candidates(problem: Problem) -> Tuple[List[Candidate], List[Pruned]]:
     runnable: List[Candidate] = []
     pruned: List[Pruned] = []
     for strategy in legal_strategies(problem):
-        est = estimate(problem.model, problem.cluster, strategy, problem.workload, headroom=problem.mem_headroom)
+        est = estimate(problem.model, problem.cluster, strategy, problem.workload, headroom=problem.mem_headroom,
+                       engine=problem.engine)
         plan = Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=strategy,
                     estimate=est)
         reason = engine_reason(problem, plan) or fit_reason(est, capacity_gib(est))
