@@ -7,8 +7,10 @@ are slower than a priced setting of the same layout and are not ranked). Then th
 setup where autoplan claims more than 1.3x, with both time breakdowns side by side, to examine.
 
 Fairness: the search keeps the published precision (fp8 fixed to what the run used) and both sides use the same
-switches (TP overlap with SP, no MoE a2a overlap, fp32 gradient reduction); the published strategy gets the least
-recompute that fits, as in `benchmarks/accuracy.py`.
+switches: the run's own gradient precision and FP8 primary weights (from its recipe, `benchmarks/recipes.py`), TP
+overlap with SP, no MoE a2a overlap and no CPU offload (the search does not vary those). The published strategy
+gets the least recompute that fits under the plain cost model (no benchmark memory credits), as the search's
+candidates do.
 Run: python -m benchmarks.plan_quality [--solver enumerate] [--limit N]"""
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ def published_setups():
 
 
 def neutral(s):
-    """The published strategy with the search's default switches."""
-    return s.model_copy(update={"moe_a2a_overlap": False, "grad_reduce_bf16": False, "tp_comm_overlap": None})
+    """The published strategy with the switches the search also uses."""
+    return s.model_copy(update={"moe_a2a_overlap": False, "tp_comm_overlap": None, "cpu_offload_layers": 0})
 
 
 def main() -> None:
@@ -58,7 +60,9 @@ def main() -> None:
         allow = {"ep-outside-domain"} if r.strategy.ep * r.strategy.etp > domain else set()
         allow |= {"tp-outside-domain"} if r.strategy.tp > domain else set()
         problem = Problem(r.model, r.cluster, r.workload, allow=frozenset(allow),
-                          fixed={"fp8": ["hybrid" if r.precision == "fp8" else "none"]})
+                          fixed={"fp8": ["hybrid" if r.precision == "fp8" else "none"],
+                                 "grad_reduce_bf16": [r.strategy.grad_reduce_bf16],
+                                 "fp8_param": [r.strategy.fp8_param]})
         res = solve(problem, args.solver, top_k=1)
         name = f"{r.model_name} {r.cluster.num_gpus}x{r.gpu} s{r.workload.seq_len} b{r.workload.global_batch_size} {r.precision}"
         if not pub_est.fits:

@@ -297,12 +297,30 @@ def enumerate_grid(problem: Problem) -> Grid:
         cpu_offload_layers=np.zeros(n, np.int64), vocab_tp=np.full(n, problem.engine != "deepspeed"))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
+    lay = _apply_switches(problem, lay)
     if problem.engine == "deepspeed" and n:
         # DeepSpeed's pipeline engine: ZeRO 0/1 only, no AutoTP, checkpoints every k layers (no 'block' method)
         # (deepspeed runtime/pipe/engine.py, module.py; integrations/engines.py `deepspeed_unsupported`).
         keep = ~((lay.pp > 1) & ((lay.zero >= 2) | (lay.tp > 1) | ((lay.recompute == 2) & lay.recompute_block)))
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
+
+
+# Switches the search does not vary; `--fix` sets them on every candidate (where they apply).
+SWITCHES = {"grad_reduce_bf16": "grad_bf16", "fp8_param": "fp8_param"}
+
+
+def _apply_switches(problem: Problem, lay: Layouts) -> Layouts:
+    cols = {}
+    for key, col in SWITCHES.items():
+        if key in problem.fixed:
+            want = problem.fixed[key]
+            want = want[0] if isinstance(want, (list, tuple)) else want
+            value = np.full(len(lay), bool(want))
+            if key == "fp8_param":
+                value &= lay.fp8  # FP8 primary weights only where the GEMMs run in FP8
+            cols[col] = value
+    return Layouts(**{**lay.__dict__, **cols}) if cols else lay
 
 
 def legal_strategies(problem: Problem) -> List[Strategy]:

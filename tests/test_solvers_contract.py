@@ -126,3 +126,12 @@ def test_cpsat_stage_split_equals_brute_force():
     mine = evaluate(m, problem.cluster, problem.workload, new, every_rank=True)
     assert bool(mine.fits()[0])
     assert mine.step_time_s[0] == pytest.approx(best, rel=0.01)
+
+
+def test_fixed_switches_apply_to_every_candidate():
+    base = small_problems()[0]
+    p = Problem(base.model, base.cluster, base.workload, fixed={"grad_reduce_bf16": [True]})
+    lay = enumerate_grid(p).layouts
+    assert len(lay) > 0 and lay.grad_bf16.all()
+    best = solve(p, "enumerate", top_k=1).plans[0]
+    assert best.strategy.grad_reduce_bf16
