@@ -22,6 +22,9 @@ class Calibration:
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
     grouped_gemm_eff: float = 0.52  # refitted 2026-12-03
+    # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
+    # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term.
+    grouped_gemm_half_tokens: float = 0.0
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per kernel launch on the GPU stream (small-kernel floor), s.

@@ -33,12 +33,18 @@ _STEPS = {
 }
 
 
-def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardware, *, inter_fraction=None):
+def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardware, *, inter_fraction=None,
+                    ranks_per_domain=None):
     """Seconds for one collective of `size_bytes` (the full buffer, per rank) over `group_size` ranks.
 
     `spans_network`: the group crosses NVLink domains, so the slowest link is the NIC (rail-optimised: one NIC per
     GPU). `inter_fraction` (all-to-all only): share of the traffic that leaves the domain; the two kinds of link
     work in parallel and the slower one decides.
+
+    `ranks_per_domain` (ring collectives): members of the group inside each NVLink domain, g. NCCL's rings cross
+    each domain boundary once per channel and run g channels over the domain's g NICs, so each NIC carries 1/g of
+    the bus bytes while NVLink carries all of them. Check: 4 nodes x 8 B200 with 8x 400G NICs reach an all-reduce
+    busbw of 381.8 GB/s, i.e. 381.8 / 8 = 47.7 GB/s per 50 GB/s NIC (../reference gpus.md S3, S1). None = 1.
     """
     n = np.asarray(group_size, dtype=float)
     size = np.asarray(size_bytes, dtype=float)
@@ -53,5 +59,6 @@ def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardwa
         frac = np.where(spans, 1.0 if inter_fraction is None else inter_fraction, 0.0)
         beta = np.maximum(bus * (1 - frac) / (nv_bw * ALL_TO_ALL_EFF), bus * frac / (net_bw * ALL_TO_ALL_EFF))
     else:
-        beta = bus / np.where(spans, net_bw, nv_bw)
+        g = np.ones_like(n) if ranks_per_domain is None else np.maximum(np.asarray(ranks_per_domain, float), 1.0)
+        beta = np.where(spans, np.maximum(bus / (g * net_bw), bus / nv_bw), bus / nv_bw)
     return np.where(single, 0.0, latency + beta)

@@ -124,13 +124,24 @@ def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Ca
                                                                           lay, hw, cal)
 
 
+def grouped_token_efficiency(per_expert_tokens, cal: Calibration):
+    """Efficiency of a grouped expert GEMM against its rows per expert, m / (m + grouped_gemm_half_tokens),
+    normalised to 1 at m = 8192. Each expert's GEMM is tiled on its own, so its weights are streamed once per
+    expert and the last row-tile of every expert runs part-empty; both weigh more as m shrinks (MegaBlocks,
+    Gale et al. 2023, sec. 5.1 and Fig. 6: grouped/batched expert GEMM throughput falls with tokens per expert)."""
+    m0 = cal.grouped_gemm_half_tokens
+    m = np.maximum(np.asarray(per_expert_tokens, dtype=float), 1.0)
+    return (m / (m + m0)) / (8192.0 / (8192.0 + m0))
+
+
 def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
     """Grouped expert GEMMs (balanced routing: tokens*k/E per expert), router, shared experts."""
     per_expert = sh.expert_tokens / np.maximum(sh.local_experts, 1)
     f = m.moe_ffn_hidden_size / lay.etp
     up = (2 if m.gated_mlp else 1) * f
-    one = gemm_time(per_expert, up, m.hidden_size, lay, hw, cal, eff_scale=cal.grouped_gemm_eff) + \
-        gemm_time(per_expert, m.hidden_size, f, lay, hw, cal, eff_scale=cal.grouped_gemm_eff)
+    eff = cal.grouped_gemm_eff * grouped_token_efficiency(per_expert, cal)
+    one = gemm_time(per_expert, up, m.hidden_size, lay, hw, cal, eff_scale=eff) + \
+        gemm_time(per_expert, m.hidden_size, f, lay, hw, cal, eff_scale=eff)
     # One grouped kernel covers all local experts: scale compute, keep one launch floor per GEMM.
     experts = (one - 2 * cal.kernel_overhead_s) * sh.local_experts + 2 * cal.kernel_overhead_s
     router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal, fp8=np.zeros_like(lay.fp8))

@@ -53,6 +53,11 @@ def _spans(group_stride, group_size, hw: Hardware):
     return group_stride * group_size > hw.domain_size
 
 
+def _per_domain(group_stride, group_size, hw: Hardware):
+    """Members of a group (`group_size` ranks spaced `group_stride` apart) inside one NVLink domain."""
+    return np.minimum(group_size, np.maximum(hw.domain_size // np.maximum(group_stride, 1), 1))
+
+
 def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.ndarray, cal: Calibration,
               profile=None) -> RankCost:
     seq = wl.seq_len
@@ -167,14 +172,16 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     edp_spans = _spans(lay.etp * lay.ep, edp, hw)
     # fp32 main grads are reduced in fp32 (Megatron's default for bf16); --grad-reduce-in-bf16 halves it.
     grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
-    rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
-        collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw)
+    dp_g = dict(ranks_per_domain=_per_domain(lay.tp, dp_group, hw))
+    edp_g = dict(ranks_per_domain=_per_domain(lay.etp * lay.ep, edp, hw))
+    rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
+        collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw, **edp_g)
     # --fp8-param-gather gathers the FP8 parameters (1 byte each) instead of bf16 (Megatron arguments.py help).
     param_bytes = np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16)
-    ag = collective_time("all_gather", param_bytes * params_dense, dp_group, dp_spans, hw) + \
-        collective_time("all_gather", param_bytes * params_expert, edp, edp_spans, hw)
-    ar_dp = collective_time("all_reduce", grad_bytes * params_dense, dp_group, dp_spans, hw) + \
-        collective_time("all_reduce", grad_bytes * params_expert, edp, edp_spans, hw)
+    ag = collective_time("all_gather", param_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
+        collective_time("all_gather", param_bytes * params_expert, edp, edp_spans, hw, **edp_g)
+    ar_dp = collective_time("all_reduce", grad_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
+        collective_time("all_reduce", grad_bytes * params_expert, edp, edp_spans, hw, **edp_g)
     total_local = np.maximum(params_dense + params_expert, 1.0)
     tail_frac = np.minimum(cal.dp_bucket_params / total_local, 1.0)
     bwd_window = cal.dp_overlap_window * (bwd + recompute)
