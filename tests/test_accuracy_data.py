@@ -110,3 +110,33 @@ def test_weights_and_optimizer_match_megatron_and_total_is_not_below(case):
     # Same parameter split and bytes/param as theoretical_memory_usage.py (autoplan skips vocab padding).
     assert r["autoplan_states"] == pytest.approx(r["megatron_states"], rel=0.01)
     assert r["autoplan_stage0_total"] >= r["megatron_total"]
+
+
+def test_ring_collective_across_domains_uses_every_nic_of_the_group():
+    """4 nodes x 8 B200 (8x 400G NICs each) reach an all-reduce busbw of 381.8 GB/s at 16 GiB (reference gpus.md
+    S3): each NIC carries 1/8 of the bus bytes. The model must land within 25% of that, and far above the
+    single-NIC rate it would give if every byte crossed one NIC."""
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel.collectives import collective_time
+    from autoplan.costmodel.hardware import hardware_of
+
+    hw = hardware_of(load_cluster("b200", 32))
+    size, n = 16 * 2**30, 32
+    bus = 2 * (n - 1) / n * size
+    t_rings = float(collective_time("all_reduce", size, n, True, hw, ranks_per_domain=8))
+    t_one_nic = float(collective_time("all_reduce", size, n, True, hw))
+    assert bus / t_rings / 1e9 == pytest.approx(381.8, rel=0.25)
+    assert t_one_nic > 5 * t_rings
+
+
+def test_grouped_gemm_efficiency_falls_with_rows_per_expert():
+    from dataclasses import replace
+
+    from autoplan.costmodel.calibration import DEFAULT
+    from autoplan.costmodel.compute import grouped_token_efficiency
+
+    cal = replace(DEFAULT, grouped_gemm_half_tokens=1024.0)
+    small, ref, large = grouped_token_efficiency([512.0, 8192.0, 65536.0], cal)
+    assert small < ref < large
+    assert ref == pytest.approx(1.0)
+    assert grouped_token_efficiency([512.0], replace(DEFAULT, grouped_gemm_half_tokens=0.0))[0] == 1.0

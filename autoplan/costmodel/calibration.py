@@ -11,8 +11,8 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.85  # refitted 2026-12-03 with the fp8_param / CPU-offload switches (was 1.0, the MAMF bound)
-    gemm_half_dim: float = 365.0  # refitted 2026-12-03 (was 140)
+    gemm_scale: float = 0.84  # refitted 2026-12-04 (a2a at the ring rate, NIC rings per domain; was 0.85)
+    gemm_half_dim: float = 384.0  # refitted 2026-12-04 (was 365)
     # FlashAttention-2/3 reach ~50-75% of peak in forward on H100 (Shah et al. 2024, FA3 Fig. 5);
     # backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.60  # refitted 2026-12-03
@@ -24,11 +24,11 @@ class Calibration:
     grouped_gemm_eff: float = 0.52  # refitted 2026-12-03
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term.
-    grouped_gemm_half_tokens: float = 0.0
+    grouped_gemm_half_tokens: float = 450.0  # fitted 2026-12-04
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per kernel launch on the GPU stream (small-kernel floor), s.
-    kernel_overhead_s: float = 4.5e-6  # refitted 2026-12-03 (was 18 us)
+    kernel_overhead_s: float = 3.8e-6  # refitted 2026-12-04 (was 4.5 us)
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-03 (at its bound)
