@@ -19,7 +19,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "fp8_recipe", "first_stage_layers", "last_stage_layers")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
-                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers")
+                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher")
 
 
 class Strategy(BaseModel):
@@ -59,6 +59,13 @@ class Strategy(BaseModel):
     cpu_offload_layers: int = Field(0, ge=0, description="Decoder layers whose saved activations are offloaded to "
                                                          "host memory (Megatron --cpu-offloading-num-layers), "
                                                          "layers; 0 = off; needs pp=1.")
+    moe_flex_dispatcher: bool = Field(False, description="MoE flex token dispatcher with a node-deduplicating "
+                                                         "backend (Megatron --moe-token-dispatcher-type flex with "
+                                                         "--moe-flex-dispatcher-backend deepep|hybridep, or the "
+                                                         "deprecated --moe-enable-deepep): a token crosses the "
+                                                         "network once per destination node and fans out to that "
+                                                         "node's experts over NVLink; False = the alltoall "
+                                                         "dispatcher, one copy per selected expert; needs ep > 1.")
 
     @model_validator(mode="before")
     @classmethod

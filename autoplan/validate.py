@@ -177,7 +177,9 @@ def _experts(c: Case) -> Optional[str]:
 def _moe_runtime(c: Case) -> Optional[str]:
     """[RT] MoE with TP > 1 needs SP in Megatron (megatron/core/transformer/moe/moe_layer.py; DeepSpeed's MoE has
     no such rule); [TC] biased MoE needs ETP 1;
-    [TC] overlap_moe_expert_parallel_comm needs EP > 1, VPP when PP > 1, and no full recompute."""
+    [TC] overlap_moe_expert_parallel_comm needs EP > 1, VPP when PP > 1, and no full recompute; the flex
+    dispatcher deduplicates tokens across expert-parallel ranks, so it needs EP > 1 (token_dispatcher.py
+    MoEFlexTokenDispatcher asserts TP x EP > 1)."""
     m, s = c.model, c.strategy
     return _first((
         (m.is_moe and s.tp > 1 and not s.sp and c.engine == "megatron",
@@ -193,6 +195,9 @@ def _moe_runtime(c: Case) -> Optional[str]:
         (s.moe_a2a_overlap and s.recompute == "full",
          lambda: "moe_a2a_overlap=true cannot be combined with recompute=full; "
                  "use recompute=selective/none or moe_a2a_overlap=false"),
+        (s.moe_flex_dispatcher and not (m.is_moe and s.ep > 1),
+         lambda: f"moe_flex_dispatcher=true needs an MoE model with ep>1 (ep={s.ep}); "
+                 f"set moe_flex_dispatcher=false or ep>1"),
     ))
 
 

@@ -294,7 +294,8 @@ def enumerate_grid(problem: Problem) -> Grid:
         first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
         overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool), fp8_param=np.zeros(n, bool),
-        cpu_offload_layers=np.zeros(n, np.int64), vocab_tp=np.full(n, problem.engine != "deepspeed"))
+        cpu_offload_layers=np.zeros(n, np.int64), moe_flex=np.zeros(n, bool),
+        vocab_tp=np.full(n, problem.engine != "deepspeed"))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay = _apply_switches(problem, lay)
@@ -307,7 +308,7 @@ def enumerate_grid(problem: Problem) -> Grid:
 
 
 # Switches the search does not vary; `--fix` sets them on every candidate (where they apply).
-SWITCHES = {"grad_reduce_bf16": "grad_bf16", "fp8_param": "fp8_param"}
+SWITCHES = {"grad_reduce_bf16": "grad_bf16", "fp8_param": "fp8_param", "moe_flex_dispatcher": "moe_flex"}
 
 
 def _apply_switches(problem: Problem, lay: Layouts) -> Layouts:
@@ -319,6 +320,8 @@ def _apply_switches(problem: Problem, lay: Layouts) -> Layouts:
             value = np.full(len(lay), bool(want))
             if key == "fp8_param":
                 value &= lay.fp8  # FP8 primary weights only where the GEMMs run in FP8
+            if key == "moe_flex_dispatcher":
+                value &= lay.ep > 1  # the flex dispatcher needs expert parallelism (autoplan/validate.py)
             cols[col] = value
     return Layouts(**{**lay.__dict__, **cols}) if cols else lay
 

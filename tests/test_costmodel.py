@@ -136,6 +136,31 @@ def test_moe_ep_all_to_all_costs_more_across_nodes(moe):
     assert across > inside > 0
 
 
+def test_expected_remote_nodes_is_the_occupancy_expectation():
+    from autoplan.costmodel.collectives import expected_remote_nodes
+
+    # N = 4 nodes, k = 8: 3 * (1 - 0.75^8); one node: nothing leaves it; k = 1: the (N-1)/N share.
+    assert expected_remote_nodes(4, 8) == pytest.approx(3 * (1 - 0.75 ** 8))
+    assert expected_remote_nodes(1, 8) == 0.0
+    assert expected_remote_nodes(4, 1) == pytest.approx(0.75)
+    # Monte Carlo over uniform expert draws agrees.
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(0, 4, size=(20000, 8))
+    distinct_remote = np.array([len(set(r) - {0}) for r in nodes])
+    assert distinct_remote.mean() == pytest.approx(expected_remote_nodes(4, 8), rel=0.02)
+
+
+def test_flex_dispatcher_cuts_network_all_to_all_only():
+    # Large enough that bytes, not per-step latency, decide: 4 nodes, k = 8 -> 2.7 vs 6 token copies per NIC.
+    moe = make_moe(num_experts=32, moe_router_topk=8, hidden_size=4096, num_attention_heads=32, kv_channels=128)
+    wl = workload(seq=8192, gbs=64)
+    ep_comm = lambda c, s: estimate(moe, c, s, wl).time_breakdown["ep_comm"]
+    across = cluster(32, nvlink_domain_size=8)
+    assert ep_comm(across, Strategy(ep=32, moe_flex_dispatcher=True)) < 0.6 * ep_comm(across, Strategy(ep=32))
+    inside = cluster(8)
+    assert ep_comm(inside, Strategy(ep=8, moe_flex_dispatcher=True)) == pytest.approx(ep_comm(inside, Strategy(ep=8)))
+
+
 def test_vectorised_matches_scalar(dense):
     from autoplan.costmodel.estimate import evaluate
 

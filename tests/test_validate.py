@@ -159,6 +159,12 @@ def test_moe_a2a_overlap_rules():
     assert run(model=MOE, world=16, ep=2, pp=2, vpp=2, moe_a2a_overlap=True).moe_a2a_overlap
 
 
+def test_moe_flex_dispatcher_needs_moe_with_expert_parallelism():
+    rejected("moe_flex_dispatcher=true needs an MoE model with ep>1", "ep=1", moe_flex_dispatcher=True)
+    rejected("moe_flex_dispatcher=true", "ep=1", model=MOE, moe_flex_dispatcher=True)
+    assert run(model=MOE, ep=2, moe_flex_dispatcher=True).moe_flex_dispatcher
+
+
 def test_fp8_param_needs_fp8_and_distributed_optimizer():
     rejected("fp8_param=true", "needs fp8 and the distributed optimizer", "fp8=none", fp8_param=True)
     rejected("fp8_param=true", "zero=0", fp8_param=True, fp8="hybrid", zero=0)

@@ -62,3 +62,39 @@ def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardwa
         g = np.ones_like(n) if ranks_per_domain is None else np.maximum(np.asarray(ranks_per_domain, float), 1.0)
         beta = np.where(spans, np.maximum(bus / (g * net_bw), bus / nv_bw), bus / nv_bw)
     return np.where(single, 0.0, latency + beta)
+
+
+def expected_remote_nodes(n_nodes, topk):
+    """Expected number of other nodes among those hosting a token's `topk` experts, the experts drawn uniformly
+    (balanced routing) from ranks spread evenly over `n_nodes` nodes. A node hosts none of them with probability
+    (1 - 1/N)^k, so by linearity of expectation over the N node indicators the token reaches N (1 - (1 - 1/N)^k)
+    distinct nodes (the occupancy / coupon-collector expectation), its own node among them with the same
+    probability: (N - 1) (1 - (1 - 1/N)^k) others. Drawing with replacement slightly overcounts repeats."""
+    nodes = np.maximum(np.asarray(n_nodes, dtype=float), 1.0)
+    return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** topk)
+
+
+def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Hardware):
+    """Seconds for one dispatch (or combine) of the flex token dispatcher (DeepEP / HybridEP) over `group_size`
+    expert-parallel ranks, `ranks_per_domain` of them per NVLink domain; `token_bytes` = bytes of the rank's
+    routed tokens (one copy each), `topk` experts per token.
+
+    DeepEP's normal kernels send a token once per destination node over RDMA and forward it to that node's experts
+    over NVLink (deepseek-ai/DeepEP README, "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 report
+    arXiv:2412.19437 sec. 3.2.2: each token reaches at most M nodes over IB, then NVLink), and HybridEP does the
+    same across an NVLink domain (Megatron megatron/core/transformer/moe/token_dispatcher.py `_HybridEPManager`).
+    The network carries one copy per (token, remote node), `expected_remote_nodes`; NVLink carries each expert copy
+    once except those whose expert sits on the GPU the token lands on, k (1 - 1/g). The two links work in
+    parallel and the slower decides, as for the alltoall dispatcher in `collective_time`."""
+    n = np.asarray(group_size, dtype=float)
+    g = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), n), 1.0)
+    nodes = np.ceil(n / g)
+    size = np.asarray(token_bytes, dtype=float)
+    net = size * expected_remote_nodes(nodes, topk)
+    nv = size * topk * (1.0 - 1.0 / g)
+    nv_bw = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff * ALL_TO_ALL_EFF
+    net_bw = hw.network_bytes_per_s * hw.network_bus_eff * ALL_TO_ALL_EFF
+    spans = nodes > 1
+    n_safe = np.maximum(n, 2.0)
+    latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS["all_to_all"](n_safe)
+    return np.where(n <= 1, 0.0, latency + np.maximum(nv / nv_bw, net / net_bw))

@@ -15,7 +15,7 @@ from autoplan.cluster import ClusterSpec
 from autoplan.costmodel import compute as C
 from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
-from autoplan.costmodel.collectives import collective_time
+from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
 from autoplan.costmodel.hardware import GIB, Hardware, hardware_of
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.params import embedding_params, head_params, layer_params
@@ -125,6 +125,10 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
     a2a_bytes = C.BF16 * routed_in * max(m.moe_router_topk, 1) * m.hidden_size
     a2a = collective_time("all_to_all", a2a_bytes, lay.ep, ep_spans, hw, inter_fraction=inter)
+    # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
+    topk = max(m.moe_router_topk, 1)
+    flex = flex_all_to_all_time(C.BF16 * routed_in * m.hidden_size, topk, lay.ep, in_domain, hw)
+    a2a = np.where(lay.moe_flex, flex, a2a)
     ep_total = 4 * a2a * n_moe
     # The 1F1B all-to-all overlap runs one micro batch's dispatch/combine under another's MoE-layer compute
     # (Megatron `overlap_moe_expert_parallel_comm`, combined 1F1B; DeepSeek-V3 report sec. 3.2.1 DualPipe):

@@ -41,6 +41,7 @@ class Layouts:
     grad_bf16: np.ndarray  # bool: bf16 gradient buffer and reduction
     fp8_param: np.ndarray  # bool: FP8 primary weights (--fp8-param-gather)
     cpu_offload_layers: np.ndarray  # layers whose saved activations live in host memory
+    moe_flex: np.ndarray  # bool: flex token dispatcher (DeepEP / HybridEP), one network copy per destination node
     vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
 
     def __len__(self) -> int:
@@ -68,6 +69,7 @@ class Layouts:
             tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
             moe_a2a_overlap=bool(self.moe_a2a_overlap[i]), grad_reduce_bf16=bool(self.grad_bf16[i]),
             fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
+            moe_flex_dispatcher=bool(self.moe_flex[i]),
         )
 
 
@@ -97,5 +99,6 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         grad_bf16=col(lambda s: s.grad_reduce_bf16, bool),
         fp8_param=col(lambda s: s.fp8_param and s.uses_fp8, bool),
         cpu_offload_layers=col(lambda s: s.cpu_offload_layers),
+        moe_flex=col(lambda s: s.moe_flex_dispatcher, bool),
         vocab_tp=col(lambda s: engine != "deepspeed", bool),
     )
