@@ -83,6 +83,8 @@ def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]
                                  f"(cpu_offload_layers={s.cpu_offload_layers}); {alt} cpu_offload_layers=0",
         s.tp_comm_overlap and f"DeepSpeed cannot overlap TP communication with GEMMs (tp_comm_overlap=true); "
                               f"{alt} tp_comm_overlap=false",
+        s.moe_flex_dispatcher and f"DeepSpeed has no DeepEP / HybridEP token dispatcher (moe_flex_dispatcher=true); "
+                                  f"{alt} moe_flex_dispatcher=false",
         s.ep > 1 and f"DeepSpeed cannot set expert parallelism from its config for this model (ep={s.ep}); {alt} ep=1",
         s.etp > 1 and model.is_moe and f"DeepSpeed cannot shard experts with tensor parallelism (etp={s.etp}); "
                                        f"{alt} etp=1",

@@ -42,6 +42,7 @@ _FLAG_FLAGS = {  # store_true flags this reader uses
     "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
     "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce", "overlap-param-gather",
     "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
+    "moe-enable-deepep",
 }
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 
@@ -255,7 +256,18 @@ def _megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: boo
         s["grad_reduce_bf16"] = True
     if is_moe:
         s["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
+        if _flex_dedup_dispatcher(f):
+            s["moe_flex_dispatcher"] = True
     return s
+
+
+def _flex_dedup_dispatcher(f: Dict[str, Optional[str]]) -> bool:
+    """The flex dispatcher with a node-deduplicating backend: deepep (the default backend) or hybridep, or the
+    deprecated --moe-enable-deepep [TC] (transformer_config.py __post_init__ routes it to backend deepep).
+    ncclep is left on the alltoall pricing."""
+    if _typed(f, "moe-token-dispatcher-type", str) != "flex":
+        return False
+    return "moe-enable-deepep" in f or _typed(f, "moe-flex-dispatcher-backend", str, "deepep") in ("deepep", "hybridep")
 
 
 def from_megatron_args(text_or_path: Union[str, Path]) -> ImportedConfig:

@@ -153,7 +153,7 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     return a
 
 
-def _moe_args(m: ModelSpec) -> List[str]:
+def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
     if not m.is_moe:
         return []
     a = ["--num-experts", str(m.num_experts), "--moe-router-topk", str(m.moe_router_topk),
@@ -162,7 +162,10 @@ def _moe_args(m: ModelSpec) -> List[str]:
         a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)]
     if m.first_k_dense_layers or m.moe_layer_freq > 1:
         a += ["--moe-layer-freq", moe_layer_pattern(m)]
-    a += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+    # Flex dispatcher with HybridEP, the backend that also runs across a multi-node NVLink domain [TC]
+    # (transformer_config.py moe_flex_dispatcher_backend; DeepEP's normal kernels need single-node NVLink).
+    dispatcher = ["flex", "--moe-flex-dispatcher-backend", "hybridep"] if s.moe_flex_dispatcher else ["alltoall"]
+    a += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", *dispatcher,
           "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "0.01"]
     return a
 
@@ -247,7 +250,7 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan."""
     check_megatron_plan(plan)
     m, s = plan.model, plan.strategy
-    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m) + _parallel_args(m, s)
+    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + _parallel_args(m, s)
             + _precision_args(plan) + _recompute_args(s) + _optimizer_args(m, s)
             + _training_args(plan, probe, probe_iters))
 

@@ -59,6 +59,7 @@ def test_user_train_script_gets_only_the_config():
     (dict(tp=2, sp=True), "sequence parallelism"),
     (dict(fp8="hybrid"), "FP8"),
     (dict(ep=2), "expert parallelism"),
+    (dict(ep=2, moe_flex_dispatcher=True), "no DeepEP / HybridEP token dispatcher"),
     (dict(pp=2, zero=2), "ZeRO stage 0 or 1"),
     (dict(pp=2, tp=2), "AutoTP"),
     (dict(pp=2, first_stage_layers=1), "uneven"),

@@ -34,6 +34,7 @@ def variety():
                                           "qk_layernorm": True}), 8, 128, 8, recompute="full",
                   recompute_method="block", recompute_layers=2),
         make_plan(LLAMA_8B, 8, 4096, 32, zero=3, fp8="hybrid", fp8_param=True, cpu_offload_layers=4),
+        make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_flex_dispatcher=True),
     ]
 
 
@@ -42,6 +43,13 @@ def test_fp8_param_and_cpu_offload_flags():
     assert "--fp8-param-gather" in f and f["--cpu-offloading-num-layers"] == "4"
     plain = flags(make_plan(LLAMA_8B, 8, 4096, 32, zero=1, fp8="hybrid"))
     assert "--fp8-param-gather" not in plain and "--cpu-offloading-num-layers" not in plain
+
+
+def test_flex_dispatcher_flags():
+    f = flags(make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_flex_dispatcher=True))
+    assert f["--moe-token-dispatcher-type"] == "flex" and f["--moe-flex-dispatcher-backend"] == "hybridep"
+    plain = flags(make_plan(MIXTRAL, 64, 4096, 256, ep=8))
+    assert plain["--moe-token-dispatcher-type"] == "alltoall" and "--moe-flex-dispatcher-backend" not in plain
 
 
 @pytest.mark.parametrize("probe", [False, True])

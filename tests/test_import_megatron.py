@@ -11,6 +11,7 @@ ROUND_TRIP = {name: plan for name, (plan, engine) in golden_plans().items() if e
 ROUND_TRIP.update({
     "mixtral_vpp_a2a": make_plan(MIXTRAL, 64, 4096, 256, tp=2, pp=2, vpp=2, ep=8, etp=2, sp=True,
                                  moe_a2a_overlap=True),
+    "mixtral_flex_dispatcher": make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_flex_dispatcher=True),
     "gpt2_fsdp": make_plan(GPT2_SMALL, 8, 1024, 32, zero=3, tp=2, sp=True, tp_comm_overlap=True),
     "sp_without_tp_overlap_bf16_grads": make_plan(GPT2_SMALL, 8, 1024, 32, tp=2, sp=True, tp_comm_overlap=False,
                                                   grad_reduce_bf16=True),
@@ -112,3 +113,17 @@ def test_malformed_input_is_one_line_error(text, message):
     with pytest.raises(InputError, match=None) as err:
         from_megatron_args(text)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("dispatcher, expected", [
+    ("--moe-token-dispatcher-type flex", True),
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", True),
+    ("--moe-token-dispatcher-type flex --moe-enable-deepep", True),
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep", False),
+    ("--moe-token-dispatcher-type alltoall", False),
+])
+def test_flex_dispatcher_is_read_back(dispatcher, expected):
+    text = emit_megatron(make_plan(MIXTRAL, 64, 4096, 256, ep=8))["megatron_args.txt"]
+    text = text.replace("--moe-token-dispatcher-type alltoall", dispatcher)
+    assert dispatcher in text
+    assert from_megatron_args(text).strategy.get("moe_flex_dispatcher", False) is expected
