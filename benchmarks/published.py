@@ -16,6 +16,8 @@ Strategy assumptions (the tables give tp/pp/vpp/cp/ep/mbs/gbs only; the rest liv
   (`tp_comm_overlap=True` in the NeMo/Bridge perf configs).
 - moe_a2a_overlap only for DeepSeek-V3: its perf recipe enables the 1F1B all-to-all overlap
   (`overlap_moe_expert_parallel_comm`); the other MoE recipes do not.
+- moe_flex_dispatcher for the Megatron-Bridge DeepSeek-V3 rows with ep > 1 (HybridEP / DeepEP in every tag,
+  `benchmarks/recipes.py`); the NeMo rows and the other MoE families run the alltoall dispatcher.
 - etp = 1 when blank (the MoE recipes use expert tensor parallel size 1 unless the table prints it).
 - vpp blank or 1 = no interleaving; mbs blank = 1 (NeMo long-sequence page does not state it).
 - fp8: the precision column; the recipe comes from the notes (MXFP8 1x32 on Blackwell, per-tensor current
@@ -197,6 +199,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         grad_reduce_bf16=bool(facts.grad_reduce_bf16) if facts else row["id"].startswith(NEMO_BF16_GRADS),
         fp8_param=bool(facts and facts.fp8_param and fp8 != "none"),
         cpu_offload_layers=facts.cpu_offload_layers if facts and pp == 1 else 0,
+        moe_flex_dispatcher=bool(facts and facts.moe_flex_dispatcher and model.is_moe and _int(row["ep"], 1) > 1),
     )
 
 

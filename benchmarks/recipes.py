@@ -20,6 +20,14 @@ Facts read there, per family (config names are those files' constants / function
 - DeepSeek-V3: `recompute_granularity = "selective"` with cheap modules (`mla_up_proj`, `mlp`, `moe_act`);
   `moe_a2a_overlap` on H100, on B200 MXFP8 pp8 vpp2 ep32 (v0.5.0), and on GB200 / GB300 MXFP8 from v0.5.0
   (full-iteration CUDA graphs, HybridEP).
+- MoE token dispatcher: DeepSeek-V3 runs the flex dispatcher in every tag: the recipe sets
+  `moe_flex_dispatcher_backend = "hybridep"` and calls `apply_flex_dispatcher_backend`
+  (src/megatron/bridge/recipes/deepseek/deepseek_v3.py, v0.3.0-v0.5.1; `moe_token_dispatcher_type = "flex"` in
+  perf_recipes/deepseek/common.py, v0.6.0, "deepep" on B200), the perf base configs keep "hybridep"
+  (configs/deepseek/deepseek_workload_base_configs.py) and the CLI default (-1, argument_parser.py) leaves it.
+  Qwen3-235B H100 / B200 / B300 and GPT-OSS v0.3.0 set no backend (alltoall); their GB200 / GB300 (and GPT-OSS
+  v0.4.0+ V2) configs use HybridEP inside one NVL72 domain, where it moves the same bytes as alltoall in the cost
+  model, so those rows are left on the default.
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
 - Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
@@ -60,6 +68,7 @@ class RecipeFacts:
     recompute_modules: str = ""  # Megatron selective modules (run as autoplan "none")
     cpu_offload_layers: int = 0  # layers whose activations live in host memory
     moe_a2a_overlap: bool = False
+    moe_flex_dispatcher: bool = False  # flex token dispatcher (DeepEP / HybridEP)
     fp8_param: bool = False  # FP8 primary weights (fp8_param_gather)
     grad_reduce_bf16: bool = False
     no_dropout: bool = False  # hidden/attention dropout 0: no dropout masks are stored
@@ -108,7 +117,8 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     if model.startswith("DeepSeekV3"):
         a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
-        return RecipeFacts(recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a, **common)
+        return RecipeFacts(recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a,
+                           moe_flex_dispatcher=True, **common)
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
