@@ -87,8 +87,9 @@ def _choices(problem: Problem, key: str, default: Iterable) -> List:
 
 def tp_choices(problem: Problem) -> List[int]:
     m, hw_domain = problem.model, problem.cluster.gpu.nvlink_domain_size
-    limit = problem.cluster.num_gpus if "tp-outside-domain" in problem.allow else min(hw_domain,
-                                                                                      problem.cluster.num_gpus)
+    # The NVLink-domain preference never overrides a tp the user fixed.
+    wide = "tp-outside-domain" in problem.allow or "tp" in problem.fixed
+    limit = problem.cluster.num_gpus if wide else min(hw_domain, problem.cluster.num_gpus)
     out = []
     for t in divisors(m.num_attention_heads):
         if t > limit or problem.cluster.num_gpus % t:
@@ -183,7 +184,8 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
                 continue  # etp*ep*pp must divide world (parallel_state)
             if ep * etp > tp * cp * dp:
                 continue  # experts fold inside the tp*cp*dp ranks of one stage
-            if ep > 1 and ep * etp > domain and "ep-outside-domain" not in problem.allow:
+            wide = "ep-outside-domain" in problem.allow or "ep" in problem.fixed  # the user's ep wins
+            if ep > 1 and ep * etp > domain and not wide:
                 continue  # expert all-to-all stays on NVLink unless --allow ep-outside-domain
             if problem.engine == "deepspeed" and tp > 1 and ep > 1:
                 continue
