@@ -11,29 +11,29 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.84  # refitted 2026-12-04 (a2a at the ring rate, NIC rings per domain; was 0.85)
-    gemm_half_dim: float = 384.0  # refitted 2026-12-04 (was 365)
+    gemm_scale: float = 0.84  # refitted 2026-12-02 (a2a at the ring rate, NIC rings per domain; was 0.85)
+    gemm_half_dim: float = 384.0  # refitted 2026-12-02 (was 365)
     # FlashAttention-2/3 reach ~50-75% of peak in forward on H100 (Shah et al. 2024, FA3 Fig. 5);
     # backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
-    attention_eff_fwd: float = 0.60  # refitted 2026-12-03
+    attention_eff_fwd: float = 0.60  # refitted 2026-12-02
     attention_bwd_ratio: float = 2.5
     # Head-dim dependence of that efficiency, d / (d + attention_head_dim_half) normalised at d = 128: FA3 Fig. 5
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.52  # refitted 2026-12-03
+    grouped_gemm_eff: float = 0.52  # refitted 2026-12-02
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term.
-    grouped_gemm_half_tokens: float = 450.0  # fitted 2026-12-04
+    grouped_gemm_half_tokens: float = 450.0  # fitted 2026-12-02
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per kernel launch on the GPU stream (small-kernel floor), s.
-    kernel_overhead_s: float = 3.8e-6  # refitted 2026-12-04 (was 4.5 us)
+    kernel_overhead_s: float = 3.8e-6  # refitted 2026-12-02 (was 4.5 us)
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
-    tp_overlap_hidden: float = 0.95  # refitted 2026-12-03 (at its bound)
+    tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
     # Fraction of EP all-to-all hidden with moe_a2a_overlap (DeepSeek-V3 DualPipe / Megatron 1F1B a2a overlap).
-    a2a_overlap_hidden: float = 0.95  # refitted 2026-12-03 (at its bound); the hidden part is also capped by MoE compute
+    a2a_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound); the hidden part is also capped by MoE compute
     # Fraction of the last-microbatch backward (forward) during which DP grad reduce (param gather) can overlap.
     dp_overlap_window: float = 0.85
     # Megatron's default DP bucket is 40M parameters (megatron/core/distributed/distributed_data_parallel_config.py
