@@ -60,13 +60,39 @@ def _per_domain(group_stride, group_size, hw: Hardware):
 
 def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.ndarray, cal: Calibration,
               profile=None) -> RankCost:
-    seq = wl.seq_len
-    sh = C.shard_of(m, lay, seq)
+    """Seconds per micro batch and bytes of each (candidate, pipeline rank) row."""
+    sh = C.shard_of(m, lay, wl.seq_len)
     st = stage_layers(m, lay, stage)
+    cpt = _compute(m, hw, wl, lay, sh, st, cal, profile)
+    tp_all, tp_exposed = _tp_comm(m, hw, lay, sh, st, cal)
+    cp_exposed = _cp_comm(m, hw, lay, sh, st, cal, cpt.dense_core)
+    ep_exposed = _ep_comm(m, hw, lay, sh, st, cal, cpt.moe_compute)
+    p2p = _p2p(m, hw, lay, sh)
+    recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed)
+    params_dense, params_expert, edp = _rank_params(m, hw, lay, st)
+    dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp)
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal)
+    return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
+                    memory)
+
+
+@dataclass(frozen=True)
+class _Compute:
+    """Compute of one micro batch on a rank, s: totals and the parts other terms overlap with."""
+
+    fwd: np.ndarray  # forward, embedding and head included
+    bwd: np.ndarray
+    core: np.ndarray  # core attention forward of the rank's layers (what selective recompute repeats)
+    dense_core: np.ndarray  # core attention forward of one full-attention layer (what CP overlaps with)
+    moe_compute: np.ndarray  # forward + backward of the rank's MoE layers (what a2a overlap hides under)
+    emb: np.ndarray
+    head: np.ndarray
+
+
+def _compute(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, sh, st, cal: Calibration, profile) -> _Compute:
+    seq = wl.seq_len
     n_moe, n_dense = st.moe, st.layers - st.moe
     n_win_dense, n_win_moe = st.window - st.window_moe, st.window_moe
-
-    # ---- compute, one micro batch -------------------------------------------------------------------
     dense = C.layer_time(m, sh, lay, seq, hw, cal, moe=False)
     dense_fwd, dense_bwd = dense.fwd, dense.bwd(cal)
     core = (n_dense - n_win_dense) * dense.attn_core
@@ -90,86 +116,105 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     emb = C.embedding_time(m, sh, hw, cal)
     fwd = fwd + np.where(st.last, head, 0.0) + np.where(st.first, emb, 0.0)
     bwd = bwd + np.where(st.last, 2.0 * head, 0.0) + np.where(st.first, emb, 0.0)
+    return _Compute(fwd, bwd, core, dense.attn_core, n_moe * (moe_fwd + moe_bwd), emb, head)
 
-    # ---- communication per micro batch ----------------------------------------------------------------
+
+def _tp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration):
+    """(all, exposed) TP communication per micro batch. Per layer, the attention and MLP blocks each do one
+    all-reduce (or AG + RS with SP) forward and one backward (Shoeybi et al. 2019, Fig. 4; Korthikanti et al. 2022
+    Fig. 5); expert-TP gathers the routed tokens of its group."""
+    n_moe, n_dense = st.moe, st.layers - st.moe
     act_bytes = C.BF16 * sh.tokens * m.hidden_size  # a full [s/cp, b, h] activation
-    tp_spans = _spans(1, lay.tp, hw)
-    ar = collective_time("all_reduce", act_bytes, lay.tp, tp_spans, hw)  # = all-gather + reduce-scatter with SP
-    # Per layer: attention and MLP blocks each do one all-reduce (or AG + RS) forward and one backward
-    # (Shoeybi et al. 2019, Fig. 4; Korthikanti et al. 2022 Fig. 5).
+    ar = collective_time("all_reduce", act_bytes, lay.tp, _spans(1, lay.tp, hw), hw)
     moe_blocks = 1.0 + (1.0 if m.shared_expert_ffn_hidden_size else 0.0) * (lay.tp > 1)
-    tp_per_mb = 2 * ar * (2 * n_dense + moe_blocks * n_moe)
+    total = 2 * ar * (2 * n_dense + moe_blocks * n_moe)
     etp_ag = collective_time("all_reduce", sh.expert_tokens / np.maximum(lay.etp, 1) * C.BF16 * m.hidden_size,
                              lay.etp, _spans(1, lay.etp, hw), hw)
-    tp_per_mb = tp_per_mb + 2 * etp_ag * n_moe * (lay.etp > 1)
-    tp_exposed = tp_per_mb * (1.0 - cal.tp_overlap_hidden * lay.tp_comm_overlap)
+    total = total + 2 * etp_ag * n_moe * (lay.etp > 1)
+    return total, total * (1.0 - cal.tp_overlap_hidden * lay.tp_comm_overlap)
 
-    # Context parallel: ring exchange of K and V (cp - 1 steps), overlapped with the attention blocks
-    # (Liu et al. 2023 Ring Attention; Megatron CP). Backward also returns dK, dV: twice the bytes.
+
+def _cp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, attn_core):
+    """Exposed context-parallel ring exchange of K and V (cp - 1 steps), overlapped with the attention blocks
+    (Liu et al. 2023 Ring Attention; Megatron CP). Backward also returns dK, dV: twice the bytes."""
     if m.multi_latent_attention:
         kv_elems = sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
     else:
         kv_elems = 2 * sh.groups * m.kv_channels
     kv_bytes = C.BF16 * sh.tokens * kv_elems
-    cp_spans = _spans(lay.tp, lay.cp, hw)
-    cp_step = collective_time("send_recv", kv_bytes, np.where(lay.cp > 1, 2, 1), cp_spans, hw)
+    cp_step = collective_time("send_recv", kv_bytes, np.where(lay.cp > 1, 2, 1), _spans(lay.tp, lay.cp, hw), hw)
     cp_fwd = (lay.cp - 1) * cp_step
     layers_full_attn = st.layers - st.window
-    cp_exposed = layers_full_attn * (np.maximum(cp_fwd - dense.attn_core, 0.0)
-                                     + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * dense.attn_core, 0.0))
+    return layers_full_attn * (np.maximum(cp_fwd - attn_core, 0.0)
+                               + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * attn_core, 0.0))
 
-    # Expert parallel: dispatch + combine all-to-all forward, and both again backward.
-    ep_spans = _spans(lay.etp, lay.ep, hw)
+
+def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, moe_compute):
+    """Exposed expert-parallel all-to-all: dispatch + combine forward, and both again backward."""
     in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
     routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
-    a2a_bytes = C.BF16 * routed_in * max(m.moe_router_topk, 1) * m.hidden_size
-    a2a = collective_time("all_to_all", a2a_bytes, lay.ep, ep_spans, hw, inter_fraction=inter)
-    # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
     topk = max(m.moe_router_topk, 1)
+    a2a = collective_time("all_to_all", C.BF16 * routed_in * topk * m.hidden_size, lay.ep,
+                          _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
+    # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
     flex = flex_all_to_all_time(C.BF16 * routed_in * m.hidden_size, topk, lay.ep, in_domain, hw)
     a2a = np.where(lay.moe_flex, flex, a2a)
-    ep_total = 4 * a2a * n_moe
+    total = 4 * a2a * st.moe
     # The 1F1B all-to-all overlap runs one micro batch's dispatch/combine under another's MoE-layer compute
     # (Megatron `overlap_moe_expert_parallel_comm`, combined 1F1B; DeepSeek-V3 report sec. 3.2.1 DualPipe):
     # it hides at most that compute; an all-to-all longer than it stays exposed.
-    a2a_hidden = np.minimum(cal.a2a_overlap_hidden * ep_total, n_moe * (moe_fwd + moe_bwd))
-    ep_exposed = ep_total - np.where(lay.moe_a2a_overlap, a2a_hidden, 0.0)
+    hidden = np.minimum(cal.a2a_overlap_hidden * total, moe_compute)
+    return total - np.where(lay.moe_a2a_overlap, hidden, 0.0)
 
-    # Pipeline point-to-point: one activation forward and one gradient backward per chunk and micro batch.
+
+def _p2p(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
+    """Pipeline point-to-point: one activation forward and one gradient backward per chunk and micro batch
+    (interleaving overlaps half of it, Megatron overlap_p2p_comm)."""
     pp_spans = _spans(lay.tp * lay.cp * lay.dp, np.where(lay.pp > 1, 2, 1), hw)
-    p2p_one = collective_time("send_recv", C.BF16 * sh.tokens_sp * m.hidden_size, np.where(lay.pp > 1, 2, 1),
-                              pp_spans, hw)
-    p2p = 2 * lay.vpp * p2p_one * np.where(lay.vpp > 1, 0.5, 1.0)
+    one = collective_time("send_recv", C.BF16 * sh.tokens_sp * m.hidden_size, np.where(lay.pp > 1, 2, 1),
+                          pp_spans, hw)
+    return 2 * lay.vpp * one * np.where(lay.vpp > 1, 0.5, 1.0)
 
-    # ---- recompute ----------------------------------------------------------------------------------------
-    recomputed_layers = _recomputed_layers(lay, st.layers)
-    layer_fwd_avg = np.where(st.layers > 0, (fwd - np.where(st.first, emb, 0) - np.where(st.last, head, 0))
-                             / np.maximum(st.layers, 1), 0.0)
-    comm_fwd_avg = np.where(st.layers > 0, (tp_per_mb / 2 + ep_exposed / 2) / np.maximum(st.layers, 1), 0.0)
-    recompute = np.select(
-        [lay.recompute == 1, lay.recompute == 2],
-        [core, recomputed_layers * (layer_fwd_avg + comm_fwd_avg)], 0.0)
 
-    # ---- parameters on this rank ---------------------------------------------------------------------
+def _recompute_time(lay: Layouts, st, cpt: _Compute, tp_all, ep_exposed):
+    """Selective: the core attention forward again; full: the recomputed layers' forward with its
+    communication (Korthikanti et al. 2022 sec. 5)."""
+    layers = np.maximum(st.layers, 1)
+    layer_fwd = np.where(st.layers > 0, (cpt.fwd - np.where(st.first, cpt.emb, 0) - np.where(st.last, cpt.head, 0))
+                         / layers, 0.0)
+    comm_fwd = np.where(st.layers > 0, (tp_all / 2 + ep_exposed / 2) / layers, 0.0)
+    full = _recomputed_layers(lay, st.layers) * (layer_fwd + comm_fwd)
+    return np.select([lay.recompute == 1, lay.recompute == 2], [cpt.core, full], 0.0)
+
+
+def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
+    """(dense parameters, expert parameters, expert-DP size) held by the rank (theoretical_memory_usage.py split:
+    TP-sharded, replicated, expert-sharded)."""
+    n_moe, n_dense = st.moe, st.layers - st.moe
     lp_dense = layer_params(m, False)
     lp_moe = layer_params(m, True) if m.is_moe else lp_dense
     tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
         n_moe * (lp_moe.attention + lp_moe.shared_experts)
     replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router)
-    emb_p = embedding_params(m)
     head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
     # A tied head on a separate last stage keeps its own copy of the embedding (Megatron shared embedding).
     head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
-    vocab_params = np.where(st.first, emb_p, 0.0) + np.where(st.last, head_w, 0.0)
+    vocab_params = np.where(st.first, embedding_params(m), 0.0) + np.where(st.last, head_w, 0.0)
     # Megatron shards the vocabulary over tp; DeepSpeed AutoTP replicates embedding and head on every tp rank.
     tp_sharded = tp_sharded + np.where(lay.vocab_tp, vocab_params, 0.0)
     replicated = replicated + np.where(lay.vocab_tp, 0.0, vocab_params)
-    params_dense = tp_sharded / lay.tp + replicated
     params_expert = n_moe * lp_moe.experts / (lay.ep * lay.etp)
     edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)
+    return tp_sharded / lay.tp + replicated, params_expert, edp
 
-    # ---- data parallel and optimizer, per step ---------------------------------------------------------
+
+def _dp_and_optimizer(hw: Hardware, wl: Workload, lay: Layouts, cal: Calibration, cpt: _Compute, recompute,
+                      params_dense, params_expert, edp):
+    """(exposed data-parallel communication, optimizer step) per step, s. Gradient reduction overlaps the last
+    micro batch's backward and the parameter gather the first one's forward (Megatron overlap_grad_reduce /
+    overlap_param_gather); the last bucket is always exposed. ZeRO-2 reduces every micro step, ZeRO-3 also gathers
+    parameters for forward and backward (Rajbhandari et al. 2020)."""
     m_micro = num_microbatches(wl, lay)
     dp_group = lay.dp * lay.cp
     dp_spans = _spans(lay.tp, dp_group, hw)
@@ -178,34 +223,31 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
     dp_g = dict(ranks_per_domain=_per_domain(lay.tp, dp_group, hw))
     edp_g = dict(ranks_per_domain=_per_domain(lay.etp * lay.ep, edp, hw))
-    rs = collective_time("reduce_scatter", grad_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
-        collective_time("reduce_scatter", grad_bytes * params_expert, edp, edp_spans, hw, **edp_g)
+
+    def both(kind, bytes_per_param):
+        return collective_time(kind, bytes_per_param * params_dense, dp_group, dp_spans, hw, **dp_g) + \
+            collective_time(kind, bytes_per_param * params_expert, edp, edp_spans, hw, **edp_g)
+
+    rs = both("reduce_scatter", grad_bytes)
     # --fp8-param-gather gathers the FP8 parameters (1 byte each) instead of bf16 (Megatron arguments.py help).
-    param_bytes = np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16)
-    ag = collective_time("all_gather", param_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
-        collective_time("all_gather", param_bytes * params_expert, edp, edp_spans, hw, **edp_g)
-    ar_dp = collective_time("all_reduce", grad_bytes * params_dense, dp_group, dp_spans, hw, **dp_g) + \
-        collective_time("all_reduce", grad_bytes * params_expert, edp, edp_spans, hw, **edp_g)
+    ag = both("all_gather", np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16))
+    ar_dp = both("all_reduce", grad_bytes)
     total_local = np.maximum(params_dense + params_expert, 1.0)
     tail_frac = np.minimum(cal.dp_bucket_params / total_local, 1.0)
-    bwd_window = cal.dp_overlap_window * (bwd + recompute)
-    fwd_window = cal.dp_overlap_window * fwd
+    bwd_window = cal.dp_overlap_window * (cpt.bwd + recompute)
+    fwd_window = cal.dp_overlap_window * cpt.fwd
     grad_comm = np.where(lay.zero == 0, ar_dp, rs)
     grad_exposed = np.where(lay.overlap_grad_reduce, np.maximum(grad_comm - bwd_window, 0) + tail_frac * grad_comm,
                             grad_comm)
     gather_exposed = np.where(lay.overlap_param_gather & (lay.zero >= 1),
                               np.maximum(ag - fwd_window, 0) + tail_frac * ag, ag)
     gather_exposed = np.where(lay.zero == 0, 0.0, gather_exposed)
-    # ZeRO-2 reduces gradients every micro step; ZeRO-3 also gathers parameters for forward and backward.
     per_micro = np.where(lay.zero == 2, rs, np.where(lay.zero == 3, rs + 2 * ag, 0.0))
-    per_micro_exposed = np.maximum(per_micro - cal.dp_overlap_window * (fwd + bwd), 0.0) * m_micro
+    per_micro_exposed = np.maximum(per_micro - cal.dp_overlap_window * (cpt.fwd + cpt.bwd), 0.0) * m_micro
     dp_exposed = np.where(lay.zero >= 2, per_micro_exposed + tail_frac * per_micro, grad_exposed + gather_exposed)
     owned = np.where(lay.zero >= 1, params_dense / dp_group + params_expert / edp, params_dense + params_expert)
     optimizer = cal.optimizer_bytes_per_param * owned / (hw.hbm_bytes_per_s * cal.hbm_eff)
-
-    # ---- memory ---------------------------------------------------------------------------------------------
-    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal)
-    return RankCost(fwd + bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer, memory)
+    return dp_exposed, optimizer
 
 
 def _recomputed_layers(lay: Layouts, layers):
