@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from autoplan.model import ModelSpec
-from autoplan.profiler import interpolate
+from autoplan.profiler import fit, interpolate
 
 SCHEMA_VERSION = 1
 
@@ -88,7 +88,7 @@ class MeasuredProfile(BaseModel):
     gemms: Tuple[GemmTiming, ...] = Field((), description="GEMM throughput table.")
     notes: Tuple[str, ...] = Field((), description="What was skipped and why (e.g. fp8 without Transformer Engine).")
 
-    _index: Dict[tuple, Dict[tuple, float]] = PrivateAttr(default_factory=dict)
+    _index: Dict[tuple, "fit.LayerTable"] = PrivateAttr(default_factory=dict)
     _index_of: Optional[tuple] = PrivateAttr(None)  # the `layers` tuple `_index` was built from
     _path: Optional[str] = PrivateAttr(None)
 
@@ -102,28 +102,33 @@ class MeasuredProfile(BaseModel):
         self._path = path
         return self
 
-    def _points(self, kind: str, pass_: str, dtype: str) -> Dict[tuple, float]:
-        """{(ep, tp, seq, mbs): median_s} for one kind/pass/dtype (cached)."""
+    def _table(self, kind: str, pass_: str, dtype: str) -> fit.LayerTable:
+        """The fitted predictor of one kind/pass/dtype (cached)."""
         key = (kind, pass_, dtype)
         if self._index_of is not self.layers:  # model_copy shares private state: rebuild for new layers
             self._index, self._index_of = {}, self.layers
         if key not in self._index:
-            self._index[key] = {(e.ep, e.tp, e.seq, e.mbs): e.median_s for e in self.layers
-                                if (e.kind, e.pass_, e.dtype) == key}
+            self._index[key] = fit.LayerTable({(e.ep, e.tp, e.seq, e.mbs): e.median_s for e in self.layers
+                                               if (e.kind, e.pass_, e.dtype) == key})
         return self._index[key]
 
     def layer_time(self, kind: str, pass_: str, tp: np.ndarray, mbs: np.ndarray, seq: np.ndarray, dtype: str,
                    ep: Optional[np.ndarray] = None) -> np.ndarray:
         """Seconds of one layer kind's pass for one micro batch of `mbs` x `seq` tokens on one rank, broadcast over
-        the arrays. Interpolated in log time vs log mbs, log seq, log tp and log ep (in that order); NaN where a
-        point lies outside the measured range by more than `interpolate.EXTRAPOLATION_FACTOR` on any axis, or the
+        the arrays. Within each measured (ep, tp) shard the (mbs, seq) dependence is predicted by the method of
+        `autoplan.profiler.fit` that cross-validates best on this kind/pass (log-log interpolation, or the
+        fixed + per-token + attention-core fit); across tp and ep it is interpolated log-log. NaN where a point
+        lies outside the measured range by more than `interpolate.EXTRAPOLATION_FACTOR` on any axis, or the
         kind/pass/dtype was not measured. `ep` matters only for "moe" (other kinds are measured at ep=1)."""
         if kind not in LAYER_KINDS or pass_ not in PASSES:
             raise ValueError(f"layer_time: kind must be one of {LAYER_KINDS} and pass_ one of {PASSES}, "
                              f"got kind={kind!r} pass_={pass_!r}")
-        points = self._points(kind, pass_, dtype)
         ep_arr = np.ones_like(np.asarray(tp)) if ep is None or kind != "moe" else ep
-        return interpolate.lookup(points, ep_arr, tp, seq, mbs)
+        return self._table(kind, pass_, dtype).lookup(ep_arr, tp, seq, mbs)
+
+    def layer_method(self, kind: str, pass_: str, dtype: str) -> str:
+        """Which `fit.METHODS` entry predicts this kind/pass/dtype."""
+        return self._table(kind, pass_, dtype).method
 
     def gemm_tflops(self, m: np.ndarray, n: np.ndarray, k: np.ndarray, dtype: str) -> np.ndarray:
         """Achieved TFLOP/s for GEMM shapes, interpolated from the GEMM table (NaN far from any measured shape)."""
