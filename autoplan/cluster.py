@@ -32,6 +32,9 @@ class GpuSpec(BaseModel):
                                           description="Ring collective bus bandwidth / NIC rate across nodes.")
     nvlink_latency_us: float = Field(5.0, ge=0, description="Per-step collective latency inside the domain, us.")
     network_latency_us: float = Field(12.0, ge=0, description="Per-step collective latency across nodes, us.")
+    attention_efficiency: float = Field(1.0, gt=0, le=2.0,
+                                        description="Flash-attention speed relative to the calibrated baseline "
+                                                    "(softmax exp throughput vs tensor throughput); 1 = baseline.")
     source: str = Field(description="Where the figures come from (datasheet, measurement).")
 
     @model_validator(mode="after")

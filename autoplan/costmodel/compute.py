@@ -106,7 +106,7 @@ def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw:
     dims = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) if m.multi_latent_attention else 2 * m.kv_channels
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     flops = 2.0 * sh.tokens * keys * sh.heads * dims
-    return flops / (hw.peak_flops_bf16 * attention_efficiency(m, cal)) + cal.kernel_overhead_s
+    return flops / (hw.peak_flops_bf16 * attention_efficiency(m, cal) * hw.attention_scale) + cal.kernel_overhead_s
 
 
 def attention_efficiency(m: ModelSpec, cal: Calibration) -> float:

@@ -17,6 +17,7 @@ class Hardware:
     peak_flops_fp8: float  # FLOP/s, dense; 0 when the GPU has no FP8
     gemm_eff_bf16: float  # best achievable fraction of peak, large GEMM (MAMF)
     gemm_eff_fp8: float
+    attention_scale: float  # flash-attention speed relative to the calibrated baseline
     hbm_bytes_per_s: float
     capacity_bytes: float  # framework-visible device memory
     nvlink_bytes_per_s: float  # per direction
@@ -38,6 +39,7 @@ def hardware_of(cluster: ClusterSpec) -> Hardware:
         peak_flops_fp8=fp8 * 1e12,
         gemm_eff_bf16=g.gemm_efficiency.get("bf16", 0.8),
         gemm_eff_fp8=g.gemm_efficiency.get("fp8", g.gemm_efficiency.get("bf16", 0.8)),
+        attention_scale=g.attention_efficiency,
         hbm_bytes_per_s=g.hbm_bandwidth_tbps * 1e12,
         capacity_bytes=g.hbm_gib * GIB,
         nvlink_bytes_per_s=g.nvlink_bandwidth_gbytes_per_s * 1e9,
