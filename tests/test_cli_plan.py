@@ -109,3 +109,16 @@ def test_plan_deepspeed_engine_only_returns_what_deepspeed_runs():
     model = load_model("llama3-8b")
     for p in json.loads(out)["plans"]:
         assert deepspeed_unsupported(Strategy(**p["strategy"]), model) is None
+
+
+def test_plan_cost_objective_tries_smaller_clusters():
+    rc, out, err = run("plan", *BASE, "--objective", "cost", "--top", "5", "--json")
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    per_gpu = [p["estimate"]["tokens_per_s_per_gpu"] for p in plans]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    assert all(p["num_gpus"] in (16, 8, 4, 2, 1) for p in plans)
+    rc, out, err = run("plan", *BASE, "--top", "1", "--json")
+    fastest_total = json.loads(out)["plans"][0]
+    # The cheapest plan is never worse per GPU than the fastest plan on all 16 GPUs.
+    assert per_gpu[0] >= fastest_total["estimate"]["tokens_per_s_per_gpu"] - 1e-9

@@ -22,8 +22,8 @@ def plan_cmd(
     gbs: int = typer.Option(128, "--gbs", help="Global batch, sequences."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     objective: str = typer.Option("throughput", "--objective",
-                                  help="throughput (tokens/s) or cost (GPU-hours per billion tokens; on a fixed "
-                                       "cluster both rank alike)."),
+                                  help="throughput: fastest on all --gpus; cost: fewest GPU-hours per token, "
+                                       "trying --gpus, --gpus/2, --gpus/4, ... (whole nodes)."),
     solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
                                                         "optuna, or brute-force."),
     fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
@@ -62,7 +62,10 @@ def plan_cmd(
         from autoplan.costmodel.measured import load_profile
 
         prof = load_profile(profile)
-    result = _run(problem, solver, top, seed, prof, quiet=as_json)
+    if objective == "cost":
+        result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
+    else:
+        result = _run(problem, solver, top, seed, prof, quiet=as_json)
     base_plan = _baseline(problem, baseline, baseline_from_megatron, prof)
     if not result.plans:
         _no_plan(result, problem, as_json)
@@ -70,8 +73,8 @@ def plan_cmd(
     if out:
         _write_out(result, problem, out, emit)
     if as_json:
-        payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract()}
-                             for p in result.plans],
+        payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
+                              "num_gpus": p.cluster.num_gpus} for p in result.plans],
                    "model": m.model_dump(), "cluster": c.model_dump(), "workload": wl.model_dump(),
                    "search": _search_summary(result)}
         if base_plan is not None:
@@ -82,6 +85,7 @@ def plan_cmd(
 
 
 def _run(problem, solver, top, seed, prof, quiet):
+    """Solve; a progress bar appears only once the search has run for a second."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autoplan.solvers.api import solve
@@ -89,15 +93,59 @@ def _run(problem, solver, top, seed, prof, quiet):
     if quiet:
         return solve(problem, solver, top_k=top, seed=seed, profile=prof)
     started = time.perf_counter()
-    with Progress(TextColumn("[bold]searching[/bold]"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,}"),
-                  TimeElapsedColumn(), transient=True) as bar:
-        task = bar.add_task("search", total=1, visible=False)
+    state = {}
 
-        def progress(done, total):
-            # Shown only for searches that take over a second.
-            bar.update(task, completed=done, total=total, visible=time.perf_counter() - started > 1.0)
+    def progress(done, total):
+        if "bar" not in state:
+            if time.perf_counter() - started <= 1.0:
+                return
+            bar = Progress(TextColumn("[bold]searching[/bold]"), BarColumn(),
+                           TextColumn("{task.completed:,}/{task.total:,}"), TimeElapsedColumn(), transient=True)
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task("search", total=total)
+        state["bar"].update(state["task"], completed=done, total=total)
 
+    try:
         return solve(problem, solver, top_k=top, seed=seed, profile=prof, progress=progress)
+    finally:
+        if "bar" in state:
+            state["bar"].stop()
+
+
+def gpu_counts_for_cost(problem) -> list:
+    """--gpus, --gpus/2, --gpus/4, ... that fill whole nodes or fit in one."""
+    n, node = problem.cluster.num_gpus, problem.cluster.gpu.gpus_per_node
+    counts = []
+    while n >= 1:
+        if n <= node or n % node == 0:
+            counts.append(n)
+        if n % 2:
+            break
+        n //= 2
+    return counts
+
+
+def _run_cost(problem, solver, top, seed, prof, quiet):
+    """Rank plans over several cluster sizes by GPU-hours per token (= highest tokens/s/GPU)."""
+    from dataclasses import replace as dc_replace
+
+    from autoplan.solvers.api import SolveResult
+
+    plans, space, evaluated, feasible, wall, rejected, smallest = [], 0, 0, 0, 0.0, {}, None
+    for n in gpu_counts_for_cost(problem):
+        sub = dc_replace(problem, cluster=problem.cluster.model_copy(update={"num_gpus": n}))
+        r = _run(sub, solver, top, seed, prof, quiet)
+        plans += r.plans
+        space, evaluated, feasible, wall = space + r.space_size, evaluated + r.evaluated, feasible + r.feasible, \
+            wall + r.wall_s
+        for k, v in r.infeasible.items():
+            rejected[k] = rejected.get(k, 0) + v
+        if r.smallest_peak_gib is not None:
+            smallest = r.smallest_peak_gib if smallest is None else min(smallest, r.smallest_peak_gib)
+    plans.sort(key=lambda p: -p.estimate.tokens_per_s_per_gpu)
+    return SolveResult(plans=plans[:top], solver=f"{solver} (cost over {len(gpu_counts_for_cost(problem))} sizes)",
+                       space_size=space, evaluated=evaluated, feasible=feasible, wall_s=wall, infeasible=rejected,
+                       smallest_peak_gib=smallest)
 
 
 def _baseline(problem, text, from_megatron, prof):
@@ -173,16 +221,20 @@ def _print(result, problem, base_plan, explain, objective):
     from autoplan.cli.render import console, estimate_tables, plans_table
 
     m, c, wl = problem.model, problem.cluster, problem.workload
-    title = (f"{m.name} on {c.num_gpus} x {c.gpu.id}, seq {wl.seq_len}, gbs {wl.global_batch_size}: "
-             f"top {len(result.plans)} of {result.feasible:,} feasible")
-    console.print(plans_table(result.plans, title))
+    where = f"up to {c.num_gpus}" if objective == "cost" else f"{c.num_gpus}"
+    title = (f"{m.name} on {where} x {c.gpu.id}, seq {wl.seq_len}, gbs {wl.global_batch_size}: "
+             f"top {len(result.plans)} of {result.feasible:,} feasible"
+             + (", by GPU-hours per token" if objective == "cost" else ""))
+    console.print(plans_table(result.plans, title, show_gpus=objective == "cost"))
     rejected = ", ".join(f"{v:,} {k}" for k, v in result.infeasible.items())
     console.print(f"searched {result.space_size:,} legal candidates ({result.evaluated:,} priced) in "
                   f"{result.wall_s:.2f} s with {result.solver}" + (f"; skipped: {rejected}" if rejected else ""))
     best = result.plans[0]
     if objective == "cost":
-        gpu_hours = c.num_gpus / best.estimate.tokens_per_s * 1e9 / 3600
-        console.print(f"cost: {gpu_hours:,.0f} GPU-hours per billion tokens")
+        for p in result.plans[:3]:
+            gpu_hours = 1e9 / p.estimate.tokens_per_s_per_gpu / 3600
+            console.print(f"cost: {p.cluster.num_gpus} GPUs, {p.strategy.label()}: {gpu_hours:,.0f} GPU-hours "
+                          f"per billion tokens, {p.estimate.step_time_s:.2f} s/step")
     if base_plan is not None:
         b = base_plan.estimate
         if b.fits:

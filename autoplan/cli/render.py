@@ -62,16 +62,18 @@ def print_estimate(est: Estimate, title: str = "Estimate") -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-def plans_table(plans: List[Plan], title: str) -> Table:
+def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table:
     t = Table(title=title)
     t.add_column("#", justify="right")
+    if show_gpus:
+        t.add_column("GPUs", justify="right")
     t.add_column("strategy", no_wrap=True)
     for col, just in ( ("step s", "right"), ("tok/s/GPU", "right"),
                       ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left")):
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
-        t.add_row(str(i), p.strategy.label(), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
+        t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
                   e.bottleneck)
     return t
