@@ -226,18 +226,10 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
 
 def _gpt_neox(c: _Config) -> Dict[str, Any]:
     """GPT-NeoX / Pythia: rotary (partial, `rotary_pct`), LayerNorm, GELU, biases, untied `embed_out`.
-    The parallel-residual wiring changes no shapes and is ignored."""
-    hidden = c.int_req("hidden_size")
-    heads = c.int_req("num_attention_heads")
+    The parallel-residual wiring changes no shapes and is ignored. Shapes as the Llama family (NeoX configs have
+    no num_key_value_heads, so attention is MHA)."""
     return dict(
-        num_layers=c.int_req("num_hidden_layers"),
-        hidden_size=hidden,
-        ffn_hidden_size=c.int_req("intermediate_size"),
-        num_attention_heads=heads,
-        num_query_groups=heads,
-        kv_channels=_head_dim(c, hidden, heads),
-        vocab_size=c.int_req("vocab_size"),
-        max_position_embeddings=c.int_req("max_position_embeddings"),
+        _llama_like(c),
         activation="gelu",
         normalization="layernorm",
         position_embedding="rope",

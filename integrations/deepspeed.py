@@ -115,7 +115,7 @@ def hostfile_text(plan: Plan) -> str:
 
 def _ds_train_args(plan: Plan, probe: bool) -> str:
     s = plan.strategy
-    args = [f"--model-json \"$HERE/model.json\"", f"--seq-len {plan.workload.seq_len}",
+    args = ["--model-json \"$HERE/model.json\"", f"--seq-len {plan.workload.seq_len}",
             f"--iters {PROBE_ITERS if probe else DEFAULT_TRAIN_ITERS}"]
     if s.recompute != "none":
         args.append(f"--recompute {s.recompute}")

@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import statistics
-import time
 from pathlib import Path
 from typing import Dict, List, Literal, Optional
 

@@ -6,7 +6,7 @@ recompute options are tried from least to most recompute and the group stops at 
 ZeRO stage — more recompute only adds time. `brute_force` prices every candidate with no pruning."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 
@@ -65,7 +65,6 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
     last_level = np.zeros(n_groups, dtype=np.int64)
     np.maximum.at(last_level, group, level)
     probe = np.flatnonzero(level == last_level[group])
-    total_work = len(probe)
     ev = price(problem, lay.take(probe), profile=profile)
     done = len(probe)
     if progress:

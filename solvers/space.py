@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
 from autoplan.cluster import ClusterSpec
-from autoplan.costmodel.layout import RECOMPUTE_CODES, Layouts, layouts_from_strategies
+from autoplan.costmodel.layout import Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
-from autoplan.strategy import ALL_KEYS, Strategy, coerce_strategy_value
+from autoplan.strategy import Strategy, coerce_strategy_value
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -149,8 +149,6 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 if wl.global_batch_size % dp:
                     continue  # gbs divisible by mbs*dp needs at least dp | gbs
                 vpps = [v for v in divisors(L // pp if L % pp == 0 else L) if v <= 16] if pp > 1 else [1]
-                if pp == 2:
-                    vpps = [v for v in vpps]  # p2p overlap on: vpp needs pp > 1 only
                 if problem.engine == "deepspeed":
                     vpps = [1]
                 for vpp in _choices(problem, "vpp", vpps):

@@ -63,7 +63,7 @@ def _load_profile(path, cluster, model):
 
     if path:
         return measured.load_profile(path, model=model, gpu_id=cluster.gpu.id)
-    return measured.find_profile(cluster.gpu.id, model.name) if hasattr(measured, "find_profile") else None
+    return measured.find_profile(cluster.gpu.id, model.name)
 
 
 def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs):

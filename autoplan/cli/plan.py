@@ -44,7 +44,6 @@ def plan_cmd(
 ) -> None:
     """Find the fastest strategies that fit in memory."""
     from autoplan.errors import InputError
-    from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem, parse_constraints
 
     if objective not in ("throughput", "cost"):
@@ -132,7 +131,8 @@ def _run_cost(problem, solver, top, seed, prof, quiet):
     from autoplan.solvers.api import SolveResult
 
     plans, space, evaluated, feasible, wall, rejected, smallest = [], 0, 0, 0, 0.0, {}, None
-    for n in gpu_counts_for_cost(problem):
+    counts = gpu_counts_for_cost(problem)
+    for n in counts:
         sub = dc_replace(problem, cluster=problem.cluster.model_copy(update={"num_gpus": n}))
         r = _run(sub, solver, top, seed, prof, quiet)
         plans += r.plans
@@ -143,7 +143,7 @@ def _run_cost(problem, solver, top, seed, prof, quiet):
         if r.smallest_peak_gib is not None:
             smallest = r.smallest_peak_gib if smallest is None else min(smallest, r.smallest_peak_gib)
     plans.sort(key=lambda p: -p.estimate.tokens_per_s_per_gpu)
-    return SolveResult(plans=plans[:top], solver=f"{solver} (cost over {len(gpu_counts_for_cost(problem))} sizes)",
+    return SolveResult(plans=plans[:top], solver=f"{solver} (cost over {len(counts)} sizes)",
                        space_size=space, evaluated=evaluated, feasible=feasible, wall_s=wall, infeasible=rejected,
                        smallest_peak_gib=smallest)
 
@@ -151,7 +151,6 @@ def _run_cost(problem, solver, top, seed, prof, quiet):
 def _baseline(problem, text, from_megatron, prof):
     from autoplan.costmodel.estimate import estimate
     from autoplan.results import Plan
-    from autoplan.strategy import strategy_from_mapping
     from autoplan.validate import validate
 
     if not text and not from_megatron:

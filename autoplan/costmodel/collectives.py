@@ -9,12 +9,9 @@ import numpy as np
 
 from autoplan.costmodel.hardware import Hardware
 
-# All-to-all bandwidth relative to the ring-collective bus rate (`*_bus_efficiency`). DeepEP V1 on H800 reaches
-# 153-158 of 200 GB/s over NVLink (0.78 of the link; ring collectives 0.76-0.82) and 43-58 of 50 GB/s over
-# RDMA (0.86-1.16 of the link; ring ~0.80): the all-to-all runs at the ring rate or above on both links
-# (../reference gpus.md S3), so the ring rate is used unchanged. (Was 0.78 on top of the ring rate, which
-# counted the link efficiency twice: 0.59-0.62 of the link.)
-ALL_TO_ALL_EFF = 1.0
+# All-to-all runs at the ring-collective bus rate (`*_bus_efficiency`): DeepEP V1 on H800 reaches 153-158 of
+# 200 GB/s over NVLink (0.78 of the link; ring collectives 0.76-0.82) and 43-58 of 50 GB/s over RDMA (0.86-1.16
+# of the link; ring ~0.80) (../reference gpus.md S3).
 
 _BUS_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
@@ -57,7 +54,7 @@ def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardwa
     latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS[kind](n_safe)
     if kind == "all_to_all":
         frac = np.where(spans, 1.0 if inter_fraction is None else inter_fraction, 0.0)
-        beta = np.maximum(bus * (1 - frac) / (nv_bw * ALL_TO_ALL_EFF), bus * frac / (net_bw * ALL_TO_ALL_EFF))
+        beta = np.maximum(bus * (1 - frac) / nv_bw, bus * frac / net_bw)
     else:
         g = np.ones_like(n) if ranks_per_domain is None else np.maximum(np.asarray(ranks_per_domain, float), 1.0)
         beta = np.where(spans, np.maximum(bus / (g * net_bw), bus / nv_bw), bus / nv_bw)
@@ -92,8 +89,8 @@ def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Ha
     size = np.asarray(token_bytes, dtype=float)
     net = size * expected_remote_nodes(nodes, topk)
     nv = size * topk * (1.0 - 1.0 / g)
-    nv_bw = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff * ALL_TO_ALL_EFF
-    net_bw = hw.network_bytes_per_s * hw.network_bus_eff * ALL_TO_ALL_EFF
+    nv_bw = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff
+    net_bw = hw.network_bytes_per_s * hw.network_bus_eff
     spans = nodes > 1
     n_safe = np.maximum(n, 2.0)
     latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS["all_to_all"](n_safe)

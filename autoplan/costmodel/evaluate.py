@@ -7,16 +7,15 @@ Megatron's schedules.py: warm-up = (p - s - 1) * 2 + (v - 1) * p for interleavin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
-from autoplan.cluster import ClusterSpec
 from autoplan.costmodel import compute as C
 from autoplan.costmodel import memory as M
-from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
-from autoplan.costmodel.hardware import GIB, Hardware, hardware_of
+from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.params import embedding_params, head_params, layer_params
 from autoplan.costmodel.stages import stage_layers

@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
