@@ -165,7 +165,9 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
     # Flex dispatcher with HybridEP, the backend that also runs across a multi-node NVLink domain [TC]
     # (transformer_config.py moe_flex_dispatcher_backend; DeepEP's normal kernels need single-node NVLink).
     dispatcher = ["flex", "--moe-flex-dispatcher-backend", "hybridep"] if s.moe_flex_dispatcher else ["alltoall"]
-    a += ["--moe-grouped-gemm", "--moe-token-dispatcher-type", *dispatcher,
+    # Fused permute/unpermute (TransformerEngine >= 2.1, transformer_config.py moe_permute_fusion): the cost model
+    # prices the MoE permutation with these kernels.
+    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher,
           "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "0.01"]
     return a
 

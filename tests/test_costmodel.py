@@ -207,3 +207,43 @@ def test_deepspeed_autotp_replicates_the_vocabulary(dense):
         2 * vocab_half / 2**30, rel=1e-6)
     assert ds.memory_breakdown["logits"] > mega.memory_breakdown["logits"]
     assert ds.step_time_s > mega.step_time_s
+
+
+def test_a2a_overlap_pairs_only_steady_state_passes():
+    """Combined 1F1B (Megatron combined_1f1b.py): without pipelining the first forward and the last backward run
+    alone, so of m micro batches (m - 1) / m of the passes are paired; interleaved, the warm-up forwards
+    2 (pp - rank - 1) + (vpp - 1) pp + 1 run alone."""
+    from autoplan.costmodel.evaluate import a2a_paired_fraction
+
+    for gbs, m_micro in ((8, 1), (40, 5), (160, 20)):
+        lay = layouts_from_strategies([Strategy(ep=8, mbs=1, moe_a2a_overlap=True)], 8)
+        assert a2a_paired_fraction(workload(gbs=gbs), lay, np.array([0]))[0] == pytest.approx(1 - 1 / m_micro)
+    lay = layouts_from_strategies([Strategy(pp=4, vpp=2, ep=2, mbs=1, moe_a2a_overlap=True)], 8)
+    # dp = 2, gbs 64 -> m = 32 micro batches, 64 chunk passes; rank 0 warm-up 2*3 + 1*4 + 1 = 11, last rank 5.
+    paired = a2a_paired_fraction(workload(gbs=64), lay, np.array([0, 3]))
+    assert paired == pytest.approx([1 - 11 / 64, 1 - 5 / 64])
+
+
+def test_a2a_overlap_hides_less_with_fewer_micro_batches():
+    m = make_moe()
+    s = Strategy(ep=8, mbs=1, zero=1, moe_a2a_overlap=True)
+    plain = Strategy(ep=8, mbs=1, zero=1)
+    exposed = {}
+    for gbs in (16, 128):
+        on = estimate(m, cluster(8), s, workload(gbs=gbs)).time_breakdown["ep_comm"]
+        off = estimate(m, cluster(8), plain, workload(gbs=gbs)).time_breakdown["ep_comm"]
+        assert on < off
+        exposed[gbs] = on / off
+    assert exposed[16] > exposed[128]  # warm-up and cool-down weigh more with 2 than with 16 micro batches
+
+
+def test_fused_permute_moves_fewer_bytes_than_unfused():
+    m = make_moe(moe_router_topk=4)
+    megatron = layouts_from_strategies([Strategy(ep=8)], 8)
+    deepspeed = layouts_from_strategies([Strategy(ep=8)], 8, engine="deepspeed")
+    fused = C.elementwise_bytes(m, C.shard_of(m, megatron, 2048), megatron, moe=True)
+    unfused = C.elementwise_bytes(m, C.shard_of(m, deepspeed, 2048), deepspeed, moe=True)
+    sh = C.shard_of(m, megatron, 2048)
+    # fused: (k + 1) reads + writes of h per source token; unfused: 2 k
+    saved = (4 * 4 - 2 * (4 + 1)) * m.hidden_size * C.BF16 * sh.expert_tokens / 4
+    assert (unfused - fused)[0] == pytest.approx(saved[0])

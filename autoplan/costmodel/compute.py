@@ -160,7 +160,13 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     if moe:
         f = m.moe_ffn_hidden_size / lay.etp
         act = (3 if m.gated_mlp else 2) * f * BF16 * sh.expert_tokens
-        permute = 4 * h * BF16 * sh.expert_tokens  # permute + unpermute, read + write
+        # Permute + unpermute. TE's fused kernels (transformer_engine/pytorch/permutation.py moe_permute /
+        # moe_unpermute, Megatron --moe-permute-fusion) read each token once and write its top-k copies, then
+        # read the copies and write one merged token; unfused (torch index_select / scatter_add) every copy is
+        # read and written twice.
+        source_tokens = sh.expert_tokens / max(m.moe_router_topk, 1)
+        fused = 2 * h * BF16 * (sh.expert_tokens + source_tokens)
+        permute = np.where(lay.fused_permute, fused, 4 * h * BF16 * sh.expert_tokens)
         if m.shared_expert_ffn_hidden_size:
             act = act + (3 if m.gated_mlp else 2) * m.shared_expert_ffn_hidden_size / lay.tp * BF16 * sh.tokens
         return norms_and_residuals + rotary + act + permute

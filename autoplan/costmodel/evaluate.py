@@ -65,7 +65,7 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     cpt = _compute(m, hw, wl, lay, sh, st, cal, profile)
     tp_all, tp_exposed = _tp_comm(m, hw, lay, sh, st, cal)
     cp_exposed = _cp_comm(m, hw, lay, sh, st, cal, cpt.dense_core)
-    ep_exposed = _ep_comm(m, hw, lay, sh, st, cal, cpt.moe_compute)
+    ep_exposed = _ep_comm(m, hw, lay, sh, st, cal, cpt, a2a_paired_fraction(wl, lay, stage))
     p2p = _p2p(m, hw, lay, sh)
     recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed)
     params_dense, params_expert, edp = _rank_params(m, hw, lay, st)
@@ -83,7 +83,8 @@ class _Compute:
     bwd: np.ndarray
     core: np.ndarray  # core attention forward of the rank's layers (what selective recompute repeats)
     dense_core: np.ndarray  # core attention forward of one full-attention layer (what CP overlaps with)
-    moe_compute: np.ndarray  # forward + backward of the rank's MoE layers (what a2a overlap hides under)
+    moe_fwd: np.ndarray  # forward of the rank's MoE layers (what the backward all-to-all hides under)
+    moe_bwd: np.ndarray  # backward of the rank's MoE layers (what the forward all-to-all hides under)
     emb: np.ndarray
     head: np.ndarray
 
@@ -115,7 +116,7 @@ def _compute(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, sh, st, cal
     emb = C.embedding_time(m, sh, hw, cal)
     fwd = fwd + np.where(st.last, head, 0.0) + np.where(st.first, emb, 0.0)
     bwd = bwd + np.where(st.last, 2.0 * head, 0.0) + np.where(st.first, emb, 0.0)
-    return _Compute(fwd, bwd, core, dense.attn_core, n_moe * (moe_fwd + moe_bwd), emb, head)
+    return _Compute(fwd, bwd, core, dense.attn_core, n_moe * moe_fwd, n_moe * moe_bwd, emb, head)
 
 
 def _tp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration):
@@ -148,7 +149,7 @@ def _cp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration,
                                + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * attn_core, 0.0))
 
 
-def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, moe_compute):
+def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, cpt: _Compute, paired):
     """Exposed expert-parallel all-to-all: dispatch + combine forward, and both again backward."""
     in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
@@ -159,12 +160,26 @@ def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration,
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
     flex = flex_all_to_all_time(C.BF16 * routed_in * m.hidden_size, topk, lay.ep, in_domain, hw)
     a2a = np.where(lay.moe_flex, flex, a2a)
-    total = 4 * a2a * st.moe
-    # The 1F1B all-to-all overlap runs one micro batch's dispatch/combine under another's MoE-layer compute
-    # (Megatron `overlap_moe_expert_parallel_comm`, combined 1F1B; DeepSeek-V3 report sec. 3.2.1 DualPipe):
-    # it hides at most that compute; an all-to-all longer than it stays exposed.
-    hidden = np.minimum(cal.a2a_overlap_hidden * total, moe_compute)
-    return total - np.where(lay.moe_a2a_overlap, hidden, 0.0)
+    one_pass = 2 * a2a * st.moe  # dispatch + combine of one pass (forward or backward)
+    # The 1F1B all-to-all overlap runs one micro batch's forward beside another's backward (Megatron
+    # `overlap_moe_expert_parallel_comm`, pipeline_parallel/combined_1f1b.py: "EP A2A in forward step is hidden by
+    # the attention/mlp computation in the backward step, and vice versa"; DeepSeek-V3 report sec. 3.2.1): the
+    # forward all-to-all hides under at most the paired backward's compute and the backward's under the paired
+    # forward's. Only paired passes overlap: `paired` is the share outside warm-up and cool-down.
+    hidden = np.minimum(cal.a2a_overlap_hidden * one_pass, cpt.moe_bwd) + \
+        np.minimum(cal.a2a_overlap_hidden * one_pass, cpt.moe_fwd)
+    return 2 * one_pass - np.where(lay.moe_a2a_overlap, paired * hidden, 0.0)
+
+
+def a2a_paired_fraction(wl: Workload, lay: Layouts, stage):
+    """Share of a rank's (micro batch, chunk) passes that combined 1F1B pairs with another's opposite pass.
+    Without pipelining the first forward and the last backward run alone (combined_1f1b.py
+    `combined_1f1b_schedule_for_no_pipelining`); interleaved, the warm-up forwards and cool-down backwards run
+    alone, warm-up = 2 (pp - rank - 1) + (vpp - 1) pp + 1 (schedules.py `get_pp_rank_microbatches`: one extra
+    forward with the overlap)."""
+    total = num_microbatches(wl, lay) * lay.vpp
+    warmup = np.where(lay.pp > 1, (lay.pp - stage - 1) * 2 + (lay.vpp - 1) * lay.pp + 1, 1)
+    return 1.0 - np.minimum(warmup, total) / total
 
 
 def _p2p(m: ModelSpec, hw: Hardware, lay: Layouts, sh):

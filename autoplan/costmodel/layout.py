@@ -43,6 +43,7 @@ class Layouts:
     cpu_offload_layers: np.ndarray  # layers whose saved activations live in host memory
     moe_flex: np.ndarray  # bool: flex token dispatcher (DeepEP / HybridEP), one network copy per destination node
     vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
+    fused_permute: np.ndarray  # bool: TE fused MoE permute/unpermute (Megatron --moe-permute-fusion); False: DeepSpeed
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -101,4 +102,5 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         cpu_offload_layers=col(lambda s: s.cpu_offload_layers),
         moe_flex=col(lambda s: s.moe_flex_dispatcher, bool),
         vocab_tp=col(lambda s: engine != "deepspeed", bool),
+        fused_permute=col(lambda s: engine != "deepspeed", bool),
     )
