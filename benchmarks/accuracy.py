@@ -12,6 +12,7 @@ optimizer, overlaps, FP8 recipe, recompute), are stated in `benchmarks/published
     python -m benchmarks.accuracy --recompute none
     python -m benchmarks.accuracy --json          # machine-readable
     python -m benchmarks.accuracy --csv out.csv   # per-row table as CSV as well
+    python -m benchmarks.accuracy --keep-regressions  # also the rows measured below a weaker GPU's
 """
 from __future__ import annotations
 
@@ -120,8 +121,10 @@ def main(argv=None) -> int:
                     help="recompute policy for rows that do not state it (see benchmarks/published.py)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ap.add_argument("--csv", metavar="PATH", help="also write the per-row table as CSV")
+    ap.add_argument("--keep-regressions", action="store_true",
+                    help="also use the rows measured below the same job on a weaker GPU (published.py)")
     args = ap.parse_args(argv)
-    runs, excluded = load_runs(policy=args.recompute)
+    runs, excluded = load_runs(policy=args.recompute, keep_regressions=args.keep_regressions)
     results = predict(runs)
     s = summary(results)
     if args.csv:

@@ -40,7 +40,7 @@ import numpy as np
 from typing import Dict, List, Optional, Tuple
 
 from autoplan.cluster import ClusterSpec
-from autoplan.clusterio import load_cluster
+from autoplan.clusterio import load_cluster, load_gpu
 from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.compute import shard_of
@@ -52,7 +52,7 @@ from autoplan.modelio import load_model
 from autoplan.results import Estimate
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
-from benchmarks.recipes import RecipeFacts, recipe_facts
+from benchmarks.recipes import RELEASE_TAG, RecipeFacts, recipe_facts, release_of
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
 
@@ -147,6 +147,46 @@ def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
     if row["gpu"] not in GPU_IDS:
         return f"GPU {row['gpu']!r} has no profile"
     return None
+
+
+# A run this much slower per GPU than the same job on a GPU it dominates is a software regression, not hardware.
+REGRESSION_MARGIN = 0.10
+
+
+def _gpu_figures(gpu_id: str) -> Tuple[float, ...]:
+    g = load_gpu(gpu_id)
+    network = g.nic_gbit_per_s * g.nics_per_node / g.gpus_per_node
+    return (g.peak_tflops.get("bf16", 0.0), g.peak_tflops.get("fp8", 0.0), g.hbm_gib, g.hbm_bandwidth_tbps,
+            g.nvlink_bandwidth_gbytes_per_s, g.nvlink_domain_size, network)
+
+
+def dominates(gpu: str, other: str) -> bool:
+    """Every figure of `gpu`'s profile (peaks, HBM size and bandwidth, NVLink, domain, network per GPU) is at
+    least `other`'s, and they differ (B300 over B200, GB300 over GB200, H200 over H100)."""
+    return gpu != other and all(a >= b for a, b in zip(_gpu_figures(gpu), _gpu_figures(other)))
+
+
+def slower_than_a_weaker_gpu(rows: List[Dict[str, str]]) -> Dict[str, str]:
+    """{run stem: reason} for tokens rows measured more than REGRESSION_MARGIN below the same job (model, GPU
+    count, precision, batch, sequence, same recipe tag) on a GPU that the row's GPU dominates: no cost model of
+    the hardware can explain a stronger GPU running slower; the software or its config regressed. The rule needs
+    no prediction."""
+    def job(r):
+        release = release_of(r["id"])
+        tag = RELEASE_TAG.get(release, release) if release else r["source"]
+        return (tag, r["model"], r["num_gpus"], r["precision"], r["gbs"], r["seq_len"])
+
+    usable = [r for r in rows if r["measured_metric_name"] == "tokens_per_sec_per_gpu" and r["gpu"] in GPU_IDS
+              and exclusion_reason(r) is None]
+    out = {}
+    for r in usable:
+        for o in usable:
+            if job(o) == job(r) and dominates(GPU_IDS[r["gpu"]], GPU_IDS[o["gpu"]]) and \
+                    float(r["measured_value"]) < (1 - REGRESSION_MARGIN) * float(o["measured_value"]):
+                out[stem(r["id"])] = (f"measured below the same job on a weaker GPU ({r['gpu']} "
+                                      f"{float(r['measured_value']):.0f} < {o['gpu']} "
+                                      f"{float(o['measured_value']):.0f} tokens/s/GPU): a software regression")
+    return out
 
 
 def _int(cell: str, default: Optional[int] = None) -> Optional[int]:
@@ -320,17 +360,18 @@ def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
 POLICIES = ("recipe", "least", "none")
 
 
-def load_runs(path: Path = DATA, cal: Calibration = DEFAULT,
-              policy: str = "recipe") -> Tuple[List[PublishedRun], List[Tuple[str, str]]]:
+def load_runs(path: Path = DATA, cal: Calibration = DEFAULT, policy: str = "recipe",
+              keep_regressions: bool = False) -> Tuple[List[PublishedRun], List[Tuple[str, str]]]:
     """(usable runs in file order, [(row id, reason)] for the rows left out). A tflops row is used only when its
-    run has no tokens row."""
+    run has no tokens row. `keep_regressions` keeps the rows `slower_than_a_weaker_gpu` names."""
     rows = read_rows(path)
     stems_with_tokens = {stem(r["id"]) for r in rows if r["measured_metric_name"] == "tokens_per_sec_per_gpu"}
+    regressions = {} if keep_regressions else slower_than_a_weaker_gpu(rows)
     runs, excluded = [], []
     for row in rows:
         if row["measured_metric_name"] != "tokens_per_sec_per_gpu" and stem(row["id"]) in stems_with_tokens:
             continue  # the same run's tokens row is used instead
-        reason = exclusion_reason(row)
+        reason = exclusion_reason(row) or regressions.get(stem(row["id"]))
         if reason:
             excluded.append((row["id"], reason))
             continue

@@ -8,7 +8,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `benchmarks` lives at the repository root, outside the installed package
 
-from benchmarks.published import DATA, exclusion_reason, load_runs, read_rows, stem  # noqa: E402
+from benchmarks.published import (DATA, dominates, exclusion_reason, load_runs, read_rows,  # noqa: E402
+                                  slower_than_a_weaker_gpu, stem)
 from benchmarks.memory_vs_megatron import CASES, compare  # noqa: E402
 
 # Runs that did run but that autoplan predicts not to fit, and why. Each is a modelling gap, not a data error;
@@ -58,6 +59,27 @@ def test_exclusion_rules_name_the_cause():
     assert "SFT" in exclusion_reason(row)
     row = {"precision": "fp8", "notes": "", "model": "Nemotron_3_Nano", "id": "x", "gpu": "GB200"}
     assert "Mamba" in exclusion_reason(row)
+
+
+def test_gpu_dominance_follows_every_profile_figure():
+    assert dominates("b300", "b200") and dominates("gb300", "gb200") and dominates("h200", "h100")
+    assert not dominates("b200", "b300") and not dominates("h100", "h100")
+    assert not dominates("b200", "gb200")  # GB200 has the higher peak and the NVL72 domain
+
+
+def test_regression_rule_compares_the_same_job_on_a_weaker_gpu():
+    base = dict(model="M", num_gpus="64", precision="fp8", gbs="256", seq_len="4096", notes="",
+                measured_metric_name="tokens_per_sec_per_gpu", source="s")
+    rows = [dict(base, id="mb_26.02_a_tok", gpu="B300", measured_value="800"),
+            dict(base, id="mb_26.02_b_tok", gpu="B200", measured_value="1000"),
+            dict(base, id="mb_26.02_c_tok", gpu="GB300", measured_value="950"),
+            dict(base, id="mb_26.04_d_tok", gpu="GB200", measured_value="2000")]  # other recipe tag
+    for row in rows:
+        row["model"] = "LLAMA3_70B"
+    flagged = slower_than_a_weaker_gpu(rows)
+    assert set(flagged) == {"mb_26.02_a"} and "B300 800 < B200 1000" in flagged["mb_26.02_a"]
+    rows[0]["measured_value"] = "950"  # within the 10% margin
+    assert slower_than_a_weaker_gpu(rows) == {}
 
 
 def test_runs_map_to_the_published_layout(runs_and_excluded):
