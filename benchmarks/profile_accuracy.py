@@ -176,6 +176,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="3x3x3 grid (about a minute on 2 CPU cores)")
     parser.add_argument("--gpu-id", default=None, help="GPU profile for the analytic model (default: cpu / h200)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on CPU)")
+    parser.add_argument("--min-repeat-ms", type=float, default=None,
+                        help="each repeat averages iterations lasting at least this, ms (default: 10 on CPU, 0 GPU)")
     parser.add_argument("--out", type=Path, default=None, help="Folder for the profile JSON")
     parser.add_argument("--methods", action="store_true", help="also print every forced fit method's error")
     parser.add_argument("--tps", type=int_list, default=None, help="tp axis, e.g. 1,2,4,8 (overrides the grid)")
@@ -214,7 +216,8 @@ def main(argv=None) -> int:
         tps, mbss, seqs = args.tps or tps, args.mbss or mbss, args.seqs or seqs
         req = ProfileRequest(model=MODEL, tps=tps, mbss=mbss, seqs=seqs, dtypes=(args.dtype,), device=args.device,
                              warmup=args.warmup, repeats=args.repeats, gemms=False,
-                             threads=args.threads or (1 if args.device == "cpu" else None))
+                             threads=args.threads or (1 if args.device == "cpu" else None),
+                             min_repeat_s=None if args.min_repeat_ms is None else args.min_repeat_ms / 1e3)
         profile = run_profile(req)
     if args.out and not args.source:
         print(f"wrote {save_profile(profile, args.out / f'accuracy-{profile.device.gpu_id}-{MODEL.name}.json')}")

@@ -152,7 +152,7 @@ def test_default_gpu_id_from_device_names():
 
 def tiny_request(model, **kw):
     base = dict(model=model, tps=(1, 2), mbss=(1, 2), seqs=(32, 64), dtypes=("fp32",), device="cpu", warmup=1,
-                repeats=3)
+                repeats=3, min_repeat_s=0.0)
     base.update(kw)
     return ProfileRequest(**base)
 
@@ -225,3 +225,33 @@ def test_threads_apply_during_the_run_and_are_restored():
                                        kinds=("mlp",), threads=1))
     assert profile.device.cpu_threads == 1
     assert torch.get_num_threads() == before
+
+
+def test_cpu_repeats_average_enough_iterations_to_outlast_jitter(monkeypatch):
+    """A CPU repeat of a sub-millisecond layer averages several iterations (timeit's autorange)."""
+    import contextlib
+
+    import autoplan.profiler.timing as timing
+
+    calls = []
+
+    def fixed(*args, **kw):  # 1 ms forward + 2 ms backward, every call
+        calls.append(1)
+        return 0.001, 0.002
+
+    monkeypatch.setattr(timing, "time_once", fixed)
+    layer = build_layer(DENSE, "mlp", 1).to(dtype=torch.float32)
+    cpu = torch.device("cpu")
+    inputs = layer.make_inputs(1, 16, cpu, torch.float32)
+    assert timing.iterations_for(layer, inputs, cpu, contextlib.nullcontext, 0.03) == 10
+    calls.clear()
+    out = timing.measure_points(layer, {0: inputs}, cpu, 0, 3, min_repeat_s=0.03)
+    assert len(calls) == 1 + 3 * 10  # one sizing call, then 10 iterations in each of 3 repeats
+    assert out[0].fwd.raw == pytest.approx((0.001,) * 3) and out[0].bwd.raw == pytest.approx((0.002,) * 3)
+    calls.clear()
+    timing.measure_points(layer, {0: inputs}, cpu, 0, 3, min_repeat_s=0.0)
+    assert len(calls) == 3  # min_repeat_s = 0: one iteration per repeat
+    assert ProfileRequest(model=DENSE, device="cpu").repeat_floor_s() == 0.01
+    assert ProfileRequest(model=DENSE, device="cuda").repeat_floor_s() == 0.0
+    with pytest.raises(InputError, match="min_repeat_s"):
+        ProfileRequest(model=DENSE, device="cpu", min_repeat_s=-1).check()

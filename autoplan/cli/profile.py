@@ -58,6 +58,8 @@ def profile_command(
     gemms: bool = typer.Option(True, help="Also time the GEMM table."),
     gpu_id: Optional[str] = typer.Option(None, help="GPU id to record (default: from the device name)."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads during the run (1 steadies CPU timings)."),
+    min_repeat_ms: Optional[float] = typer.Option(
+        None, help="Each repeat averages iterations lasting at least this long, ms (default: 10 on CPU, 0 on GPU)."),
     set_: List[str] = typer.Option([], "--set", help="Model override key=value (repeatable)."),
     out: Optional[Path] = typer.Option(None, help="Output JSON (default: profile-<gpu>-<model>.json)."),
 ) -> None:
@@ -75,7 +77,8 @@ def profile_command(
         mbss=parse_int_list(mbs, "--mbs"), seqs=parse_int_list(seq, "--seq"),
         dtypes=tuple(d.strip().lower() for d in dtype.split(",") if d.strip()), device=device.lower(),
         warmup=warmup, repeats=repeats, kinds=tuple(k.strip() for k in kinds.split(",")) if kinds else None,
-        gemms=gemms, gpu_id=gpu_id, threads=threads)
+        gemms=gemms, gpu_id=gpu_id, threads=threads,
+        min_repeat_s=None if min_repeat_ms is None else min_repeat_ms / 1e3)
     req.check()
     profile = _run_with_progress(req)
     from autoplan.costmodel.measured import save_profile

@@ -40,6 +40,14 @@ class ProfileRequest:
     gemms: bool = True
     gpu_id: Optional[str] = None
     threads: Optional[int] = None  # torch intra-op threads during the run; None = torch's default
+    min_repeat_s: Optional[float] = None  # each repeat averages iterations lasting >= this; None: 10 ms on CPU, 0 GPU
+
+    def repeat_floor_s(self) -> float:
+        """Seconds one repeat lasts at least: CPU timings of sub-ms layers need several iterations per repeat;
+        GPU events time one kernel sequence exactly."""
+        if self.min_repeat_s is not None:
+            return self.min_repeat_s
+        return 0.01 if self.device == "cpu" else 0.0
 
     def check(self) -> None:
         """One-line InputError for a bad request (before anything is built)."""
@@ -54,6 +62,8 @@ class ProfileRequest:
             raise InputError(f"threads={self.threads} must be >= 1 (or left unset for torch's default)")
         if self.repeats < 1 or self.warmup < 0:
             raise InputError(f"repeats={self.repeats} must be >= 1 and warmup={self.warmup} >= 0")
+        if self.min_repeat_s is not None and not 0 <= self.min_repeat_s <= 10:
+            raise InputError(f"min_repeat_s={self.min_repeat_s} must be between 0 and 10 seconds")
         if self.device not in ("cpu", "cuda"):
             raise InputError(f"device {self.device!r} is not supported; use cpu or cuda")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -144,7 +154,8 @@ def profile_shard(req: ProfileRequest, prec: Precision, device: torch.device, ki
                 inputs_by_point[(mbs, seq)] = inputs
             else:
                 advance(f"{prec.name} {kind} tp={tp} ep={ep} mbs={mbs} seq={seq}")
-    measured = measure_points(layer, inputs_by_point, device, 0, req.repeats, prec.autocast)
+    measured = measure_points(layer, inputs_by_point, device, 0, req.repeats, prec.autocast,
+                              min_repeat_s=req.repeat_floor_s())
     rows: List[LayerTiming] = []
     for (mbs, seq), m in measured.items():
         rows.extend(_entries(kind, tp, ep, mbs, seq, prec.name, m))

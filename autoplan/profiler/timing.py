@@ -4,6 +4,7 @@ repeat; callers report the median."""
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -141,21 +142,35 @@ def time_once(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torc
     return t_fwd, t_bwd
 
 
+def iterations_for(layer: ProfiledLayer, inputs: Sequence[torch.Tensor], device: torch.device,
+                   autocast: Callable[[], ContextManager], min_repeat_s: float) -> int:
+    """Iterations one repeat averages so that it lasts at least `min_repeat_s` (timeit's autorange): a repeat of a
+    sub-millisecond CPU layer is otherwise dominated by scheduler jitter. 1 when `min_repeat_s` is 0."""
+    if min_repeat_s <= 0:
+        return 1
+    t_fwd, t_bwd = time_once(layer, inputs, device, autocast)
+    return max(1, min(1000, math.ceil(min_repeat_s / max(t_fwd + t_bwd, 1e-9))))
+
+
 def measure_points(layer: ProfiledLayer, inputs_by_point: Dict[Hashable, Sequence[torch.Tensor]],
                    device: torch.device, warmup: int, repeats: int,
-                   autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> Dict[Hashable, LayerMeasurement]:
+                   autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                   min_repeat_s: float = 0.0) -> Dict[Hashable, LayerMeasurement]:
     """Time several input shapes of one layer in interleaved rounds (each round times every shape once), so a
-    burst of load from other processes spreads over all shapes instead of skewing one shape's median."""
+    burst of load from other processes spreads over all shapes instead of skewing one shape's median. Each
+    repeat is the mean of enough iterations to last `min_repeat_s` (`iterations_for`)."""
     for inputs in inputs_by_point.values():
         warm_up(layer, inputs, warmup, autocast)
     synchronize(device)
+    iterations = {k: iterations_for(layer, inputs, device, autocast, min_repeat_s)
+                  for k, inputs in inputs_by_point.items()}
     fwd: Dict[Hashable, List[float]] = {k: [] for k in inputs_by_point}
     bwd: Dict[Hashable, List[float]] = {k: [] for k in inputs_by_point}
     for _ in range(repeats):
         for key, inputs in inputs_by_point.items():
-            t_fwd, t_bwd = time_once(layer, inputs, device, autocast)
-            fwd[key].append(t_fwd)
-            bwd[key].append(t_bwd)
+            times = [time_once(layer, inputs, device, autocast) for _ in range(iterations[key])]
+            fwd[key].append(sum(t for t, _ in times) / len(times))
+            bwd[key].append(sum(t for _, t in times) / len(times))
     out = {}
     for key, inputs in inputs_by_point.items():
         activation, peak = measure_activation(layer, inputs, device, autocast)
