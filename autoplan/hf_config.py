@@ -3,7 +3,9 @@
 Field names and defaults follow the `transformers` configuration classes of each model type
 (`configuration_llama.py`, `configuration_mixtral.py`, `configuration_qwen2_moe.py`, `configuration_deepseek_v3.py`,
 `configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`). Anything the parameter and cost
-model does not need (dropout, rope scaling, router jitter, `norm_topk_prob`, MTP layers) is ignored."""
+model does not need (attention dropout, rope scaling, router jitter, `norm_topk_prob`, MTP layers) is ignored;
+the residual dropout GPT-2 (`resid_pdrop`) and GPT-NeoX (`hidden_dropout`) configs carry becomes `hidden_dropout`
+(its masks cost activation memory)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping
@@ -221,6 +223,7 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
         position_embedding="learned",
         tie_embeddings=bool(c.get("tie_word_embeddings", True)),
         add_bias_linear=True,
+        hidden_dropout=float(c.get("resid_pdrop", 0.1)),  # configuration_gpt2.py default 0.1
     )
 
 
@@ -236,6 +239,7 @@ def _gpt_neox(c: _Config) -> Dict[str, Any]:
         rotary_base=float(c.get("rotary_emb_base", c.get("rope_theta", 10000.0))),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         add_bias_linear=bool(c.get("attention_bias", True)),
+        hidden_dropout=float(c.get("hidden_dropout", 0.0)),  # configuration_gpt_neox.py default 0.0
     )
 
 

@@ -28,6 +28,9 @@ class ModelSpec(BaseModel):
     add_bias_linear: bool = Field(False, description="Linear layers carry biases (GPT-2/3 style).")
     add_qkv_bias: bool = Field(False, description="QKV projection carries a bias (Qwen2).")
     qk_layernorm: bool = Field(False, description="Per-head norm on Q and K (Qwen3).")
+    hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Dropout probability after attention, after the MLP and on the embeddings (Megatron --hidden-dropout); "
+        "0 stores no dropout masks."))
 
     # Multi-latent attention (DeepSeek-V2/V3); see arXiv:2405.04434 sec. 2.1.
     multi_latent_attention: bool = Field(False, description="MLA instead of MHA/GQA.")

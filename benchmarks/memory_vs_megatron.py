@@ -113,7 +113,8 @@ CASES: Tuple[Case, ...] = (
 
 
 def compare(case: Case) -> Dict[str, float]:
-    m = load_model(case.model)
+    # Megatron's formula counts Korthikanti's dropout masks, i.e. a model run at its default --hidden-dropout 0.1.
+    m = load_model(case.model).model_copy(update={"hidden_dropout": 0.1})
     cluster = load_cluster(case.gpu, case.num_gpus)
     est = estimate(m, cluster, case.strategy, case.workload)
     first = est.stage_memory[0].breakdown_gib

@@ -267,8 +267,6 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
     - Per-module selective recompute (`recompute_modules`, Megatron `--recompute-modules`): the tensors those
       modules would save are rebuilt in backward, so that share of every layer's activations is not held
       (`module_saving_fraction`).
-    - No dropout (p = 0): autoplan sizes the 1-byte dropout masks of Korthikanti's count, which a p = 0 model
-      does not store (`dropout_mask_fraction`).
     - Expandable segments: the caching allocator maps pages on demand, so autoplan's fragmentation allowance
       is not needed.
     - TransformerEngine fused cross entropy (Bridge `cross_entropy_fusion_impl = "te"`): the gradient is written
@@ -282,8 +280,6 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
     credit = 0.0
     if facts.recompute_modules and s.recompute == "none":
         credit += est.memory_breakdown["activations"] * module_saving_fraction(model, s, facts.recompute_modules)
-    if facts.no_dropout:
-        credit += est.memory_breakdown["activations"] * dropout_mask_fraction(model, s)
     if facts.expandable_segments:
         credit += est.memory_breakdown["fragmentation"]
     if facts.te_cross_entropy:
@@ -314,15 +310,6 @@ def module_saving_fraction(model: ModelSpec, s: Strategy, modules: str) -> float
     if "layernorm" in names:
         saved += 2 * fp8_in * region
     return min(saved / full, 1.0) if full else 0.0
-
-
-def dropout_mask_fraction(model: ModelSpec, s: Strategy) -> float:
-    """Share of a layer's saved activations that are dropout masks (one byte per element after attention and
-    after the MLP, autoplan/costmodel/memory.py)."""
-    lay = layouts_from_strategies([s], 1 << 20)
-    sh = shard_of(model, lay, 1)
-    full = float(M.layer_activation_bytes(model, sh, lay, moe=model.is_moe)[0][0])
-    return 2.0 * float(sh.tokens_sp[0]) * model.hidden_size / full if full else 0.0
 
 
 def fits_with_credit(est: Estimate, credit_gib: float) -> bool:
@@ -387,6 +374,8 @@ def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "re
     if policy not in POLICIES:
         raise ValueError(f"recompute policy {policy!r} must be one of {', '.join(POLICIES)}")
     facts = recipe_facts(row, gpu, fp8=row["precision"] != "bf16")
+    if facts is not None and facts.no_dropout:
+        model = model.model_copy(update={"hidden_dropout": 0.0})  # the recipe's model provider sets p = 0
     base = base_strategy(row, model, gpu, facts)
     strategy, credit, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
     return PublishedRun(

@@ -43,8 +43,8 @@ Facts read there, per family (config names are those files' constants / function
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
 CPU activation offload and FP8 primary weights are Strategy switches (`cpu_offload_layers`, `fp8_param`).
-autoplan has no switch for Megatron's per-module selective recompute, dropout 0, expandable segments or the TE
-fused cross entropy (Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns
+Dropout 0 is the model's `hidden_dropout` (set to 0 for the rows whose providers do so). autoplan has no switch
+for Megatron's per-module selective recompute, expandable segments or the TE fused cross entropy (Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns
 them into memory credits (`memory_credit`) and runs the cheap per-module recompute as recompute "none" (its time
 cost is a few percent).
 """

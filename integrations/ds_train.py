@@ -166,10 +166,11 @@ class Block(nn.Module):
         self.norm1, self.norm2 = _norm(spec), _norm(spec)
         self.attn = Attention(spec, selective)
         self.mlp = MoE(spec) if _is_moe_layer(spec, index) else Mlp(spec, spec["ffn_hidden_size"])
+        self.dropout = nn.Dropout(spec.get("hidden_dropout", 0.0))  # after attention and MLP, as Megatron
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.dropout(self.attn(self.norm1(x)))
+        return x + self.dropout(self.mlp(self.norm2(x)))
 
 
 class Embed(nn.Module):
@@ -178,12 +179,13 @@ class Embed(nn.Module):
         self.tokens = nn.Embedding(spec["vocab_size"], spec["hidden_size"])
         learned = spec.get("position_embedding", "rope") == "learned"
         self.positions = nn.Embedding(spec["max_position_embeddings"], spec["hidden_size"]) if learned else None
+        self.dropout = nn.Dropout(spec.get("hidden_dropout", 0.0))  # embedding dropout, as Megatron
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.tokens(ids)
         if self.positions is not None:
             x = x + self.positions(torch.arange(ids.shape[1], device=ids.device))
-        return x
+        return self.dropout(x)
 
 
 class Head(nn.Module):

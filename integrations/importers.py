@@ -195,6 +195,7 @@ def _megatron_model(f: Dict[str, Optional[str]], seq_len: int) -> ModelSpec:
         position_embedding="rope" if _typed(f, "position-embedding-type", str, "learned_absolute") == "rope"
         else "learned",
         rotary_base=_typed(f, "rotary-base", float, 10000.0),
+        hidden_dropout=_typed(f, "hidden-dropout", float, 0.1),  # default: transformer_config.py
         tie_embeddings="untie-embeddings-and-output-weights" not in f,
         add_bias_linear="disable-bias-linear" not in f, add_qkv_bias="add-qkv-bias" in f,
         qk_layernorm="qk-layernorm" in f, multi_latent_attention=mla,

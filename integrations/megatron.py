@@ -149,7 +149,7 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
             a += ["--window-attn-skip-freq", "2"]  # layer_number % 2 != 0 -> window (core/transformer/utils.py)
     a += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(m.max_position_embeddings, seq_len)),
           "--vocab-size", str(m.vocab_size), "--tokenizer-type", "NullTokenizer", "--mock-data",
-          "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--init-method-std", "0.02"]
+          "--attention-dropout", "0.0", "--hidden-dropout", repr(float(m.hidden_dropout)), "--init-method-std", "0.02"]
     return a
 
 

@@ -115,8 +115,9 @@ def test_megatron_bridge_rows_carry_the_recipe_facts(runs_and_excluded):
     assert all(r.facts is None for r in runs if not r.id.startswith("mb_"))
     # Qwen3 on H100 runs the 1F1B all-to-all overlap in every release (qwen3 workload_base_configs).
     assert all(r.strategy.moe_a2a_overlap for r in bridge if r.model_name.startswith("Qwen3") and r.gpu == "h100")
-    # The FP8 rows keep FP8 primary weights: their credit is at least half the weights term.
-    assert all(r.memory_credit_gib > 0 for r in bridge if r.precision == "fp8" and r.strategy.zero < 3)
+    # The FP8 rows keep FP8 primary weights; the providers that set dropout 0 run a p = 0 model.
+    assert all(r.strategy.fp8_param for r in bridge if r.precision == "fp8")
+    assert all(r.model.hidden_dropout == 0.0 for r in bridge if r.facts.no_dropout)
 
 
 def test_recipe_recompute_is_kept_unless_it_does_not_fit(runs_and_excluded):

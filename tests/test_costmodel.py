@@ -48,7 +48,8 @@ def test_activations_match_korthikanti_table2():
     # Korthikanti et al. 2022 Table 2, 16-bit, with flash attention (no 5as^2b term): per layer
     # sbh(34) with no parallelism; sbh(34)/t with TP + SP. Our itemisation reproduces 34sbh for a GPT-style layer
     # (MHA, GELU, ffn = 4h, kv_channels = h/a) up to the flash-attention statistics (4 bytes per token per head).
-    m = make_dense(activation="gelu", num_query_groups=16, ffn_hidden_size=4096)
+    # The paper's count includes the two dropout masks (p > 0).
+    m = make_dense(activation="gelu", num_query_groups=16, ffn_hidden_size=4096, hidden_dropout=0.1)
     s, b, h, a = 2048, 1, m.hidden_size, m.num_attention_heads
     for tp, sp in ((1, False), (2, True), (8, True)):
         sh, lay = _shard(m, Strategy(tp=tp, sp=sp), seq=s)
@@ -59,9 +60,23 @@ def test_activations_match_korthikanti_table2():
         assert float(ckpt[0]) == pytest.approx(2 * s * b * h / (tp if sp else 1))
 
 
+def test_dropout_zero_stores_no_masks():
+    """p = 0 drops exactly the two 1-byte masks per layer (after attention and after the MLP) and the embedding's."""
+    for moe in (False, True):
+        base = make_moe() if moe else make_dense()
+        for tp, sp in ((1, False), (4, True)):
+            sh, lay = _shard(base, Strategy(tp=tp, sp=sp, ep=2 if moe else 1))
+            with_p, _, _ = M.layer_activation_bytes(base.model_copy(update=dict(hidden_dropout=0.1)), sh, lay, moe)
+            without, _, _ = M.layer_activation_bytes(base, sh, lay, moe)
+            region = sh.tokens_sp[0] * base.hidden_size
+            assert float(with_p[0] - without[0]) == pytest.approx(2 * region)
+            emb = M.embedding_activation_bytes(base.model_copy(update=dict(hidden_dropout=0.1)), sh)
+            assert float(emb[0] - M.embedding_activation_bytes(base, sh)[0]) == pytest.approx(region)
+
+
 def test_activations_without_sp_keep_replicated_regions():
-    # Table 2, tensor parallel without SP: sbh(10 + 24/t).
-    m = make_dense(activation="gelu", num_query_groups=16)
+    # Table 2, tensor parallel without SP: sbh(10 + 24/t), dropout masks included.
+    m = make_dense(activation="gelu", num_query_groups=16, hidden_dropout=0.1)
     s, b, h, a, t = 2048, 1, m.hidden_size, m.num_attention_heads, 4
     sh, lay = _shard(m, Strategy(tp=t, sp=False), seq=s)
     none, _, _ = M.layer_activation_bytes(m, sh, lay, moe=False)
@@ -184,7 +199,7 @@ def test_cpu_offload_keeps_the_other_layers_activations(dense):
     wl = workload()
     full = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
     off = estimate(dense, cluster(8), Strategy(cpu_offload_layers=6), wl).memory_breakdown
-    ids_and_mask = (8 * 2048 + 2048 * dense.hidden_size) / 2**30  # embedding: int64 ids + dropout mask, GiB
+    ids_and_mask = (8 * 2048 + 2048 * dense.hidden_size * (dense.hidden_dropout > 0)) / 2**30  # ids + mask, GiB
     layers = dense.num_layers
     assert off["activations"] - ids_and_mask == pytest.approx((full["activations"] - ids_and_mask) * 2 / layers)
     assert off["fragmentation"] < full["fragmentation"]

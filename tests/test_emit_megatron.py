@@ -38,6 +38,12 @@ def variety():
     ]
 
 
+def test_hidden_dropout_is_the_models():
+    assert flags(make_plan(LLAMA_8B, 8, 4096, 32))["--hidden-dropout"] == "0.0"
+    dropped = LLAMA_8B.model_copy(update={"hidden_dropout": 0.1})
+    assert flags(make_plan(dropped, 8, 4096, 32))["--hidden-dropout"] == "0.1"
+
+
 def test_fp8_param_and_cpu_offload_flags():
     f = flags(make_plan(LLAMA_8B, 8, 4096, 32, zero=1, fp8="hybrid", fp8_param=True, cpu_offload_layers=4))
     assert "--fp8-param-gather" in f and f["--cpu-offloading-num-layers"] == "4"

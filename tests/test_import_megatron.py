@@ -85,6 +85,9 @@ def test_megatron_defaults_when_flags_are_absent():
     assert m.tie_embeddings and m.add_bias_linear and m.activation == "gelu" and m.normalization == "layernorm"
     assert m.position_embedding == "learned" and m.ffn_hidden_size == 3072 and m.max_position_embeddings == 1024
     assert imported.strategy["zero"] == 0 and imported.world_size is None
+    assert m.hidden_dropout == 0.1  # TransformerConfig.hidden_dropout default: its masks are counted
+    assert from_megatron_args("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                              "--vocab-size 100 --global-batch-size 8 --hidden-dropout 0.0").model.hidden_dropout == 0.0
 
 
 def test_global_batch_defaults_to_mbs_times_dp_with_known_world():

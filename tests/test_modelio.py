@@ -114,6 +114,8 @@ def test_gpt2_exact_count_and_defaults():
         dict(ffn_hidden_size=3072, position_embedding="learned", normalization="layernorm", activation="gelu",
              tie_embeddings=True, add_bias_linear=True, max_position_embeddings=1024)
     assert count_parameters(m)[0] == 124_439_808  # HF openai-community/gpt2 (GPT-2 small, "124M")
+    assert m.hidden_dropout == 0.1  # resid_pdrop
+    assert load_model(str(HF / "llama3_8b.json")).hidden_dropout == 0.0
 
 
 def test_gpt_neox_exact_count():

@@ -28,6 +28,14 @@ def gemm_input_bytes(lay: Layouts):
     return np.where(lay.fp8, FP8, BF16)
 
 
+def dropout_mask_bytes(m: ModelSpec, elements):
+    """One byte per element of a hidden-dropout mask (Korthikanti Table 2); none at p = 0: torch's dropout
+    returns its input unchanged when p = 0 and saves no mask (torch/nn/functional.py `dropout`,
+    aten native_dropout). Attention dropout stores no mask under flash attention (Dao et al. 2022 sec. 3.1:
+    regenerated from the RNG state)."""
+    return elements if m.hidden_dropout > 0 else 0.0 * elements
+
+
 def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     """(kept with no recompute, kept under selective recompute) for the attention block of one layer."""
     h = m.hidden_size
@@ -44,7 +52,7 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
         qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
         out = BF16 * sh.tokens * sh.heads * m.kv_channels
     lse = FP32 * sh.tokens * sh.heads  # flash-attention softmax statistics
-    dropout_mask = region  # 1 byte per element, after the output projection
+    dropout_mask = dropout_mask_bytes(m, region)  # after the output projection
     kept = norm_in + qkv_in + qkv + out + lse + dropout_mask
     # Selective recompute (Korthikanti sec. 4.2 / Megatron --recompute-modules core_attn) checkpoints core
     # attention: its inputs q, k, v stay saved and its output is still saved as the input of linear_proj
@@ -61,7 +69,7 @@ def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens
             + gemm_input_bytes(lay) * region  # fc1 input (norm output)
             + BF16 * tokens * gate_up  # fc1 output (gate and up for SwiGLU)
             + gemm_input_bytes(lay) * tokens * ffn / shards  # activation output = fc2 input
-            + region)  # dropout mask
+            + dropout_mask_bytes(m, region))
 
 
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
@@ -74,10 +82,11 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
               + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
               + BF16 * copies * h  # expert output, kept to scale by routing probabilities
               + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
-    base = 2 * BF16 * region + region  # norm input + router input + dropout mask
+    base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
-        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp) - 3 * region
+        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp) - \
+            (BF16 * region + dropout_mask_bytes(m, region))  # its norm input and mask are the layer's, in base
     return base + routed + shared
 
 
@@ -101,7 +110,7 @@ def embedding_activation_bytes(m: ModelSpec, sh: Shard):
     embedding output is not held by the embedding (its backward needs only the ids,
     megatron/core/tensor_parallel/layers.py VocabParallelEmbedding); it is the first layer's saved input, which
     that layer's norm input already counts."""
-    return 1 * sh.tokens_sp * m.hidden_size + 8 * sh.tokens
+    return dropout_mask_bytes(m, sh.tokens_sp * m.hidden_size) + 8 * sh.tokens
 
 
 def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
