@@ -48,20 +48,56 @@ def features(mbs: np.ndarray, seq: np.ndarray) -> np.ndarray:
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """argmin ||a x - b|| subject to x >= 0, by trying every active set: exact for the few columns used here (the
-    optimum is the unconstrained least-squares solution on its own support, Lawson & Hanson ch. 23)."""
-    best, best_residual = np.zeros(a.shape[1]), float(np.sum(b * b))
-    for size in range(1, a.shape[1] + 1):
-        for support in itertools.combinations(range(a.shape[1]), size):
-            cols = list(support)
-            x_s, *_ = np.linalg.lstsq(a[:, cols], b, rcond=None)
-            if (x_s < 0).any():
+    optimum is the unconstrained least-squares solution on its own support, Lawson & Hanson ch. 23). Each support
+    is solved from the normal equations (a^T a) x = a^T b of its columns (Cramer's rule, in floats: these are 1-3
+    unknowns and this runs in the inner loop of the fits), and its residual is b^T b - 2 x^T a^T b + x^T a^T a x."""
+    n = a.shape[1]
+    gram, rhs, bb = (a.T @ a).tolist(), (a.T @ b).tolist(), float(b @ b)
+    best, best_residual = [0.0] * n, bb
+    for size in range(1, n + 1):
+        for cols in itertools.combinations(range(n), size):
+            x_s = _solve_small([[gram[i][j] for j in cols] for i in cols], [rhs[i] for i in cols])
+            if x_s is None:  # columns dependent on this support: least squares instead
+                x_s = np.linalg.lstsq(a[:, list(cols)], b, rcond=None)[0].tolist()
+            if any(v < 0 for v in x_s):
                 continue
-            x = np.zeros(a.shape[1])
-            x[cols] = x_s
-            residual = float(np.sum((a @ x - b) ** 2))
-            if residual < best_residual - 1e-15 * max(best_residual, 1e-300):
+            x = [0.0] * n
+            for i, v in zip(cols, x_s):
+                x[i] = v
+            quad = sum(x[i] * gram[i][j] * x[j] for i in cols for j in cols)
+            residual = bb - 2.0 * sum(x[i] * rhs[i] for i in cols) + quad
+            if residual < best_residual - 1e-12 * max(best_residual, 1e-300):
                 best, best_residual = x, residual
-    return best
+    return np.array(best)
+
+
+def _solve_small(m, v):
+    """Solution of the k x k system m x = v (k <= 3, Cramer's rule), or None when m is singular; larger systems
+    go to numpy."""
+    k = len(v)
+    if k > 3:
+        try:
+            return np.linalg.solve(np.array(m), np.array(v)).tolist()
+        except np.linalg.LinAlgError:
+            return None
+    det = _det(m)
+    scale = max(abs(e) for row in m for e in row) ** k
+    if abs(det) <= 1e-13 * scale:
+        return None
+    out = []
+    for c in range(k):
+        mc = [[v[r] if j == c else m[r][j] for j in range(k)] for r in range(k)]
+        out.append(_det(mc) / det)
+    return out
+
+
+def _det(m) -> float:
+    if len(m) == 1:
+        return m[0][0]
+    if len(m) == 2:
+        return m[0][0] * m[1][1] - m[0][1] * m[1][0]
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
 
 
 def fit_coefficients(points: SlicePoints) -> np.ndarray:
