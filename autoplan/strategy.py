@@ -5,10 +5,11 @@ rank, --num-virtual-stages-per-pipeline-rank), cp, ep, etp, mbs, sp, zero (0 DDP
 ZeRO-1, 2, 3), recompute, fp8."""
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Optional
+from typing import Any, Dict, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
 
 Recompute = Literal["none", "selective", "full"]
@@ -17,7 +18,8 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 
 # Keys that are part of the command-line contract, and the extras that plan output may carry.
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
-DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "fp8_recipe", "first_stage_layers", "last_stage_layers")
+DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules", "fp8_recipe", "first_stage_layers",
+               "last_stage_layers")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher")
 
@@ -41,6 +43,10 @@ class Strategy(BaseModel):
     recompute_method: Optional[Literal["uniform", "block"]] = Field(None, description="For full recompute.")
     recompute_layers: Optional[int] = Field(None, gt=0,
                                             description="Full recompute: layers per pipeline rank (block) or per group.")
+    recompute_modules: Optional[Tuple[str, ...]] = Field(
+        None, description="Selective recompute: the modules rebuilt in backward (Megatron --recompute-modules: "
+                          "core_attn, layernorm, moe_act, mla_up_proj, mlp, moe, shared_experts); None = "
+                          "Megatron's default, core_attn.")
     fp8: Fp8 = Field("none", description="FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.")
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="FP8 scaling recipe; default per GPU.")
     first_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the first pipeline stage (uneven).")
@@ -84,6 +90,18 @@ class Strategy(BaseModel):
         if self.recompute != "full" and (self.recompute_method is not None or self.recompute_layers is not None):
             raise ValueError(f"recompute_method/recompute_layers apply only to recompute=full "
                              f"(got recompute={self.recompute}); drop them or set recompute=full")
+        if self.recompute_modules is not None:
+            if self.recompute != "selective":
+                raise ValueError(f"recompute_modules apply only to recompute=selective (got recompute="
+                                 f"{self.recompute}); drop them or set recompute=selective")
+            unknown = [n for n in self.recompute_modules if n not in R.MODULES]
+            if unknown:
+                raise ValueError(f"unknown recompute module {unknown[0]!r}{did_you_mean(unknown[0], R.MODULES)}; "
+                                 f"valid: {', '.join(R.MODULES)}")
+            if not self.recompute_modules:
+                raise ValueError("recompute_modules is empty; name at least one module or drop the key")
+            if R.canonical(self.recompute_modules) != self.recompute_modules:
+                object.__setattr__(self, "recompute_modules", R.canonical(self.recompute_modules))
         if self.fp8 == "none" and self.fp8_recipe is not None:
             raise ValueError(f"fp8_recipe={self.fp8_recipe} needs fp8=hybrid or e4m3")
         return self
@@ -119,7 +137,8 @@ class Strategy(BaseModel):
             parts.append("sp")
         parts.append(f"z{self.zero}")
         if self.recompute == "selective":
-            parts.append("rc-sel")
+            mods = R.canonical(self.recompute_modules)
+            parts.append("rc-sel" if mods == R.DEFAULT else "rc-sel[" + "+".join(R.SHORT[n] for n in mods) + "]")
         elif self.recompute == "full":
             parts.append(f"rc-full{self.recompute_layers}{'b' if self.recompute_method == 'block' else 'u'}")
         if self.uses_fp8:
@@ -176,7 +195,11 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
                 return "none"
         if key == "recompute" and low in _BOOL_FALSE:
             return "none"
+        if key == "recompute_modules":  # core_attn+moe_act (',' separates strategy keys)
+            return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
         return low
+    if key == "recompute_modules" and isinstance(raw, (list, tuple)):
+        return tuple(str(n).strip().lower() for n in raw)
     return raw
 
 

@@ -396,13 +396,48 @@ def _recompute(c: Case) -> Optional[str]:
     return None
 
 
+def effective_fp8_recipe(s: Strategy, gpu_id: str) -> str:
+    """The FP8 recipe a run uses: the strategy's, else the emitted default (MXFP8 on Blackwell, delayed before)."""
+    return s.fp8_recipe or ("mxfp8" if is_blackwell(gpu_id) else "delayed")
+
+
+def _recompute_modules(c: Case) -> Optional[str]:
+    """[TC] Megatron's selective-recompute module rules (transformer_config.py `recompute_modules` checks):
+    mla_up_proj needs MLA; moe_act (grouped GEMM), moe and shared_experts need an MoE model (shared experts for
+    the last); moe_act/layernorm recompute do not support FP8 delayed scaling; the 1F1B all-to-all overlap
+    excludes "moe" (it re-runs the dispatch)."""
+    m, s = c.model, c.strategy
+    mods = s.recompute_modules or ()
+    if not mods:
+        return None
+    return _first((
+        ("mla_up_proj" in mods and not m.multi_latent_attention,
+         lambda: f"recompute module mla_up_proj needs multi-latent attention ({m.name} has none); drop it"),
+        (any(n in mods for n in ("moe_act", "moe", "shared_experts")) and not m.is_moe,
+         lambda: f"recompute modules moe_act/moe/shared_experts need an MoE model ({m.name} is dense); "
+                 f"use core_attn, layernorm or mlp"),
+        ("shared_experts" in mods and not m.shared_expert_ffn_hidden_size,
+         lambda: f"recompute module shared_experts needs shared experts ({m.name} has none); drop it"),
+        (s.uses_fp8 and effective_fp8_recipe(s, c.cluster.gpu.id) == "delayed"
+         and ("moe_act" in mods or "layernorm" in mods),
+         lambda: "recompute modules moe_act/layernorm do not support fp8_recipe=delayed; "
+                 "use fp8_recipe=tensorwise/blockwise/mxfp8 or drop those modules"),
+        (s.moe_a2a_overlap and "moe" in mods,
+         lambda: "recompute module moe cannot be combined with moe_a2a_overlap=true; "
+                 "drop moe (moe_act recomputes the expert activation only) or set moe_a2a_overlap=false"),
+        (c.engine == "deepspeed",
+         lambda: "recompute_modules is a Megatron-LM feature; DeepSpeed checkpoints whole layers "
+                 "(use recompute=full, or engine megatron)"),
+    ))
+
+
 RULES: Tuple[Rule, ...] = (
     _degrees_fit_world, _world_tiles, _dp_matches,
     _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,
     _experts, _moe_runtime,
     _pipeline_split, _virtual_pipeline,
     _sequence, _sequence_parallel, _batch,
-    _optimizer, _fp8, _recompute,
+    _optimizer, _fp8, _recompute, _recompute_modules,
 )
 
 

@@ -243,10 +243,15 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
     )
 
 
-def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None) -> Strategy:
-    fields = {**s.model_dump(exclude={"recompute_method", "recompute_layers"}), "recompute": recompute}
+def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None, modules: str = "") -> Strategy:
+    """`s` with `recompute`; full with `layers` uses the block method; selective with `modules` ('/'-separated
+    Megatron module names) recomputes exactly those."""
+    fields = {**s.model_dump(exclude={"recompute_method", "recompute_layers", "recompute_modules"}),
+              "recompute": recompute}
     if recompute == "full" and layers:
         fields.update(recompute_method="block", recompute_layers=layers)
+    if recompute == "selective" and modules:
+        fields.update(recompute_modules=tuple(modules.split("/")))
     return Strategy(**fields)
 
 
@@ -264,9 +269,6 @@ def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wor
 def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[RecipeFacts]) -> float:
     """GiB a Megatron-Bridge run did not hold on the GPU in ways autoplan's Strategy cannot express.
 
-    - Per-module selective recompute (`recompute_modules`, Megatron `--recompute-modules`): the tensors those
-      modules would save are rebuilt in backward, so that share of every layer's activations is not held
-      (`module_saving_fraction`).
     - Expandable segments: the caching allocator maps pages on demand, so autoplan's fragmentation allowance
       is not needed.
     - TransformerEngine fused cross entropy (Bridge `cross_entropy_fusion_impl = "te"`): the gradient is written
@@ -278,8 +280,6 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
     if facts is None:
         return 0.0
     credit = 0.0
-    if facts.recompute_modules and s.recompute == "none":
-        credit += est.memory_breakdown["activations"] * module_saving_fraction(model, s, facts.recompute_modules)
     if facts.expandable_segments:
         credit += est.memory_breakdown["fragmentation"]
     if facts.te_cross_entropy:
@@ -287,53 +287,48 @@ def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[
     return credit
 
 
-def module_saving_fraction(model: ModelSpec, s: Strategy, modules: str) -> float:
-    """Share of one (MoE, where the model has experts) layer's saved activations that Megatron's per-module
-    recompute drops, sized with autoplan's own per-tensor terms (autoplan/costmodel/memory.py):
-    mla_up_proj -> the per-head q, k, v of MLA; mlp -> the whole MLP / MoE block but its input; moe_act -> the
-    activation output (fc2 input); layernorm -> the normalised outputs saved as QKV and FC1 inputs
-    (megatron/core/transformer/transformer_config.py `recompute_modules`)."""
-    lay = layouts_from_strategies([s], 1 << 20)
-    sh = shard_of(model, lay, 1)
-    full = float(M.layer_activation_bytes(model, sh, lay, moe=model.is_moe)[0][0])
-    region = float(sh.tokens_sp[0]) * model.hidden_size
-    fp8_in = float(M.gemm_input_bytes(lay)[0])
-    saved = 0.0
-    names = set(modules.split("/"))
-    if "mla_up_proj" in names and model.multi_latent_attention:
-        saved += M.BF16 * float(sh.tokens[0]) * float(np.ravel(sh.heads)[0]) * (2 * (model.qk_head_dim + model.qk_pos_emb_head_dim)
-                                                            + model.v_head_dim)
-    if "mlp" in names and model.is_moe:
-        saved += float(M.moe_activation_bytes(model, sh, lay)[0]) - 3 * M.BF16 * region
-    elif "moe_act" in names and model.is_moe:
-        saved += fp8_in * float(sh.expert_tokens[0]) * model.moe_ffn_hidden_size / s.etp
-    if "layernorm" in names:
-        saved += 2 * fp8_in * region
-    return min(saved / full, 1.0) if full else 0.0
-
-
 def fits_with_credit(est: Estimate, credit_gib: float) -> bool:
     return est.peak_mem_gib - credit_gib <= est.capacity_gib
+
+
+def escalation(model: ModelSpec, s: Strategy, start: str, layers: Optional[int], modules: str):
+    """(recompute, layers, modules) settings from the recipe's (or none) to full uniform, in increasing recompute:
+    the start, selective with the start's modules plus the norms, plus the whole MLP / MoE blocks, full
+    recompute of the first n layers of each chunk (n = 1, 2, 4, ...), every layer."""
+    out = [(start, layers, modules)]
+    base = [m for m in modules.split("/") if m] or (["core_attn"] if start != "full" else [])
+    if start != "full":
+        block = "moe" if model.is_moe else "mlp"
+        for extra in (["layernorm"], ["layernorm", block] + (["mlp"] if model.is_moe else [])):
+            mods = "/".join(dict.fromkeys(base + extra))
+            if ("selective", None, mods) not in out:
+                out.append(("selective", None, mods))
+    chunk = max(model.num_layers // (s.pp * s.vpp), 1)
+    n = 1
+    while n < chunk:
+        out.append(("full", n, ""))
+        n *= 2
+    out.append(("full", None, ""))
+    return out
 
 
 def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload, facts, policy: str,
                      cal: Calibration = DEFAULT) -> Tuple[Strategy, float, bool]:
     """(strategy with recompute, memory credit GiB, escalated). Policy "recipe" starts from the recipe's
-    recompute (NeMo rows: from none) and moves to the next heavier kind only while the run is predicted not to
-    fit; "least" starts from none; "none" never recomputes."""
+    recompute (NeMo rows: from none) and moves along `escalation` only while the run is predicted not to fit;
+    "least" starts from none; "none" never recomputes."""
     if policy == "none":
         s = with_recompute(s, "none")
         return s, memory_credit(estimate(model, cluster, s, wl, cal=cal), s, model, facts), False
-    start = facts.recompute if (policy == "recipe" and facts) else "none"
-    order = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(start):]
-    for name in order:
-        layers = facts.recompute_layers if (facts and name == facts.recompute) else None
-        candidate = with_recompute(s, name, layers)
+    recipe = policy == "recipe" and facts is not None
+    start = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if recipe else ("none", None, "")
+    for k, (name, layers, modules) in enumerate(escalation(model, s, *start)):
+        candidate = with_recompute(s, name, layers, modules)
         est = estimate(model, cluster, candidate, wl, cal=cal)
         credit = memory_credit(est, candidate, model, facts)
         if fits_with_credit(est, credit):
             break
-    return candidate, credit, policy == "recipe" and facts is not None and name != start
+    return candidate, credit, recipe and k > 0
 
 
 def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:

@@ -42,11 +42,11 @@ Facts read there, per family (config names are those files' constants / function
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
-CPU activation offload and FP8 primary weights are Strategy switches (`cpu_offload_layers`, `fp8_param`).
-Dropout 0 is the model's `hidden_dropout` (set to 0 for the rows whose providers do so). autoplan has no switch
-for Megatron's per-module selective recompute, expandable segments or the TE fused cross entropy (Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns
-them into memory credits (`memory_credit`) and runs the cheap per-module recompute as recompute "none" (its time
-cost is a few percent).
+CPU activation offload, FP8 primary weights and per-module selective recompute are Strategy switches
+(`cpu_offload_layers`, `fp8_param`, `recompute_modules`); dropout 0 is the model's `hidden_dropout` (set to 0 for
+the rows whose providers do so). autoplan has no switch for expandable segments or the TE fused cross entropy
+(Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns those into memory
+credits (`memory_credit`).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class RecipeFacts:
 
     recompute: str = "none"  # autoplan recompute kind
     recompute_layers: Optional[int] = None  # full recompute, block method: layers per chunk
-    recompute_modules: str = ""  # Megatron selective modules (run as autoplan "none")
+    recompute_modules: str = ""  # Megatron selective modules, '/'-separated (recompute becomes "selective")
     cpu_offload_layers: int = 0  # layers whose activations live in host memory
     moe_a2a_overlap: bool = False
     moe_flex_dispatcher: bool = False  # flex token dispatcher (DeepEP / HybridEP)
@@ -117,7 +117,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     if model.startswith("DeepSeekV3"):
         a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
-        return RecipeFacts(recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a,
+        return RecipeFacts(recompute="selective", recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a,
                            moe_flex_dispatcher=True, **common)
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
@@ -127,5 +127,6 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         a2a = (gpu == "gb200" and _at_least(release, "v0.4.0")) or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
         modules = "layernorm/moe_act" if gpu in ("b200", "gb200", "h100") else ""
-        return RecipeFacts(recompute_modules=modules, moe_a2a_overlap=a2a, **common)
+        return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
+                           moe_a2a_overlap=a2a, **common)
     return RecipeFacts(**common)

@@ -99,6 +99,9 @@ def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]
         s.pp > 1 and s.tp > 1 and f"DeepSpeed AutoTP cannot be combined with its pipeline engine (tp={s.tp}, pp={s.pp}); "
                                   f"{alt} tp=1 or pp=1",
         s.tp > 1 and model.num_query_groups % s.tp and _autotp_kv_heads_reason(s.tp, model.num_query_groups),
+        s.recompute == "selective" and s.recompute_modules not in (None, ("core_attn",))
+        and f"DeepSpeed has no per-module selective recompute (recompute_modules={'+'.join(s.recompute_modules)}); "
+            f"use recompute=full or the megatron engine",
         s.pp > 1 and s.recompute == "full" and s.recompute_method == "block"
         and f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, pp={s.pp}); "
             f"use recompute_method=uniform",

@@ -6,6 +6,7 @@ Real Megatron arguments that do not describe the model, the layout or the batch 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import os
 import re
@@ -37,6 +38,7 @@ class ImportedConfig(BaseModel):
 
 
 # ------------------------------------------------------------------------------------------ Megatron-LM
+_LIST_FLAGS = {"recompute-modules"}  # nargs="+" arguments this reader uses
 _FLAG_FLAGS = {  # store_true flags this reader uses
     "group-query-attention", "multi-latent-attention", "swiglu", "untie-embeddings-and-output-weights",
     "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
@@ -77,6 +79,9 @@ def parse_megatron_flags(text: str) -> Tuple[Dict[str, Optional[str]], Dict[str,
         nxt = words[i + 1] if i + 1 < len(words) else None
         takes_value = name not in _FLAG_FLAGS and nxt is not None and not nxt.startswith("--") and not inline
         value = inline or (nxt if takes_value else None)
+        if name in _LIST_FLAGS and takes_value:  # nargs="+": every following word up to the next flag
+            rest = words[i + 1:]
+            value = " ".join(itertools.takewhile(lambda w: not w.startswith("--"), rest))
         if name in _LAUNCHER_SIZES and value is not None:
             launcher[name.replace("-", "_")] = value
         else:
@@ -237,6 +242,8 @@ def _megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: boo
         s["zero"] = 1 if "use-distributed-optimizer" in f else 0
     granularity = _typed(f, "recompute-granularity", str)
     s["recompute"] = granularity or "none"
+    if granularity == "selective" and f.get("recompute-modules"):
+        s["recompute_modules"] = tuple(f["recompute-modules"].split())
     if granularity == "full":
         s["recompute_method"] = _typed(f, "recompute-method", str, "uniform")
         s["recompute_layers"] = _typed(f, "recompute-num-layers", _pos_int, 1)

@@ -230,6 +230,8 @@ def _recompute_args(s: Strategy) -> List[str]:
     if s.recompute == "full":  # [TC] full needs a method and a layer count; selective takes neither
         a += ["--recompute-method", s.recompute_method or "uniform", "--recompute-num-layers",
               str(s.recompute_layers or 1)]
+    if s.recompute == "selective" and s.recompute_modules:  # [TC] recompute_modules, nargs="+"; default core_attn
+        a += ["--recompute-modules", *s.recompute_modules]
     return a
 
 

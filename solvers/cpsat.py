@@ -38,8 +38,8 @@ def _coefficients(problem: Problem, lay: Layouts, i: int, options, pp: int, vpp:
     rows, stages, keys = [], [], []
     x1, x2 = max(vpp, 1), 2 * max(vpp, 1)
     mids = (max(1, L // pp - 1), max(2, L // pp))
-    for k, (rc, block, rl) in enumerate(options):
-        knobs = dict(recompute=rc, recompute_block=block, recompute_layers=rl)
+    for k, (rc, block, rl, mods) in enumerate(options):
+        knobs = dict(recompute=rc, recompute_block=block, recompute_layers=rl, recompute_modules=mods)
         for x in (x1, x2):
             rows.append(dict(knobs, first=x, last=max(L // pp, 1)))
             stages.append(0)
@@ -129,10 +129,10 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     k = next(j for j, c in enumerate(choose) if solver.Value(c))
-    rc, block, rl = options[k]
+    rc, block, rl, mods = options[k]
     f, la, mi = solver.Value(first), solver.Value(last), solver.Value(mid)
     even = pp > 2 and f == la == mi or pp == 2 and f == la and L % pp == 0
-    new = _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl,
+    new = _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl, recompute_modules=mods,
                first=-1 if even else f, last=-1 if even else la)
     return new, solver.ObjectiveValue() / US / vpp
 

@@ -10,6 +10,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from autoplan import recompute as R
 from autoplan.costmodel.hardware import GIB
 from autoplan.solvers.api import SolveResult, plans_from, price, register
 from autoplan.solvers.space import Grid, Problem, enumerate_grid
@@ -106,7 +107,11 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
 
 
 def _recompute_rank(lay) -> np.ndarray:
-    """Order of recompute options by amount: none < selective < full block n (ascending n) < full uniform."""
+    """Order of recompute options by amount: none < selective (by the number of modules) < full block n
+    (ascending n) < full uniform."""
     big = 10_000
-    return np.where(lay.recompute == 0, 0, np.where(lay.recompute == 1, 1,
-                    np.where(lay.recompute_block, 2 + lay.recompute_layers, big)))
+    modules = np.zeros(len(lay), dtype=np.int64)
+    for bit in R.BIT.values():
+        modules += (np.bitwise_and(lay.recompute_modules, bit) > 0)
+    return np.where(lay.recompute == 0, 0, np.where(lay.recompute == 1, modules,
+                    np.where(lay.recompute_block, 2 * len(R.MODULES) + lay.recompute_layers, big)))

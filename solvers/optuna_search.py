@@ -14,7 +14,7 @@ from autoplan.solvers.api import SolveResult, plans_from, price, register
 from autoplan.solvers.space import Grid, Problem, enumerate_grid
 
 DIMS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "recompute_block",
-        "recompute_layers", "fp8", "first", "last")
+        "recompute_layers", "recompute_modules", "fp8", "first", "last")
 
 
 def build_trie(grid: Grid) -> dict:

@@ -13,11 +13,13 @@ from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
+from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy, coerce_strategy_value
+from autoplan.validate import effective_fp8_recipe
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -198,13 +200,27 @@ def mbs_choices(problem: Problem, dp: int) -> List[int]:
     return [v for v in _choices(problem, "mbs", cands) if v <= 16]
 
 
-def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bool, int]]:
-    """(code, block, layers): none, selective, full block with n layers per chunk (powers of two and all),
-    full uniform (every layer). Ordered by increasing recompute time, so the first that fits is the fastest."""
-    opts = [(0, False, 0), (1, False, 0)]
+def selective_module_sets(problem: Problem) -> List[int]:
+    """Bit masks of the selective-recompute module sets the search tries (autoplan.recompute.ladder), or the one
+    `--fix recompute_modules=...` names."""
+    if "recompute_modules" in problem.fixed:
+        want = problem.fixed["recompute_modules"]
+        sets = want if isinstance(want, list) and want and isinstance(want[0], (list, tuple)) else [want]
+        return [R.mask(s) for s in sets]
+    if problem.engine == "deepspeed":
+        return [R.mask(R.DEFAULT)]
+    m = problem.model
+    return [R.mask(s) for s in R.ladder(m.is_moe, m.multi_latent_attention)]
+
+
+def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bool, int, int]]:
+    """(code, block, layers, modules): none, selective with each module set of `selective_module_sets`, full
+    block with n layers per chunk (powers of two and all), full uniform (every layer). Ordered by increasing
+    recompute time (and decreasing memory), so the first that fits is the fastest."""
+    opts = [(0, False, 0, 0)] + [(1, False, 0, bits) for bits in selective_module_sets(problem)]
     blocks = sorted({v for v in _pow2_upto(chunk_layers)} | {chunk_layers})
-    opts += [(2, True, n) for n in blocks if n < chunk_layers]
-    opts.append((2, False, 1))
+    opts += [(2, True, n, 0) for n in blocks if n < chunk_layers]
+    opts.append((2, False, 1, 0))
     names = {0: "none", 1: "selective", 2: "full"}
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
     out = [o for o in opts if names[o[0]] in allowed]
@@ -268,8 +284,8 @@ def enumerate_grid(problem: Problem) -> Grid:
     groups, levels = [], []
     for p in structural_points(problem):
         chunk = max((p["first"] if p["first"] >= 0 else problem.model.num_layers // p["pp"]) // p["vpp"], 1)
-        knobs = np.array([(z, rc, block, rl) for (rc, block, rl) in recompute_options(problem, chunk)
-                          for z in zero_choices(problem, p["pp"])], dtype=np.int64).reshape(-1, 4)
+        knobs = np.array([(z, rc, block, rl, mods) for (rc, block, rl, mods) in recompute_options(problem, chunk)
+                          for z in zero_choices(problem, p["pp"])], dtype=np.int64).reshape(-1, 5)
         outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), fp8_choices(problem),
                                                 sp_choices(problem, p["tp"], p["cp"]))), dtype=np.int64).reshape(-1, 3)
         if not len(knobs) or not len(outer):
@@ -283,14 +299,15 @@ def enumerate_grid(problem: Problem) -> Grid:
         groups.append(group_base + np.repeat(np.arange(n_o), n_k))
         levels.append(np.tile(np.arange(n_k), n_o))
         group_base += n_o
-    a = np.vstack(blocks) if blocks else np.zeros((0, 16), dtype=np.int64)
+    a = np.vstack(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
     n = len(a)
     col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "mbs", "fp8", "sp", "zero", "rc",
-                    "block", "rl"), a.T))
+                    "block", "rl", "mods"), a.T))
     lay = Layouts(
         tp=col["tp"], pp=col["pp"], vpp=col["vpp"], cp=col["cp"], ep=col["ep"], etp=col["etp"], dp=col["dp"],
         mbs=col["mbs"], sp=col["sp"].astype(bool), zero=col["zero"], recompute=col["rc"],
-        recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], fp8=col["fp8"].astype(bool),
+        recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
+        fp8=col["fp8"].astype(bool),
         first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
         overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool), fp8_param=np.zeros(n, bool),
@@ -300,12 +317,24 @@ def enumerate_grid(problem: Problem) -> Grid:
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay = _apply_switches(problem, lay)
+    if n and _delayed_fp8(problem):
+        # FP8 delayed scaling (the default recipe before Blackwell) does not run layernorm / moe_act recompute
+        # (transformer_config.py; autoplan/validate.py `_recompute_modules`).
+        cheap = R.mask(("layernorm", "moe_act"))
+        keep = ~(lay.fp8 & (lay.recompute == 1) & (np.bitwise_and(lay.recompute_modules, cheap) > 0))
+        lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if problem.engine == "deepspeed" and n:
         # DeepSpeed's pipeline engine: ZeRO 0/1 only, no AutoTP, checkpoints every k layers (no 'block' method)
         # (deepspeed runtime/pipe/engine.py, module.py; integrations/engines.py `deepspeed_unsupported`).
         keep = ~((lay.pp > 1) & ((lay.zero >= 2) | (lay.tp > 1) | ((lay.recompute == 2) & lay.recompute_block)))
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
+
+
+def _delayed_fp8(problem: Problem) -> bool:
+    recipe = problem.fixed.get("fp8_recipe")
+    recipe = recipe[0] if isinstance(recipe, list) else recipe
+    return effective_fp8_recipe(Strategy(fp8="hybrid", fp8_recipe=recipe), problem.cluster.gpu.id) == "delayed"
 
 
 # Switches the search does not vary; `--fix` sets them on every candidate (where they apply).

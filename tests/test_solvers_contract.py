@@ -97,6 +97,7 @@ def test_cpsat_stage_split_equals_brute_force():
     from autoplan.costmodel.layout import layouts_from_strategies
     from autoplan.costmodel.estimate import evaluate
     from autoplan.solvers.cpsat import refine
+    from autoplan import recompute as R
     from autoplan.solvers.space import recompute_options
     from autoplan.strategy import Strategy
 
@@ -113,11 +114,12 @@ def test_cpsat_stage_split_equals_brute_force():
             rest = 10 - f - la
             if rest <= 0 or rest % 2:
                 continue
-            for rc, block, rl in recompute_options(problem, 2):
+            for rc, block, rl, mods in recompute_options(problem, 2):
                 cands.append(Strategy(pp=4, dp=1, zero=1, first_stage_layers=f, last_stage_layers=la,
                                       recompute={0: "none", 1: "selective", 2: "full"}[rc],
                                       recompute_method=("block" if block else "uniform") if rc == 2 else None,
-                                      recompute_layers=rl if rc == 2 else None))
+                                      recompute_layers=rl if rc == 2 else None,
+                                      recompute_modules=R.names_of(mods) if rc == 1 else None))
     lay = layouts_from_strategies(cands, 4)
     ev = evaluate(m, problem.cluster, problem.workload, lay, every_rank=True)
     fits = ev.fits()

@@ -13,6 +13,7 @@ import numpy as np
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layout import Layouts
+from autoplan import recompute as R
 from autoplan.model import ModelSpec
 
 BF16 = 2  # bytes
@@ -199,3 +200,38 @@ def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibrat
 def embedding_time(m: ModelSpec, sh: Shard, hw: Hardware, cal: Calibration):
     """Embedding lookup: write tokens x h (memory bound)."""
     return elementwise_time(2 * BF16 * sh.tokens * m.hidden_size, hw, cal, 2)
+
+
+def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration, moe: bool,
+                             a2a_fwd=0.0):
+    """Forward seconds one layer repeats in backward for the selective modules in `lay.recompute_modules`
+    (autoplan/recompute.py), core attention excepted (the caller adds it, window-aware): norms, the expert
+    activation, MLA's up projections, the dense MLP, the MoE block with its forward dispatch and combine
+    (`a2a_fwd`), the shared experts."""
+    on = lambda *names: np.bitwise_and(lay.recompute_modules, R.mask(names)) > 0  # noqa: E731
+    h = m.hidden_size
+    norms = elementwise_time(2 * 2 * BF16 * sh.tokens_sp * h, hw, cal, 2)  # two norms: read + write
+    t = np.where(on("layernorm"), norms, 0.0)
+    if m.multi_latent_attention:
+        up = gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal)
+        if m.q_lora_rank:
+            up = up + gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim), m.q_lora_rank,
+                                lay, hw, cal)
+        t = t + np.where(on("mla_up_proj"), up, 0.0)
+    gated = 3 if m.gated_mlp else 2
+    if not moe:
+        act = elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal, 1)
+        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp) + act
+        return t + np.where(on("mlp"), mlp, 0.0)
+    f = m.moe_ffn_hidden_size / lay.etp
+    act = elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal, 1)
+    whole = moe_gemm_time(m, sh, lay, hw, cal) + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal, 8) \
+        + a2a_fwd
+    shared = 0.0
+    if m.shared_expert_ffn_hidden_size:
+        fs = m.shared_expert_ffn_hidden_size
+        shared = mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal, lay.tp) + \
+            elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal, 1)
+    parts = np.where(on("moe_act"), act, 0.0) + np.where(on("shared_experts"), shared, 0.0)
+    return t + np.where(on("moe"), whole, parts)
+

@@ -11,6 +11,7 @@ from typing import Dict
 
 import numpy as np
 
+from autoplan import recompute as R
 from autoplan.costmodel import compute as C
 from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import Calibration
@@ -67,7 +68,7 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     cp_exposed = _cp_comm(m, hw, lay, sh, st, cal, cpt.dense_core)
     ep_exposed = _ep_comm(m, hw, lay, sh, st, cal, cpt, a2a_paired_fraction(wl, lay, stage))
     p2p = _p2p(m, hw, lay, sh)
-    recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed)
+    recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed, _selective_extra(m, hw, lay, sh, st, cal))
     params_dense, params_expert, edp = _rank_params(m, hw, lay, st)
     dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp)
     memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal)
@@ -149,8 +150,8 @@ def _cp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration,
                                + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * attn_core, 0.0))
 
 
-def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, cpt: _Compute, paired):
-    """Exposed expert-parallel all-to-all: dispatch + combine forward, and both again backward."""
+def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
+    """Seconds of one expert-parallel all-to-all (a dispatch or a combine) of one micro batch and layer."""
     in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
     routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
@@ -159,7 +160,12 @@ def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
     flex = flex_all_to_all_time(C.BF16 * routed_in * m.hidden_size, topk, lay.ep, in_domain, hw)
-    a2a = np.where(lay.moe_flex, flex, a2a)
+    return np.where(lay.moe_flex, flex, a2a)
+
+
+def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, cpt: _Compute, paired):
+    """Exposed expert-parallel all-to-all: dispatch + combine forward, and both again backward."""
+    a2a = _a2a_time(m, hw, lay, sh)
     one_pass = 2 * a2a * st.moe  # dispatch + combine of one pass (forward or backward)
     # The 1F1B all-to-all overlap runs one micro batch's forward beside another's backward (Megatron
     # `overlap_moe_expert_parallel_comm`, pipeline_parallel/combined_1f1b.py: "EP A2A in forward step is hidden by
@@ -191,15 +197,26 @@ def _p2p(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
     return 2 * lay.vpp * one * np.where(lay.vpp > 1, 0.5, 1.0)
 
 
-def _recompute_time(lay: Layouts, st, cpt: _Compute, tp_all, ep_exposed):
-    """Selective: the core attention forward again; full: the recomputed layers' forward with its
-    communication (Korthikanti et al. 2022 sec. 5)."""
+def _selective_extra(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration):
+    """Forward seconds the rank's layers repeat for the selective modules other than core attention."""
+    dense = C.selective_recompute_time(m, sh, lay, hw, cal, moe=False)
+    total = (st.layers - st.moe) * dense
+    if m.is_moe:
+        total = total + st.moe * C.selective_recompute_time(m, sh, lay, hw, cal, moe=True,
+                                                            a2a_fwd=2 * _a2a_time(m, hw, lay, sh))
+    return total
+
+
+def _recompute_time(lay: Layouts, st, cpt: _Compute, tp_all, ep_exposed, selective_extra):
+    """Selective: the modules' forward again (core attention by default, autoplan/recompute.py); full: the
+    recomputed layers' forward with its communication (Korthikanti et al. 2022 sec. 5)."""
     layers = np.maximum(st.layers, 1)
     layer_fwd = np.where(st.layers > 0, (cpt.fwd - np.where(st.first, cpt.emb, 0) - np.where(st.last, cpt.head, 0))
                          / layers, 0.0)
     comm_fwd = np.where(st.layers > 0, (tp_all / 2 + ep_exposed / 2) / layers, 0.0)
     full = _recomputed_layers(lay, st.layers) * (layer_fwd + comm_fwd)
-    return np.select([lay.recompute == 1, lay.recompute == 2], [cpt.core, full], 0.0)
+    core = np.where(np.bitwise_and(lay.recompute_modules, R.mask(["core_attn"])) > 0, cpt.core, 0.0)
+    return np.select([lay.recompute == 1, lay.recompute == 2], [core + selective_extra, full], 0.0)
 
 
 def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):

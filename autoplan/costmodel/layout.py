@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from autoplan import recompute as R
 from autoplan.strategy import Strategy
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
@@ -31,6 +32,7 @@ class Layouts:
     recompute: np.ndarray  # 0 none, 1 selective, 2 full
     recompute_block: np.ndarray  # bool: full recompute by block (first n layers of a chunk) vs uniform
     recompute_layers: np.ndarray  # full: block size n (block) or group size (uniform)
+    recompute_modules: np.ndarray  # selective: bit mask of autoplan.recompute.MODULES (default core_attn)
     fp8: np.ndarray  # bool
     first: np.ndarray
     last: np.ndarray
@@ -62,6 +64,7 @@ class Layouts:
             zero=int(self.zero[i]), recompute=rc,
             recompute_method=("block" if self.recompute_block[i] else "uniform") if full else None,
             recompute_layers=int(self.recompute_layers[i]) if full else None,
+            recompute_modules=_modules_field(rc, int(self.recompute_modules[i])),
             fp8="hybrid" if self.fp8[i] else "none",
             first_stage_layers=int(self.first[i]) if self.first[i] >= 0 else None,
             last_stage_layers=int(self.last[i]) if self.last[i] >= 0 else None,
@@ -72,6 +75,13 @@ class Layouts:
             fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
             moe_flex_dispatcher=bool(self.moe_flex[i]),
         )
+
+
+def _modules_field(recompute: str, bits: int):
+    """Strategy.recompute_modules for a row: None for Megatron's default set (and when not selective)."""
+    if recompute != "selective" or bits == R.mask(R.DEFAULT):
+        return None
+    return R.names_of(bits)
 
 
 def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engine: str = "megatron") -> Layouts:
@@ -90,6 +100,7 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         recompute=col(lambda s: RECOMPUTE_CODES[s.recompute]),
         recompute_block=col(lambda s: s.recompute_method == "block", bool),
         recompute_layers=col(lambda s: s.recompute_layers or 0),
+        recompute_modules=col(lambda s: R.mask(s.recompute_modules)),
         fp8=col(lambda s: s.uses_fp8, bool),
         first=col(lambda s: -1 if s.first_stage_layers is None else s.first_stage_layers),
         last=col(lambda s: -1 if s.last_stage_layers is None else s.last_stage_layers),

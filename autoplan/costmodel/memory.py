@@ -15,6 +15,7 @@ import numpy as np
 from autoplan.costmodel.compute import BF16, Shard
 from autoplan.costmodel.layout import Layouts
 from autoplan.model import ModelSpec
+from autoplan.recompute import mask
 
 FP32 = 4
 FP8 = 1
@@ -90,13 +91,46 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return base + routed + shared
 
 
+def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
+    """Bytes of one layer's saved activations that selective recompute rebuilds instead of holding, for the
+    modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized above, dropped when any module
+    that covers it is on; megatron/core/transformer/transformer_layer.py, moe/moe_layer.py, moe/experts.py)."""
+    on = lambda *names: np.bitwise_and(lay.recompute_modules, mask(names)) > 0  # noqa: E731
+    h = m.hidden_size
+    region = sh.tokens_sp * h
+    g_in = gemm_input_bytes(lay)
+    dropped = np.where(on("core_attn"), FP32 * sh.tokens * sh.heads, 0.0)  # flash softmax statistics
+    dropped = dropped + np.where(on("layernorm"), g_in * region, 0.0)  # input-norm output = QKV input
+    if m.multi_latent_attention:
+        qkv = BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+        dropped = dropped + np.where(on("mla_up_proj"), qkv, 0.0)
+    if not moe:  # dense MLP: "mlp" keeps only the block input (the pre-MLP norm is fused into FC1)
+        gate_up = (2 if m.gated_mlp else 1) * m.ffn_hidden_size / lay.tp
+        fc1_in = g_in * region
+        inner = BF16 * sh.tokens * gate_up + g_in * sh.tokens * m.ffn_hidden_size / lay.tp
+        return dropped + np.where(on("layernorm", "mlp"), fc1_in, 0.0) + np.where(on("mlp"), inner, 0.0)
+    f = m.moe_ffn_hidden_size / lay.etp
+    copies = sh.expert_tokens
+    act_out = g_in * copies * f
+    routed_rest = (g_in * copies * h + BF16 * copies * (2 if m.gated_mlp else 1) * f + BF16 * copies * h
+                   + FP32 * sh.tokens_sp * m.num_experts)
+    dropped = dropped + np.where(on("layernorm"), BF16 * region, 0.0)  # pre-MLP norm output = router input
+    dropped = dropped + np.where(on("moe_act", "moe"), act_out, 0.0) + np.where(on("moe"), routed_rest, 0.0)
+    if m.shared_expert_ffn_hidden_size:
+        fs = m.shared_expert_ffn_hidden_size / lay.tp
+        shared = g_in * sh.tokens * h + BF16 * sh.tokens * (2 if m.gated_mlp else 1) * fs + g_in * sh.tokens * fs
+        dropped = dropped + np.where(on("shared_experts", "moe"), shared, 0.0)
+    return dropped
+
+
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
-    attn_none, attn_sel = attention_activation_bytes(m, sh, lay)
+    attn_none, _ = attention_activation_bytes(m, sh, lay)
     mlp = moe_activation_bytes(m, sh, lay) if moe else \
         mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
     checkpoint = BF16 * sh.tokens_sp * m.hidden_size  # the layer input (Korthikanti sec. 4.1, 2sbh/t with SP)
-    return attn_none + mlp, attn_sel + mlp, checkpoint
+    none = attn_none + mlp
+    return none, none - selective_dropped_bytes(m, sh, lay, moe), checkpoint
 
 
 def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
