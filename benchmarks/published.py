@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from typing import Dict, List, Optional, Tuple
 
+from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_cluster, load_gpu
 from autoplan.costmodel import memory as M
@@ -74,7 +75,6 @@ DIM_COLUMNS = {
     "heads": "num_attention_heads", "kv_heads": "num_query_groups", "vocab": "vocab_size",
     "num_experts": "num_experts", "topk": "moe_router_topk", "moe_ffn_hidden": "moe_ffn_hidden_size",
 }
-RECOMPUTE_ORDER = ("none", "selective", "full")
 # NeMo 24.07 H100 FP8 runs reduce gradients in bf16 with the distributed fused Adam: NVIDIA/NeMo-Framework-Launcher
 # examples/training/gpt/h100/20b_fp8_1node.sh and llama/h100/llama2_13b_fp8.sh pass
 # `+training.model.optim.grad_sync_dtype=bf16`.
@@ -257,9 +257,18 @@ def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None, mo
 
 def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload,
                     cal: Calibration = DEFAULT) -> Tuple[Strategy, Estimate]:
-    """The first of none/selective/full that fits (no credits); full recompute when none fits."""
-    for name in RECOMPUTE_ORDER:
-        candidate = with_recompute(s, name)
+    """The first setting that fits (no credits) among the search's own recompute options, in its order: none,
+    selective with each module set of `autoplan.recompute.ladder`, full block n (ascending), full uniform."""
+    ladder = [("none", None, "")] + [("selective", None, "/".join(mods))
+                                     for mods in R.ladder(model.is_moe, model.multi_latent_attention)]
+    chunk = max(model.num_layers // (s.pp * s.vpp), 1)
+    n = 1
+    while n < chunk:
+        ladder.append(("full", n, ""))
+        n *= 2
+    ladder.append(("full", None, ""))
+    for name, layers, modules in ladder:
+        candidate = with_recompute(s, name, layers, modules)
         est = estimate(model, cluster, candidate, wl, cal=cal)
         if est.fits:
             return candidate, est
