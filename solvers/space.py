@@ -282,23 +282,49 @@ def enumerate_grid(problem: Problem) -> Grid:
     blocks: List[np.ndarray] = []
     group_base = 0
     groups, levels = [], []
+    knob_table: Dict[Tuple[int, int, bool], np.ndarray] = {}  # (chunk layers, pp, fp8) -> memory knobs
+    delayed = _delayed_fp8(problem)
     for p in structural_points(problem):
         chunk = max((p["first"] if p["first"] >= 0 else problem.model.num_layers // p["pp"]) // p["vpp"], 1)
-        knobs = np.array([(z, rc, block, rl, mods) for (rc, block, rl, mods) in recompute_options(problem, chunk)
-                          for z in zero_choices(problem, p["pp"])], dtype=np.int64).reshape(-1, 5)
-        outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), fp8_choices(problem),
-                                                sp_choices(problem, p["tp"], p["cp"]))), dtype=np.int64).reshape(-1, 3)
-        if not len(knobs) or not len(outer):
-            continue
-        n_o, n_k = len(outer), len(knobs)
-        o = np.repeat(outer, n_k, axis=0)
-        k = np.tile(knobs, (n_o, 1))
-        fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"]],
-                         dtype=np.int64)
-        blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 9)), o, k]))
-        groups.append(group_base + np.repeat(np.arange(n_o), n_k))
-        levels.append(np.tile(np.arange(n_k), n_o))
-        group_base += n_o
+        for fp8 in fp8_choices(problem):
+            knobs = knob_table.get((chunk, p["pp"], fp8))
+            if knobs is None:
+                knobs = _knobs(problem, chunk, p["pp"], fp8 and delayed)
+                knob_table[(chunk, p["pp"], fp8)] = knobs
+            outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), [fp8],
+                                                    sp_choices(problem, p["tp"], p["cp"]))),
+                             dtype=np.int64).reshape(-1, 3)
+            if not len(knobs) or not len(outer):
+                continue
+            group_base = _add_block(blocks, groups, levels, group_base, p, outer, knobs)
+    return _grid_from(problem, blocks, groups, levels)
+
+
+def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
+    """(zero, recompute, block, layers, modules) rows of one structural point. FP8 delayed scaling (the default
+    recipe before Blackwell) does not run layernorm / moe_act recompute (transformer_config.py;
+    autoplan/validate.py `_recompute_modules`), so those module sets are left out of FP8 candidates then."""
+    cheap = R.mask(("layernorm", "moe_act"))
+    rows = [(z, rc, block, rl, mods) for (rc, block, rl, mods) in recompute_options(problem, chunk)
+            if not (delayed_fp8 and rc == 1 and mods & cheap) for z in zero_choices(problem, pp)]
+    return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def _add_block(blocks, groups, levels, group_base: int, p, outer: np.ndarray, knobs: np.ndarray) -> int:
+    """Append the candidates outer x knobs of structural point `p` (one group per outer row, knobs in level
+    order); returns the next group number."""
+    n_o, n_k = len(outer), len(knobs)
+    o = np.repeat(outer, n_k, axis=0)
+    k = np.tile(knobs, (n_o, 1))
+    fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"]],
+                     dtype=np.int64)
+    blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 9)), o, k]))
+    groups.append(group_base + np.repeat(np.arange(n_o), n_k))
+    levels.append(np.tile(np.arange(n_k), n_o))
+    return group_base + n_o
+
+
+def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
     a = np.vstack(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
     n = len(a)
     col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "mbs", "fp8", "sp", "zero", "rc",
@@ -317,12 +343,6 @@ def enumerate_grid(problem: Problem) -> Grid:
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay = _apply_switches(problem, lay)
-    if n and _delayed_fp8(problem):
-        # FP8 delayed scaling (the default recipe before Blackwell) does not run layernorm / moe_act recompute
-        # (transformer_config.py; autoplan/validate.py `_recompute_modules`).
-        cheap = R.mask(("layernorm", "moe_act"))
-        keep = ~(lay.fp8 & (lay.recompute == 1) & (np.bitwise_and(lay.recompute_modules, cheap) > 0))
-        lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if problem.engine == "deepspeed" and n:
         # DeepSpeed's pipeline engine: ZeRO 0/1 only, no AutoTP, checkpoints every k layers (no 'block' method)
         # (deepspeed runtime/pipe/engine.py, module.py; integrations/engines.py `deepspeed_unsupported`).

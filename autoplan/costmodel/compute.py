@@ -207,31 +207,36 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
     """Forward seconds one layer repeats in backward for the selective modules in `lay.recompute_modules`
     (autoplan/recompute.py), core attention excepted (the caller adds it, window-aware): norms, the expert
     activation, MLA's up projections, the dense MLP, the MoE block with its forward dispatch and combine
-    (`a2a_fwd`), the shared experts."""
-    on = lambda *names: np.bitwise_and(lay.recompute_modules, R.mask(names)) > 0  # noqa: E731
+    (`a2a_fwd`), the shared experts. Parts no candidate uses are not priced."""
+    def on(*names):
+        return np.bitwise_and(lay.recompute_modules, R.mask(names)) > 0
+
+    def part(names, seconds):
+        flag = on(*names)
+        return np.where(flag, seconds(), 0.0) if np.any(flag) else 0.0
+
     h = m.hidden_size
-    norms = elementwise_time(2 * 2 * BF16 * sh.tokens_sp * h, hw, cal, 2)  # two norms: read + write
-    t = np.where(on("layernorm"), norms, 0.0)
-    if m.multi_latent_attention:
-        up = gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal)
-        if m.q_lora_rank:
-            up = up + gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim), m.q_lora_rank,
-                                lay, hw, cal)
-        t = t + np.where(on("mla_up_proj"), up, 0.0)
     gated = 3 if m.gated_mlp else 2
+    t = part(["layernorm"], lambda: elementwise_time(2 * 2 * BF16 * sh.tokens_sp * h, hw, cal, 2))  # 2 norms r+w
+    if m.multi_latent_attention:
+        def up():
+            s = gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal)
+            if m.q_lora_rank:
+                s = s + gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim), m.q_lora_rank,
+                                  lay, hw, cal)
+            return s
+        t = t + part(["mla_up_proj"], up)
     if not moe:
-        act = elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal, 1)
-        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp) + act
-        return t + np.where(on("mlp"), mlp, 0.0)
+        return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
+                        + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal, 1))
     f = m.moe_ffn_hidden_size / lay.etp
-    act = elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal, 1)
-    whole = moe_gemm_time(m, sh, lay, hw, cal) + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal, 8) \
-        + a2a_fwd
+    whole = on("moe")
+    act = part(["moe_act"], lambda: elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal, 1))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size
-        shared = mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal, lay.tp) + \
-            elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal, 1)
-    parts = np.where(on("moe_act"), act, 0.0) + np.where(on("shared_experts"), shared, 0.0)
-    return t + np.where(on("moe"), whole, parts)
-
+        shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal, lay.tp)
+                      + elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal, 1))
+    block = part(["moe"], lambda: moe_gemm_time(m, sh, lay, hw, cal) + a2a_fwd
+                 + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal, 8))
+    return t + np.where(whole, block, act + shared)

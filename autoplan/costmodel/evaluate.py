@@ -199,6 +199,9 @@ def _p2p(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
 
 def _selective_extra(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration):
     """Forward seconds the rank's layers repeat for the selective modules other than core attention."""
+    extra = (lay.recompute == 1) & (np.bitwise_and(lay.recompute_modules, ~R.BIT["core_attn"]) > 0)
+    if not np.any(extra):
+        return 0.0
     dense = C.selective_recompute_time(m, sh, lay, hw, cal, moe=False)
     total = (st.layers - st.moe) * dense
     if m.is_moe:
