@@ -303,10 +303,18 @@ def enumerate_grid(problem: Problem) -> Grid:
 def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
     """(zero, recompute, block, layers, modules) rows of one structural point. FP8 delayed scaling (the default
     recipe before Blackwell) does not run layernorm / moe_act recompute (transformer_config.py;
-    autoplan/validate.py `_recompute_modules`), so those module sets are left out of FP8 candidates then."""
-    cheap = R.mask(("layernorm", "moe_act"))
-    rows = [(z, rc, block, rl, mods) for (rc, block, rl, mods) in recompute_options(problem, chunk)
-            if not (delayed_fp8 and rc == 1 and mods & cheap) for z in zero_choices(problem, pp)]
+    autoplan/validate.py `_recompute_modules`), so FP8 candidates then drop those two from each module set (and the
+    set, when nothing new is left)."""
+    unsupported = R.mask(("layernorm", "moe_act"))
+    options, seen = [], set()
+    for rc, block, rl, mods in recompute_options(problem, chunk):
+        if delayed_fp8 and rc == 1:
+            mods &= ~unsupported
+            if not mods or mods in seen:
+                continue
+            seen.add(mods)
+        options.append((rc, block, rl, mods))
+    rows = [(z, rc, block, rl, mods) for (rc, block, rl, mods) in options for z in zero_choices(problem, pp)]
     return np.array(rows, dtype=np.int64).reshape(-1, 5)
 
 

@@ -262,3 +262,18 @@ def test_fused_permute_moves_fewer_bytes_than_unfused():
     # fused: (k + 1) reads + writes of h per source token; unfused: 2 k
     saved = (4 * 4 - 2 * (4 + 1)) * m.hidden_size * C.BF16 * sh.expert_tokens / 4
     assert (unfused - fused)[0] == pytest.approx(saved[0])
+
+
+def test_sampled_ranks_find_the_memory_peak_of_every_rank():
+    """The search prices five ranks per candidate; their peak must equal the peak over every rank, also when the
+    leading dense layers leave rank 1 lighter than the next (DeepSeek-style first_k_dense)."""
+    from autoplan.costmodel.estimate import evaluate
+    from autoplan.solvers.space import Problem, enumerate_grid
+
+    m = make_moe(num_layers=16, first_k_dense_layers=3)
+    p = Problem(m, cluster(16), workload(gbs=64))
+    lay = enumerate_grid(p).layouts
+    sampled = evaluate(m, p.cluster, p.workload, lay).peak_mem_bytes
+    every = evaluate(m, p.cluster, p.workload, lay, every_rank=True).peak_mem_bytes
+    assert (lay.pp >= 4).any()
+    np.testing.assert_allclose(sampled, every, rtol=1e-9)

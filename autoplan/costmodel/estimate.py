@@ -12,6 +12,7 @@ from autoplan.costmodel.evaluate import MEMORY_KEYS, TIME_KEYS, num_microbatches
 from autoplan.costmodel.flops import model_flops_per_token
 from autoplan.costmodel.hardware import GIB, hardware_of
 from autoplan.costmodel.layout import Layouts, layouts_from_strategies
+from autoplan.costmodel.stages import middle_layers
 from autoplan.model import ModelSpec
 from autoplan.results import Estimate, StageMemory
 from autoplan.strategy import Strategy
@@ -35,27 +36,36 @@ class Evaluation:
         return self.peak_mem_bytes <= self.capacity_bytes * (1.0 - headroom)
 
 
-def sampled_stages(lay: Layouts):
-    """Ranks priced per candidate, and their weights in the sum over ranks: first, second, second-to-last and
-    last. Middle ranks hold equal layer counts, so the two sampled middles bracket the rest."""
+def sampled_stages(model: ModelSpec, lay: Layouts):
+    """(ranks priced per candidate, their weights in the sum over ranks, which count for the maxima): first,
+    second, second-to-last and last, which bracket the middle ranks' time sum; and the first middle rank whose
+    layers are all past the model's leading dense layers (weight 0), where a middle rank's memory peaks: middle
+    ranks hold equal layer counts, in-flight micro batches fall with the rank, and the ranks that still hold dense
+    layers hold fewer expert parameters and activations."""
     pp = lay.pp
-    stages = np.stack([np.zeros_like(pp), np.minimum(1, pp - 1), np.maximum(pp - 2, 0), pp - 1], axis=1)
+    mid_layers = np.maximum(middle_layers(model, lay), 1.0)
+    first_size = np.where(lay.first >= 0, lay.first, mid_layers)
+    past_dense = 1 + np.ceil(np.maximum(model.first_k_dense_layers - first_size, 0) / mid_layers).astype(np.int64)
+    peak_mid = np.clip(past_dense, np.minimum(1, pp - 1), np.maximum(pp - 2, 0))
+    stages = np.stack([np.zeros_like(pp), np.minimum(1, pp - 1), np.maximum(pp - 2, 0), pp - 1, peak_mid], axis=1)
     mid = np.maximum(pp - 2, 0) / 2.0
-    weights = np.stack([np.ones_like(mid), mid, mid, (pp > 1).astype(float)], axis=1)
-    return stages, weights
+    weights = np.stack([np.ones_like(mid), mid, mid, (pp > 1).astype(float), np.zeros_like(mid)], axis=1)
+    counted = weights > 0
+    counted[:, 4] = True
+    return stages, weights, counted
 
 
-def all_stages(lay: Layouts):
+def all_stages(model: ModelSpec, lay: Layouts):
     width = int(lay.pp.max())
     stages = np.minimum(np.arange(width)[None, :], lay.pp[:, None] - 1)
     weights = (np.arange(width)[None, :] < lay.pp[:, None]).astype(float)
-    return stages, weights
+    return stages, weights, weights > 0
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layouts,
              cal: Calibration = DEFAULT, profile=None, every_rank: bool = False) -> Evaluation:
     hw = hardware_of(cluster)
-    stages, weights = (all_stages if every_rank else sampled_stages)(lay)
+    stages, weights, valid = (all_stages if every_rank else sampled_stages)(model, lay)
     n, k = stages.shape
     rows = np.repeat(np.arange(n), k)
     rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile)
@@ -64,7 +74,6 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
         return np.broadcast_to(np.asarray(x, dtype=float), (n * k,)).reshape(n, k)
 
     per_mb = grid(rc.per_microbatch)
-    valid = weights > 0
     per_mb_masked = np.where(valid, per_mb, -np.inf)
     crit = np.argmax(per_mb_masked, axis=1)
     t_max = per_mb[np.arange(n), crit]
