@@ -17,8 +17,11 @@ Testing hook: `AUTOPLAN_TUNE_FAULTS="1:fail,2:hang"` injects a fault into the pr
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -156,16 +159,17 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
     while probes < trials and time.monotonic() - start < budget_minutes * 60:
         fail_stale_trials(study, stale_after_s=probe_timeout_s + STALE_MARGIN_S)
         corr = current_corrections(study, by_key)
-        if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
-            tried = tried_keys(study)
-            cand = next_candidate(candidates, tried, corr)
-            if cand is None:
-                skipped += memory_excluded(candidates, tried, corr)
-                log("no untried candidate is left that is predicted to fit")
-                break
-            study.enqueue_trial({PARAM: cand.key}, user_attrs={"source": "corrected cost model"})
-        trial = study.ask()
-        key = trial.suggest_categorical(PARAM, choices)  # the enqueued plan
+        with claim_lock(storage):  # one worker at a time takes the next plan (SQLite has no row locks)
+            if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+                tried = tried_keys(study)
+                cand = next_candidate(candidates, tried, corr)
+                if cand is None:
+                    skipped += memory_excluded(candidates, tried, corr)
+                    log("no untried candidate is left that is predicted to fit")
+                    break
+                study.enqueue_trial({PARAM: cand.key}, user_attrs={"source": "corrected cost model"})
+            trial = study.ask()
+            key = trial.suggest_categorical(PARAM, choices)  # the enqueued plan
         cand = by_key[key]
         skip = ("already probed by another trial" if _already_tried(study, trial, key)
                 else fit_reason(cand.estimate, capacity_gib(cand.estimate), corr.memory_scale))
@@ -191,6 +195,27 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
     corr = current_corrections(study, by_key)
     return build_report(problem, study, candidates, pruned + skipped, corr, out_dir, storage,
                         wall_time_s=time.monotonic() - start, space_size=len(candidates) + len(pruned))
+
+
+_THREAD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def claim_lock(storage: Optional[str]):
+    """Serialise taking a trial among workers of one SQLite study: an exclusive lock on a file beside the
+    database (fcntl.flock; processes on one host or one shared file system) and a lock among this process's
+    threads. Optuna pops a waiting trial inside a transaction, but SQLite's file-level locking lets two workers pop
+    the same one; server databases lock the row and need no more."""
+    if not storage or not storage.startswith("sqlite:///"):
+        yield
+        return
+    path = Path(storage[len("sqlite:///"):]).with_suffix(".claim.lock")
+    with _THREAD_LOCK, open(path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> None:
