@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Literal, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
@@ -85,6 +85,20 @@ class Strategy(BaseModel):
             data["recompute_layers"] = data["recompute_layers"] or 1
         return data
 
+    @field_validator("recompute_modules")
+    @classmethod
+    def _known_modules(cls, names: Optional[Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
+        """Megatron's module names, in one canonical order without repeats."""
+        if names is None:
+            return None
+        unknown = [n for n in names if n not in R.MODULES]
+        if unknown:
+            raise ValueError(f"unknown recompute module {unknown[0]!r}{did_you_mean(unknown[0], R.MODULES)}; "
+                             f"valid: {', '.join(R.MODULES)}")
+        if not names:
+            raise ValueError("recompute_modules is empty; name at least one module or drop the key")
+        return R.canonical(names)
+
     @model_validator(mode="after")
     def _local_rules(self) -> "Strategy":
         if self.recompute != "full" and (self.recompute_method is not None or self.recompute_layers is not None):
@@ -94,14 +108,6 @@ class Strategy(BaseModel):
             if self.recompute != "selective":
                 raise ValueError(f"recompute_modules apply only to recompute=selective (got recompute="
                                  f"{self.recompute}); drop them or set recompute=selective")
-            unknown = [n for n in self.recompute_modules if n not in R.MODULES]
-            if unknown:
-                raise ValueError(f"unknown recompute module {unknown[0]!r}{did_you_mean(unknown[0], R.MODULES)}; "
-                                 f"valid: {', '.join(R.MODULES)}")
-            if not self.recompute_modules:
-                raise ValueError("recompute_modules is empty; name at least one module or drop the key")
-            if R.canonical(self.recompute_modules) != self.recompute_modules:
-                object.__setattr__(self, "recompute_modules", R.canonical(self.recompute_modules))
         if self.fp8 == "none" and self.fp8_recipe is not None:
             raise ValueError(f"fp8_recipe={self.fp8_recipe} needs fp8=hybrid or e4m3")
         return self
@@ -138,7 +144,7 @@ class Strategy(BaseModel):
         parts.append(f"z{self.zero}")
         if self.recompute == "selective":
             mods = R.canonical(self.recompute_modules)
-            parts.append("rc-sel" if mods == R.DEFAULT else "rc-sel[" + "+".join(R.SHORT[n] for n in mods) + "]")
+            parts.append("rc-sel" if mods == R.DEFAULT else "rc-sel(" + "+".join(R.SHORT[n] for n in mods) + ")")
         elif self.recompute == "full":
             parts.append(f"rc-full{self.recompute_layers}{'b' if self.recompute_method == 'block' else 'u'}")
         if self.uses_fp8:

@@ -20,7 +20,7 @@ def sel(*mods, **kw):
 def test_strategy_parses_canonicalises_and_labels_modules():
     s = strategy_from_mapping(parse_strategy_text("recompute=selective,recompute_modules=moe_act+core_attn+layernorm"))
     assert s.recompute_modules == ("core_attn", "layernorm", "moe_act")
-    assert "rc-sel[attn+ln+act]" in s.label() and s.to_dict()["recompute_modules"] == s.recompute_modules
+    assert "rc-sel(attn+ln+act)" in s.label() and s.to_dict()["recompute_modules"] == s.recompute_modules
     assert Strategy(recompute="selective").label().endswith("rc-sel")
     with pytest.raises(InputError, match="apply only to recompute=selective"):
         strategy_from_mapping({"recompute": "full", "recompute_modules": ["moe_act"]})
