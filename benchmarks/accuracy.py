@@ -100,7 +100,7 @@ def print_table(results: Sequence[RowResult], out=sys.stdout) -> None:
 
 
 def print_summary(s: Dict[str, object], excluded, out=sys.stdout) -> None:
-    print(f"\nMAPE by subset (arch/gpu/precision):", file=out)
+    print("\nMAPE by subset (arch/gpu/precision):", file=out)
     for key, v in s["mape_pct_by_subset"].items():
         print(f"  {key:22s} rows {v['rows']:3d}  MAPE {v['mape_pct']:6.1f}%", file=out)
     print(f"\nOverall: rows {s['rows']}, MAPE {s['mape_pct_all']:.1f}% "

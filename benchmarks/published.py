@@ -36,7 +36,6 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
-import numpy as np
 from typing import Dict, List, Optional, Tuple
 
 from autoplan import recompute as R
@@ -44,10 +43,8 @@ from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_cluster, load_gpu
 from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
-from autoplan.costmodel.compute import shard_of
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
-from autoplan.costmodel.layout import layouts_from_strategies
 from autoplan.model import ModelSpec
 from autoplan.modelio import load_model
 from autoplan.results import Estimate

@@ -97,7 +97,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     release = release_of(row["id"])
     if release is None:
         return None
-    model, tp, pp, vpp, ep = row["model"], row["tp"], row["pp"], row["vpp"] or "1", row["ep"]
+    model, pp, vpp, ep = row["model"], row["pp"], row["vpp"] or "1", row["ep"]
     fsdp = row["zero_or_distopt"].startswith("fsdp")
     tag = _tag(release)
     expandable = (model.startswith("LLAMA3.1_405B") and gpu in ("gb200", "gb300") and fp8) or \
