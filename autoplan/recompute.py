@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional, Tuple
 
+import numpy as np
+
 MODULES: Tuple[str, ...] = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts")
 BIT = {name: 1 << i for i, name in enumerate(MODULES)}
 DEFAULT: Tuple[str, ...] = ("core_attn",)  # Megatron's default when the modules are not given
@@ -31,6 +33,11 @@ def canonical(names: Optional[Iterable[str]]) -> Tuple[str, ...]:
 
 def mask(names: Optional[Iterable[str]]) -> int:
     return sum(BIT[m] for m in canonical(names))
+
+
+def has(bits, *names: str) -> np.ndarray:
+    """Per candidate: whether any of `names` is among the modules of the bit masks `bits`."""
+    return np.bitwise_and(bits, mask(names)) > 0
 
 
 def names_of(bits: int) -> Tuple[str, ...]:

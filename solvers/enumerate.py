@@ -110,8 +110,6 @@ def _recompute_rank(lay) -> np.ndarray:
     """Order of recompute options by amount: none < selective (by the number of modules) < full block n
     (ascending n) < full uniform."""
     big = 10_000
-    modules = np.zeros(len(lay), dtype=np.int64)
-    for bit in R.BIT.values():
-        modules += (np.bitwise_and(lay.recompute_modules, bit) > 0)
+    modules = sum(R.has(lay.recompute_modules, name).astype(np.int64) for name in R.MODULES)
     return np.where(lay.recompute == 0, 0, np.where(lay.recompute == 1, modules,
                     np.where(lay.recompute_block, 2 * len(R.MODULES) + lay.recompute_layers, big)))

@@ -208,11 +208,8 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
     (autoplan/recompute.py), core attention excepted (the caller adds it, window-aware): norms, the expert
     activation, MLA's up projections, the dense MLP, the MoE block with its forward dispatch and combine
     (`a2a_fwd`), the shared experts. Parts no candidate uses are not priced."""
-    def on(*names):
-        return np.bitwise_and(lay.recompute_modules, R.mask(names)) > 0
-
     def part(names, seconds):
-        flag = on(*names)
+        flag = R.has(lay.recompute_modules, *names)
         return np.where(flag, seconds(), 0.0) if np.any(flag) else 0.0
 
     h = m.hidden_size
@@ -230,7 +227,7 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
         return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
                         + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal, 1))
     f = m.moe_ffn_hidden_size / lay.etp
-    whole = on("moe")
+    whole = R.has(lay.recompute_modules, "moe")
     act = part(["moe_act"], lambda: elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal, 1))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:

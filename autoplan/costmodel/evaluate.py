@@ -199,7 +199,7 @@ def _p2p(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
 
 def _selective_extra(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration):
     """Forward seconds the rank's layers repeat for the selective modules other than core attention."""
-    extra = (lay.recompute == 1) & (np.bitwise_and(lay.recompute_modules, ~R.BIT["core_attn"]) > 0)
+    extra = (lay.recompute == 1) & R.has(lay.recompute_modules, *(n for n in R.MODULES if n != "core_attn"))
     if not np.any(extra):
         return 0.0
     dense = C.selective_recompute_time(m, sh, lay, hw, cal, moe=False)
@@ -218,7 +218,7 @@ def _recompute_time(lay: Layouts, st, cpt: _Compute, tp_all, ep_exposed, selecti
                          / layers, 0.0)
     comm_fwd = np.where(st.layers > 0, (tp_all / 2 + ep_exposed / 2) / layers, 0.0)
     full = _recomputed_layers(lay, st.layers) * (layer_fwd + comm_fwd)
-    core = np.where(np.bitwise_and(lay.recompute_modules, R.mask(["core_attn"])) > 0, cpt.core, 0.0)
+    core = np.where(R.has(lay.recompute_modules, "core_attn"), cpt.core, 0.0)
     return np.select([lay.recompute == 1, lay.recompute == 2], [core + selective_extra, full], 0.0)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from autoplan.costmodel.compute import BF16, Shard
 from autoplan.costmodel.layout import Layouts
 from autoplan.model import ModelSpec
-from autoplan.recompute import mask
+from autoplan.recompute import has
 
 FP32 = 4
 FP8 = 1
@@ -37,8 +37,18 @@ def dropout_mask_bytes(m: ModelSpec, elements):
     return elements if m.hidden_dropout > 0 else 0.0 * elements
 
 
+def mla_qkv_bytes(m: ModelSpec, sh: Shard):
+    """MLA's per-head q, k, v (the up projections' outputs), bf16."""
+    return BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+
+
+def softmax_stats_bytes(sh: Shard):
+    """Flash attention's fp32 log-sum-exp per token and head (Dao et al. 2022)."""
+    return FP32 * sh.tokens * sh.heads
+
+
 def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """(kept with no recompute, kept under selective recompute) for the attention block of one layer."""
+    """Bytes the attention block of one layer holds with no recompute."""
     h = m.hidden_size
     region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
     norm_in = BF16 * region
@@ -46,20 +56,13 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     if m.multi_latent_attention:
         # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
         latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
-        qkv = BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+        qkv = mla_qkv_bytes(m, sh) + latents
         out = BF16 * sh.tokens * sh.heads * m.v_head_dim
-        qkv = qkv + latents
     else:
         qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
         out = BF16 * sh.tokens * sh.heads * m.kv_channels
-    lse = FP32 * sh.tokens * sh.heads  # flash-attention softmax statistics
     dropout_mask = dropout_mask_bytes(m, region)  # after the output projection
-    kept = norm_in + qkv_in + qkv + out + lse + dropout_mask
-    # Selective recompute (Korthikanti sec. 4.2 / Megatron --recompute-modules core_attn) checkpoints core
-    # attention: its inputs q, k, v stay saved and its output is still saved as the input of linear_proj
-    # (megatron/core/transformer/attention.py `_checkpointed_attention_forward`), so with flash attention only the
-    # softmax statistics are dropped (Korthikanti Table 2 also keeps 11sbh of attention under selective).
-    return kept, kept - lse
+    return norm_in + qkv_in + qkv + out + softmax_stats_bytes(sh) + dropout_mask
 
 
 def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards):
@@ -95,15 +98,18 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """Bytes of one layer's saved activations that selective recompute rebuilds instead of holding, for the
     modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized above, dropped when any module
     that covers it is on; megatron/core/transformer/transformer_layer.py, moe/moe_layer.py, moe/experts.py)."""
-    on = lambda *names: np.bitwise_and(lay.recompute_modules, mask(names)) > 0  # noqa: E731
+    on = lambda *names: has(lay.recompute_modules, *names)  # noqa: E731
     h = m.hidden_size
     region = sh.tokens_sp * h
     g_in = gemm_input_bytes(lay)
-    dropped = np.where(on("core_attn"), FP32 * sh.tokens * sh.heads, 0.0)  # flash softmax statistics
+    # core_attn (Korthikanti sec. 4.2) checkpoints core attention: its inputs q, k, v stay saved and its output is
+    # still saved as the input of linear_proj (megatron/core/transformer/attention.py
+    # `_checkpointed_attention_forward`), so with flash attention only the softmax statistics are dropped
+    # (Korthikanti Table 2 also keeps 11sbh of attention under selective).
+    dropped = np.where(on("core_attn"), softmax_stats_bytes(sh), 0.0)
     dropped = dropped + np.where(on("layernorm"), g_in * region, 0.0)  # input-norm output = QKV input
     if m.multi_latent_attention:
-        qkv = BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
-        dropped = dropped + np.where(on("mla_up_proj"), qkv, 0.0)
+        dropped = dropped + np.where(on("mla_up_proj"), mla_qkv_bytes(m, sh), 0.0)
     if not moe:  # dense MLP: "mlp" keeps only the block input (the pre-MLP norm is fused into FC1)
         gate_up = (2 if m.gated_mlp else 1) * m.ffn_hidden_size / lay.tp
         fc1_in = g_in * region
@@ -125,7 +131,7 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
-    attn_none, _ = attention_activation_bytes(m, sh, lay)
+    attn_none = attention_activation_bytes(m, sh, lay)
     mlp = moe_activation_bytes(m, sh, lay) if moe else \
         mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
     checkpoint = BF16 * sh.tokens_sp * m.hidden_size  # the layer input (Korthikanti sec. 4.1, 2sbh/t with SP)
