@@ -258,13 +258,7 @@ def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wor
     selective with each module set of `autoplan.recompute.ladder`, full block n (ascending), full uniform."""
     ladder = [("none", None, "")] + [("selective", None, "/".join(mods))
                                      for mods in R.ladder(model.is_moe, model.multi_latent_attention)]
-    chunk = max(model.num_layers // (s.pp * s.vpp), 1)
-    n = 1
-    while n < chunk:
-        ladder.append(("full", n, ""))
-        n *= 2
-    ladder.append(("full", None, ""))
-    for name, layers, modules in ladder:
+    for name, layers, modules in ladder + full_recompute_steps(model, s):
         candidate = with_recompute(s, name, layers, modules)
         est = estimate(model, cluster, candidate, wl, cal=cal)
         if est.fits:
@@ -309,13 +303,18 @@ def escalation(model: ModelSpec, s: Strategy, start: str, layers: Optional[int],
             mods = "/".join(dict.fromkeys(base + extra))
             if ("selective", None, mods) not in out:
                 out.append(("selective", None, mods))
+    return out + full_recompute_steps(model, s)
+
+
+def full_recompute_steps(model: ModelSpec, s: Strategy):
+    """Full recompute of the first n layers of each chunk (n = 1, 2, 4, ... below the chunk size), then of every
+    layer, as (recompute, layers, modules) settings."""
     chunk = max(model.num_layers // (s.pp * s.vpp), 1)
-    n = 1
+    steps, n = [], 1
     while n < chunk:
-        out.append(("full", n, ""))
+        steps.append(("full", n, ""))
         n *= 2
-    out.append(("full", None, ""))
-    return out
+    return steps + [("full", None, "")]
 
 
 def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload, facts, policy: str,

@@ -10,10 +10,8 @@ from autoplan.cluster import GpuSpec
 from autoplan.errors import InputError, did_you_mean
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
+from autoplan.validate import is_blackwell
 
-# GPU ids of the Blackwell generation (compute capability >= 10). Megatron-LM's validate_args drops its
-# CUDA_DEVICE_MAX_CONNECTIONS=1 requirement from this architecture on (megatron/training/arguments.py).
-_BLACKWELL_PREFIXES = ("b200", "b300", "gb200", "gb300")
 
 # Top-level keys DeepSpeed reads, from deepspeed 0.19.8: runtime/constants.py, runtime/config.py
 # (DeepSpeedConfig._initialize_params), runtime/precision_config.py, runtime/activation_checkpointing/config.py,
@@ -47,8 +45,9 @@ def check_deepspeed_keys(config: Dict[str, Any], source: str = "ds_config") -> N
 
 
 def is_blackwell_or_newer(gpu: GpuSpec) -> bool:
-    """Whether the GPU is compute capability 10 or later (Blackwell)."""
-    return gpu.id.lower().startswith(_BLACKWELL_PREFIXES)
+    """Whether the GPU is compute capability 10 or later (Blackwell). Megatron-LM's validate_args drops its
+    CUDA_DEVICE_MAX_CONNECTIONS=1 requirement from this architecture on (megatron/training/arguments.py)."""
+    return is_blackwell(gpu.id)
 
 
 def _first(reasons: Iterable[Optional[str]]) -> Optional[str]:
@@ -99,7 +98,7 @@ def deepspeed_unsupported(strategy: Strategy, model: ModelSpec) -> Optional[str]
         s.pp > 1 and s.tp > 1 and f"DeepSpeed AutoTP cannot be combined with its pipeline engine (tp={s.tp}, pp={s.pp}); "
                                   f"{alt} tp=1 or pp=1",
         s.tp > 1 and model.num_query_groups % s.tp and _autotp_kv_heads_reason(s.tp, model.num_query_groups),
-        s.recompute == "selective" and s.recompute_modules not in (None, ("core_attn",))
+        s.recompute == "selective" and s.recompute_modules is not None
         and f"DeepSpeed has no per-module selective recompute (recompute_modules={'+'.join(s.recompute_modules)}); "
             f"use recompute=full or the megatron engine",
         s.pp > 1 and s.recompute == "full" and s.recompute_method == "block"

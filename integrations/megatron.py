@@ -12,6 +12,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
 from autoplan.strategy import Strategy
+from autoplan.validate import effective_fp8_recipe
 from autoplan.integrations.engines import is_blackwell_or_newer
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
@@ -216,8 +217,7 @@ def _precision_args(plan: Plan) -> List[str]:
     s = plan.strategy
     a = ["--bf16"] + (["--grad-reduce-in-bf16"] if s.grad_reduce_bf16 else [])
     if s.uses_fp8:
-        default_recipe = "mxfp8" if is_blackwell_or_newer(plan.cluster.gpu) else "delayed"
-        a += ["--fp8-format", s.fp8, "--fp8-recipe", s.fp8_recipe or default_recipe]
+        a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s, plan.cluster.gpu.id)]
         if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
             a += ["--fp8-param-gather"]
     return a
