@@ -396,9 +396,9 @@ def _recompute(c: Case) -> Optional[str]:
     return None
 
 
-def effective_fp8_recipe(s: Strategy, gpu_id: str) -> str:
-    """The FP8 recipe a run uses: the strategy's, else the emitted default (MXFP8 on Blackwell, delayed before)."""
-    return s.fp8_recipe or ("mxfp8" if is_blackwell(gpu_id) else "delayed")
+def effective_fp8_recipe(fp8_recipe: Optional[str], gpu_id: str) -> str:
+    """The FP8 recipe a run uses: the given one, else the emitted default (MXFP8 on Blackwell, delayed before)."""
+    return fp8_recipe or ("mxfp8" if is_blackwell(gpu_id) else "delayed")
 
 
 def _recompute_modules(c: Case) -> Optional[str]:
@@ -418,7 +418,7 @@ def _recompute_modules(c: Case) -> Optional[str]:
                  f"use core_attn, layernorm or mlp"),
         ("shared_experts" in mods and not m.shared_expert_ffn_hidden_size,
          lambda: f"recompute module shared_experts needs shared experts ({m.name} has none); drop it"),
-        (s.uses_fp8 and effective_fp8_recipe(s, c.cluster.gpu.id) == "delayed"
+        (s.uses_fp8 and effective_fp8_recipe(s.fp8_recipe, c.cluster.gpu.id) == "delayed"
          and ("moe_act" in mods or "layernorm" in mods),
          lambda: "recompute modules moe_act/layernorm do not support fp8_recipe=delayed; "
                  "use fp8_recipe=tensorwise/blockwise/mxfp8 or drop those modules"),

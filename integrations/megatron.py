@@ -217,7 +217,7 @@ def _precision_args(plan: Plan) -> List[str]:
     s = plan.strategy
     a = ["--bf16"] + (["--grad-reduce-in-bf16"] if s.grad_reduce_bf16 else [])
     if s.uses_fp8:
-        a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s, plan.cluster.gpu.id)]
+        a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s.fp8_recipe, plan.cluster.gpu.id)]
         if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
             a += ["--fp8-param-gather"]
     return a

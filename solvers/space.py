@@ -362,7 +362,7 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
 def _delayed_fp8(problem: Problem) -> bool:
     recipe = problem.fixed.get("fp8_recipe")
     recipe = recipe[0] if isinstance(recipe, list) else recipe
-    return effective_fp8_recipe(Strategy(fp8="hybrid", fp8_recipe=recipe), problem.cluster.gpu.id) == "delayed"
+    return effective_fp8_recipe(recipe, problem.cluster.gpu.id) == "delayed"
 
 
 # Switches the search does not vary; `--fix` sets them on every candidate (where they apply).
