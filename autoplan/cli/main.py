@@ -11,6 +11,7 @@ import typer
 from autoplan.errors import InputError, ProbeFailure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Find the fastest parallel training strategy that fits in memory.")
 
 # Command modules; each defines `register(app)`.
@@ -23,6 +24,20 @@ COMMAND_MODULES = (
     "autoplan.cli.probe",
     "autoplan.cli.tune",
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from autoplan import __version__
+
+        print(f"autoplan {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Find the fastest parallel training strategy that fits in memory."""
 
 
 def build_app() -> typer.Typer:
@@ -46,23 +61,36 @@ def main(argv=None) -> None:
     except SystemExit:
         raise
     except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
+        sys.exit(_usage_exit_code(e))
 
-        try:  # typer >= 0.2x raises usage errors from its own vendored copy of click
-            from typer._click.exceptions import ClickException as VendoredClickException
+
+def _click_modules():
+    """The click exception modules in use: click itself and typer's vendored copy (typer >= 0.2x)."""
+    modules = []
+    for name in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            modules.append(importlib.import_module(name))
         except ImportError:
-            VendoredClickException = click.ClickException
-        if isinstance(e, (click.exceptions.Exit, typer.Exit)):
-            sys.exit(e.exit_code)
-        if isinstance(e, (click.ClickException, VendoredClickException)):
-            message = e.format_message()
-            if message:  # no_args_is_help raises a usage error with no message after printing the help
-                print(f"autoplan: error: {message}", file=sys.stderr)
-            sys.exit(2)
-        if isinstance(e, (click.exceptions.Abort, typer.Abort)):
-            sys.exit(130)
-        raise
+            continue
+    return modules
 
+
+def _usage_exit_code(e: Exception) -> int:
+    """Exit code for a click/typer exception (2 usage, 130 abort); anything else is re-raised."""
+    modules = _click_modules()
+    exits = (typer.Exit,) + tuple(getattr(m, "Exit") for m in modules if hasattr(m, "Exit"))
+    if isinstance(e, exits):
+        return e.exit_code
+    usage = tuple(m.ClickException for m in modules)
+    if usage and isinstance(e, usage):
+        message = e.format_message()
+        if message:  # no_args_is_help raises a usage error with no message after printing the help
+            print(f"autoplan: error: {message}", file=sys.stderr)
+        return 2
+    aborts = (typer.Abort,) + tuple(getattr(m, "Abort") for m in modules if hasattr(m, "Abort"))
+    if isinstance(e, aborts):
+        return 130
+    raise e
 
 if __name__ == "__main__":
     main()
