@@ -352,9 +352,10 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay = _apply_switches(problem, lay)
     if problem.engine == "deepspeed" and n:
-        # DeepSpeed's pipeline engine: ZeRO 0/1 only, no AutoTP, checkpoints every k layers (no 'block' method)
-        # (deepspeed runtime/pipe/engine.py, module.py; integrations/engines.py `deepspeed_unsupported`).
-        keep = ~((lay.pp > 1) & ((lay.zero >= 2) | (lay.tp > 1) | ((lay.recompute == 2) & lay.recompute_block)))
+        # What the DeepSpeed emitter writes: the one rule list of integrations/engines.py (deepspeed_unsupported).
+        from autoplan.integrations.engines import deepspeed_blocked
+
+        keep = ~deepspeed_blocked(lay, problem.model)
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
 
