@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from autoplan.errors import InputError
 from autoplan.results import Plan
@@ -101,16 +101,23 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     return config
 
 
+def node_slots(plan: Plan) -> List[int]:
+    """Ranks on each node: full nodes of gpus_per_node, the last one holding the rest when the GPU count does not
+    fill whole nodes (e.g. 252 A100 = 31 x 8 + 4)."""
+    world, per_node = plan.cluster.num_gpus, plan.cluster.gpu.gpus_per_node
+    if world <= per_node:
+        return [world]
+    full, rest = divmod(world, per_node)
+    return [per_node] * full + ([rest] if rest else [])
+
+
 def hostfile_text(plan: Plan) -> str:
-    nodes = plan.cluster.num_nodes
-    per_node = plan.cluster.num_gpus // nodes
-    if nodes * per_node != plan.cluster.num_gpus:
-        raise InputError(f"{plan.cluster.num_gpus} GPUs cannot be split evenly over {nodes} nodes; "
-                         f"use a multiple of {plan.cluster.gpu.gpus_per_node} GPUs")
-    if nodes == 1:
-        return f"localhost slots={per_node}\n"
-    hosts = "".join(f"node{i} slots={per_node}\n" for i in range(nodes))
-    return f"# replace node0..node{nodes - 1} with your host names (launch.sh rewrites this under Slurm)\n{hosts}"
+    """DeepSpeed hostfile (`host slots=N` per line) for a multi-node plan; one node launches without one."""
+    slots = node_slots(plan)
+    if len(slots) == 1:
+        raise InputError(f"a one-node plan ({plan.cluster.num_gpus} GPUs) launches without a hostfile")
+    hosts = "".join(f"node{i} slots={n}\n" for i, n in enumerate(slots))
+    return f"# replace node0..node{len(slots) - 1} with your host names (launch.sh rewrites this under Slurm)\n{hosts}"
 
 
 def _ds_train_args(plan: Plan, probe: bool) -> str:
@@ -124,42 +131,69 @@ def _ds_train_args(plan: Plan, probe: bool) -> str:
     return " ".join(args)
 
 
-def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> str:
-    nodes = plan.cluster.num_nodes
-    per_node = plan.cluster.num_gpus // nodes
-    script = train_script or "$HERE/ds_train.py"
-    script_args = "" if train_script else " " + _ds_train_args(plan, probe)
+def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
     kind = "probe run" if probe else "training run"
     autotp_note = ""
     if train_script and plan.strategy.tp > 1:
         autotp_note = (f"# AutoTP tp={plan.strategy.tp}: pass deepspeed.initialize an mpu whose data-parallel size is "
                        f"world/{plan.strategy.tp}, or DeepSpeed rejects the batch sizes\n")
-    return f"""#!/usr/bin/env bash
-# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, seq {plan.workload.seq_len}, \
-global batch {plan.workload.global_batch_size}
-# strategy: {plan.strategy.label()}
-{autotp_note}# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+    return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
+            f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
+            f"# strategy: {plan.strategy.label()}\n{autotp_note}")
+
+
+def _one_node_launch(plan: Plan) -> str:
+    """One node: no hostfile, so DeepSpeed's runner starts the ranks itself (launcher/runner.py main: without a
+    resource pool it runs `deepspeed.launcher.launch` locally on 127.0.0.1, never ssh; a hostfile, even one naming
+    only localhost, makes it check ssh to the first host). `--hostfile /dev/null` (not a regular file, so
+    runner.py fetch_hostfile reads no hosts) keeps a cluster-wide /job/hostfile, the runner's default, out."""
+    return f"""# Usage: bash launch.sh [extra training-script args]   (MASTER_PORT from the environment)
+set -euo pipefail
+HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+MASTER_PORT="${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}"
+
+exec deepspeed --hostfile /dev/null --num_gpus {plan.cluster.num_gpus} --master_port "$MASTER_PORT" \\
+"""
+
+
+def _multi_node_launch(plan: Plan) -> str:
+    """Several nodes: the hostfile lists them (slots per node); DeepSpeed's runner reaches them over ssh (pdsh)."""
+    slots = node_slots(plan)
+    nodes, full, last = len(slots), slots[0], slots[-1]
+    return f"""# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+# The hostfile's nodes must reach each other with passwordless ssh (DeepSpeed's pdsh launcher).
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 HOSTFILE="${{HOSTFILE:-$HERE/hostfile}}"
-if [[ -n "${{SLURM_JOB_NODELIST:-}}" && {nodes} -gt 1 ]]; then
+if [[ -n "${{SLURM_JOB_NODELIST:-}}" ]]; then
   HOSTFILE="$(mktemp)"
-  scontrol show hostnames "$SLURM_JOB_NODELIST" | sed 's/$/ slots={per_node}/' > "$HOSTFILE"
+  scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n {nodes} \\
+    | awk 'NR < {nodes} {{print $1" slots={full}"}} NR == {nodes} {{print $1" slots={last}"}}' > "$HOSTFILE"
 fi
 MASTER_ADDR="${{MASTER_ADDR:-$(grep -v '^#' "$HOSTFILE" | head -n 1 | cut -d' ' -f1)}}"
 MASTER_PORT="${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}"
 
-exec deepspeed --hostfile "$HOSTFILE" --num_nodes {nodes} --num_gpus {per_node} \\
+exec deepspeed --hostfile "$HOSTFILE" --num_nodes {nodes} \\
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
-  "{script}" --deepspeed_config "$HERE/ds_config.json"{script_args} "$@"
 """
+
+
+def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> str:
+    """launch.sh: `deepspeed` over one node without a hostfile, or over the hostfile's nodes."""
+    script = train_script or "$HERE/ds_train.py"
+    script_args = "" if train_script else " " + _ds_train_args(plan, probe)
+    body = _one_node_launch(plan) if len(node_slots(plan)) == 1 else _multi_node_launch(plan)
+    return (_launch_header(plan, probe, train_script) + body
+            + f'  "{script}" --deepspeed_config "$HERE/ds_config.json"{script_args} "$@"\n')
 
 
 def emit_deepspeed(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> Dict[str, str]:
     """{filename: text} of the DeepSpeed launch files; InputError when DeepSpeed cannot run the plan."""
     config = deepspeed_config(plan, probe=probe)
-    files = {"ds_config.json": json.dumps(config, indent=2) + "\n", "hostfile": hostfile_text(plan),
+    files = {"ds_config.json": json.dumps(config, indent=2) + "\n",
              "launch.sh": launch_script(plan, probe=probe, train_script=train_script)}
+    if len(node_slots(plan)) > 1:
+        files["hostfile"] = hostfile_text(plan)
     if train_script is None:
         files["model.json"] = plan.model.model_dump_json(indent=2) + "\n"
         files["ds_train.py"] = (Path(__file__).parent / "ds_train.py").read_text()
