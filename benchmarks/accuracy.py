@@ -1,18 +1,24 @@
-"""How close the cost model comes to published training throughput.
+"""How close the cost model comes to published training throughput, in sample and out of sample, beside the
+naive bar, and how well it ranks the strategies measured for one setup.
 
-Runs `autoplan.costmodel.estimate` on every usable row of `data/published_runs.csv` (tokens/s/GPU rows; a
-model-TFLOP/s row only where its run has no tokens row, converted with `autoplan.costmodel.flops`) and prints,
-per row, the predicted and measured tokens/s/GPU, the error, the predicted peak memory and whether it fits; then
-the mean absolute percentage error (MAPE) per subset (arch x GPU x precision) and overall for dense and MoE rows.
+Rows: every pre-training row of `data/published_runs.csv` the cost model can express (`headline_runs`): a
+tokens/s/GPU row, or a model-TFLOP/s row where its run has no tokens row (converted with Megatron's model-FLOPs
+formula, `autoplan.costmodel.flops`). Only rows that are not pre-training or whose architecture is not in the row
+are left out (`benchmarks/published.py` `exclusion_reason`); rows measured below the same job on a weaker GPU and
+the rows under the source's regression footnote are counted (the footnote rows are not fitted on).
 
-Which rows are left out and why, and every assumption used to turn a row into a strategy (SP, distributed
-optimizer, overlaps, FP8 recipe, recompute), are stated in `benchmarks/published.py`.
+Columns (MAPE of predicted vs measured tokens/s/GPU):
+- in-sample: the constants of `autoplan/costmodel/calibration.py` (fitted on every row) on every row, beside the
+  naive bar fitted on every row (`benchmarks/naive.py`);
+- hold-out: constants refitted on the training rows only (`benchmarks/calibrate.py` fit, same bounds) on the
+  held-out rows, beside the naive bar fitted on the same training rows. The split is by model family and source
+  (`benchmarks/holdout.py`).
+Then Spearman's rho per setup with several measured strategies (`benchmarks/ranking.py`).
 
-    python -m benchmarks.accuracy                 # table + summary, recompute policy "recipe"
-    python -m benchmarks.accuracy --recompute none
+    python -m benchmarks.accuracy                 # summary tables
+    python -m benchmarks.accuracy --rows          # also the per-row table
     python -m benchmarks.accuracy --json          # machine-readable
     python -m benchmarks.accuracy --csv out.csv   # per-row table as CSV as well
-    python -m benchmarks.accuracy --keep-regressions  # also the rows measured below a weaker GPU's
 """
 from __future__ import annotations
 
@@ -22,13 +28,30 @@ import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
-from benchmarks.published import POLICIES, PublishedRun, load_runs
+from benchmarks import holdout, ranking
+from benchmarks.naive import NaiveBar, precision_of
+from benchmarks.published import POLICIES, PublishedRun, build_run, exclusion_reason, load_runs, read_rows, stem
+
+# Rows the source itself flags as a known software regression (Megatron-Bridge 26.06.01 GPT-OSS footnote): they
+# are priced and counted, but no constant or naive bar is fitted on them.
+FOOTNOTE = "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
+
+
+def headline_runs(policy: str = "recipe") -> Tuple[List[PublishedRun], List[Tuple[str, str]], set]:
+    """(runs, excluded (id, reason), ids not to fit on). Every row published.load_runs uses, the rows its
+    regression rule drops and the footnote rows."""
+    runs, excluded = load_runs(policy=policy, keep_regressions=True)
+    rows = {r["id"]: r for r in read_rows()}
+    footnote = {i for i, why in excluded if why == FOOTNOTE}
+    runs += [build_run(rows[i], policy=policy) for i in sorted(footnote)]
+    excluded = [(i, why) for i, why in excluded if i not in footnote]
+    return runs, excluded, footnote
 
 
 @dataclass(frozen=True)
@@ -49,7 +72,7 @@ def predict(runs: Sequence[PublishedRun], cal: Calibration = DEFAULT) -> List[Ro
     out = []
     for r in runs:
         e = estimate(r.model, r.cluster, r.strategy, r.workload, cal=cal)
-        peak = e.peak_mem_gib - r.memory_credit_gib  # FP8 primary weights / CPU offload (published.py)
+        peak = e.peak_mem_gib - r.memory_credit_gib  # expandable segments / TE cross entropy (published.py)
         out.append(RowResult(r, e.tokens_per_s_per_gpu, peak, e.capacity_gib, peak <= e.capacity_gib))
     return out
 
@@ -58,27 +81,79 @@ def mape(errors: Sequence[float]) -> float:
     return float(np.mean(np.abs(errors)) * 100.0) if len(errors) else float("nan")
 
 
-def summary(results: Sequence[RowResult]) -> Dict[str, object]:
-    """MAPE per subset and per architecture, and the rows predicted not to fit."""
-    by_subset: Dict[str, List[float]] = defaultdict(list)
-    by_arch: Dict[str, List[float]] = defaultdict(list)
-    for res in results:
-        by_subset[res.run.subset].append(res.error)
-        by_arch[res.run.arch].append(res.error)
-    return {
-        "rows": len(results),
-        "mape_pct": {arch: mape(v) for arch, v in sorted(by_arch.items())},
-        "mape_pct_by_subset": {k: {"rows": len(v), "mape_pct": mape(v)} for k, v in sorted(by_subset.items())},
-        "mape_pct_all": mape([r.error for r in results]),
-        "not_fitting": [r.run.id for r in results if not r.fits],
-    }
+def subset(run: PublishedRun) -> str:
+    return f"{run.arch}/{run.gpu}/{precision_of(run)}"
+
+
+@dataclass
+class Report:
+    """Signed errors of the model and the naive bar, in sample (every row) and out of sample (held-out rows)."""
+
+    runs: List[PublishedRun]
+    model_in: np.ndarray
+    naive_in: np.ndarray
+    held: List[int]  # indices into runs
+    model_out: np.ndarray  # over `held`
+    naive_out: np.ndarray
+    held_side: List[str]  # 'family' | 'source' per held row
+    fitted: Calibration
+    train_rows: int
+    naive_levels: Dict[str, int]  # fallback levels the training-row naive bar used on the held-out rows
+
+    def table(self, key) -> List[Tuple[str, Dict[str, object]]]:
+        """Rows grouped by key(run): counts and the four MAPEs."""
+        groups: Dict[str, Dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for i, r in enumerate(self.runs):
+            g = groups[key(r)]
+            g["model_in"].append(self.model_in[i])
+            g["naive_in"].append(self.naive_in[i])
+        for k, i in enumerate(self.held):
+            g = groups[key(self.runs[i])]
+            g["model_out"].append(self.model_out[k])
+            g["naive_out"].append(self.naive_out[k])
+        return [(name, {"rows": len(g["model_in"]), "model_in": mape(g["model_in"]), "naive_in": mape(g["naive_in"]),
+                        "held": len(g["model_out"]), "model_out": mape(g["model_out"]),
+                        "naive_out": mape(g["naive_out"])}) for name, g in sorted(groups.items())]
+
+    def held_by_side(self) -> Dict[str, Dict[str, object]]:
+        out = {}
+        for side in ("family", "source"):
+            for arch in ("dense", "moe"):
+                idx = [k for k, i in enumerate(self.held)
+                       if self.held_side[k] == side and self.runs[i].arch == arch]
+                out[f"{side}/{arch}"] = {"held": len(idx), "model_out": mape(self.model_out[idx]),
+                                         "naive_out": mape(self.naive_out[idx])}
+        return out
+
+
+def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_fit: set,
+                 max_evals: int) -> Report:
+    from benchmarks.calibrate import Predictor, fit  # numpy-only Nelder-Mead over the Calibration bounds
+
+    runs = list(runs)
+    model_in = np.array([res.error for res in results])
+    fit_rows = [r for r in runs if r.id not in no_fit]
+    bar_all = NaiveBar.fit(fit_rows)
+    naive_in = np.array([bar_all.predict(r) / r.measured_tokens_per_gpu - 1.0 for r in runs])
+    sides = holdout.split(runs)
+    train = [i for i in sides["train"] if runs[i].id not in no_fit]
+    held = sides["holdout"]
+    predictor = Predictor(runs)
+    fitted = fit(predictor, train, DEFAULT, max_evals)
+    model_out = predictor(fitted, held) / predictor.measured[held] - 1.0
+    bar_train = NaiveBar.fit([runs[i] for i in train])
+    naive_out = np.array([bar_train.predict(runs[i]) / runs[i].measured_tokens_per_gpu - 1.0 for i in held])
+    held_side = [holdout.side(runs[i].model_name, runs[i].id) for i in held]
+    return Report(runs, model_in, naive_in, held, model_out, naive_out, held_side, fitted, len(train),
+                  dict(bar_train.levels_used))
 
 
 def row_record(res: RowResult) -> Dict[str, object]:
     r = res.run
     return {
         "id": r.id, "model": r.model_name, "gpu": r.gpu, "num_gpus": r.cluster.num_gpus,
-        "precision": r.precision, "strategy": r.strategy.label(), "metric": r.metric,
+        "precision": precision_of(r), "strategy": r.strategy.label(), "metric": r.metric,
+        "holdout_side": holdout.side(r.model_name, r.id),
         "predicted_tokens_per_s_per_gpu": round(res.predicted, 1),
         "measured_tokens_per_s_per_gpu": round(r.measured_tokens_per_gpu, 1),
         "error_pct": round(res.error * 100.0, 2), "peak_mem_gib": round(res.peak_mem_gib, 2),
@@ -86,60 +161,105 @@ def row_record(res: RowResult) -> Dict[str, object]:
     }
 
 
-def print_table(results: Sequence[RowResult], out=sys.stdout) -> None:
-    head = f"{'model':15s} {'gpu':5s} {'n':>4s} {'prec':4s} {'strategy':42s} {'pred':>8s} {'meas':>8s} " \
-           f"{'err%':>7s} {'mem GiB':>11s} fits"
-    print(head, file=out)
+def print_rows(results: Sequence[RowResult], out=sys.stdout) -> None:
+    print(f"{'model':15s} {'gpu':5s} {'n':>4s} {'prec':5s} {'strategy':42s} {'pred':>8s} {'meas':>8s} "
+          f"{'err%':>7s} {'mem GiB':>11s} fits side", file=out)
     for res in results:
         rec = row_record(res)
         mem = f"{rec['peak_mem_gib']:.0f}/{rec['capacity_gib']:.0f}"
-        print(f"{rec['model'][:15]:15s} {rec['gpu']:5s} {rec['num_gpus']:4d} {rec['precision']:4s} "
+        print(f"{rec['model'][:15]:15s} {rec['gpu']:5s} {rec['num_gpus']:4d} {rec['precision']:5s} "
               f"{rec['strategy'][:42]:42s} {rec['predicted_tokens_per_s_per_gpu']:8.0f} "
               f"{rec['measured_tokens_per_s_per_gpu']:8.0f} {rec['error_pct']:7.1f} {mem:>11s} "
-              f"{'yes' if res.fits else 'NO'}", file=out)
+              f"{'yes' if res.fits else 'NO':4s} {rec['holdout_side']}", file=out)
 
 
-def print_summary(s: Dict[str, object], excluded, out=sys.stdout) -> None:
-    print("\nMAPE by subset (arch/gpu/precision):", file=out)
-    for key, v in s["mape_pct_by_subset"].items():
-        print(f"  {key:22s} rows {v['rows']:3d}  MAPE {v['mape_pct']:6.1f}%", file=out)
-    print(f"\nOverall: rows {s['rows']}, MAPE {s['mape_pct_all']:.1f}% "
-          + ", ".join(f"{k} {v:.1f}%" for k, v in s["mape_pct"].items()), file=out)
-    print(f"Predicted not to fit: {len(s['not_fitting'])} of {s['rows']}"
-          + (": " + ", ".join(s["not_fitting"]) if s["not_fitting"] else ""), file=out)
+def _pct(v: float) -> str:
+    return "     -" if np.isnan(v) else f"{v:5.1f}%"
+
+
+def print_report(rep: Report, results: Sequence[RowResult], excluded, found, out=sys.stdout) -> None:
+    print(f"Hold-out split: {holdout.describe()}", file=out)
+    print(f"Training rows {rep.train_rows}, held-out rows {len(rep.held)} (constants refitted on the training rows "
+          f"only; naive bar fitted on the same rows)\n", file=out)
+    head = f"{'':24s} {'rows':>4s} {'model':>6s} {'naive':>6s} | {'held':>4s} {'model':>6s} {'naive':>6s}"
+    print(f"{'MAPE':24s} {'in-sample':^18s} | {'hold-out':^18s}", file=out)
+    print(head, file=out)
+    for name, v in rep.table(subset):
+        print(f"  {name:22s} {v['rows']:4d} {_pct(v['model_in'])} {_pct(v['naive_in'])} | {v['held']:4d} "
+              f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
+    for name, v in rep.table(lambda r: r.arch) + rep.table(lambda r: "all"):
+        print(f"{name:24s} {v['rows']:4d} {_pct(v['model_in'])} {_pct(v['naive_in'])} | {v['held']:4d} "
+              f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
+    print("Hold-out by kind (unseen family / seen family, unseen source):", file=out)
+    for name, v in rep.held_by_side().items():
+        print(f"  {name:22s} {'':18s} | {v['held']:4d} {_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
+    print("Naive bar on held-out rows, level used: " + ", ".join(f"{k} {v}" for k, v in rep.naive_levels.items()),
+          file=out)
+    print("Hybrid / NVFP4 rows (in-sample):", file=out)
+    for name, pick in (("hybrid (Mamba) models", lambda r: r.model.is_hybrid if hasattr(r.model, "is_hybrid")
+                        else False), ("nvfp4", lambda r: precision_of(r) == "nvfp4")):
+        errs = [res.error for res in results if pick(res.run)]
+        print(f"  {name:22s} {len(errs):4d} {_pct(mape(errs))}", file=out)
+    print(f"Predicted not to fit: {sum(not r.fits for r in results)} of {len(results)}", file=out)
+    print("Constants refitted on the training rows: " + ", ".join(
+        f"{n} {getattr(rep.fitted, n):.4g}" for n in FIT_NAMES), file=out)
+    print_ranking(found, out)
     reasons: Dict[str, int] = defaultdict(int)
     for _, why in excluded:
         reasons[why] += 1
-    print(f"Excluded rows: {len(excluded)}", file=out)
+    print(f"\nExcluded rows: {len(excluded)}", file=out)
     for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:3d}  {why}", file=out)
 
 
-def main(argv=None) -> int:
+def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
+    s = ranking.summary(found)
+    print(f"\nRanking (Spearman rho of predicted vs measured tokens/s/GPU per setup with >= "
+          f"{ranking.MIN_STRATEGIES} strategies; current constants):", file=out)
+    for st in found:
+        good, total = st.pairs()
+        rho = "    -" if len(st.strategies) < ranking.MIN_STRATEGIES or np.isnan(st.rho) else f"{st.rho:5.2f}"
+        print(f"  {' '.join(str(k) for k in st.key):52s} strategies {len(st.strategies):2d}  rho {rho}  "
+              f"pairs {good}/{total}", file=out)
+    print(f"  setups ranked {s['ranked_setups']}, mean rho {s['mean_rho']:.2f}, rho >= 0.8 in "
+          f"{s['setups_rho_at_least_0.8']}; pairs ordered as measured {s['pairs_ordered']}/{s['pairs']}", file=out)
+
+
+FIT_NAMES = ("gemm_scale", "gemm_half_dim", "attention_eff_fwd", "grouped_gemm_eff", "grouped_gemm_half_tokens",
+             "kernel_overhead_s", "tp_overlap_hidden", "a2a_overlap_hidden")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recompute", choices=POLICIES, default="recipe",
                     help="recompute policy for rows that do not state it (see benchmarks/published.py)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--rows", action="store_true", help="also print the per-row table")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--csv", metavar="PATH", help="also write the per-row table as CSV")
-    ap.add_argument("--keep-regressions", action="store_true",
-                    help="also use the rows measured below the same job on a weaker GPU (published.py)")
+    ap.add_argument("--max-evals", type=int, default=250, help="objective evaluations of the training-row refit")
     args = ap.parse_args(argv)
-    runs, excluded = load_runs(policy=args.recompute, keep_regressions=args.keep_regressions)
+    runs, excluded, no_fit = headline_runs(args.recompute)
     results = predict(runs)
-    s = summary(results)
+    rep = build_report(runs, results, no_fit, args.max_evals)
+    found = ranking.setups(runs, [r.predicted for r in results])
+    records = [row_record(r) for r in results]
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
-            records = [row_record(r) for r in results]
             writer = csv.DictWriter(f, fieldnames=list(records[0]))
             writer.writeheader()
             writer.writerows(records)
     if args.json:
-        json.dump({"recompute_policy": args.recompute, "summary": s, "rows": [row_record(r) for r in results],
+        json.dump({"recompute_policy": args.recompute, "split": holdout.describe(),
+                   "by_subset": dict(rep.table(subset)), "by_arch": dict(rep.table(lambda r: r.arch)),
+                   "all": dict(rep.table(lambda r: "all")), "held_by_side": rep.held_by_side(),
+                   "ranking": ranking.summary(found), "rows": records,
                    "excluded": [{"id": i, "reason": why} for i, why in excluded]}, sys.stdout, indent=1)
         print()
-    else:
-        print_table(results)
-        print_summary(s, excluded)
+        return 0
+    if args.rows:
+        print_rows(results)
+        print()
+    print_report(rep, results, excluded, found)
     return 0
 
 

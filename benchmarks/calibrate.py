@@ -5,9 +5,9 @@ Minimises the mean squared log error of predicted vs measured tokens/s/GPU over 
 for every row, GPU and model; no per-row factor. The recompute choice of each row is fixed before fitting (the
 fitted constants are time terms and do not change memory; policy "recipe", see benchmarks/published.py).
 
-Overfitting guard: the rows are grouped by setup (the same configuration measured in several releases is one
-setup); the constants are fitted on a random 70% of setups and the MAPE is reported on the other 30%, before the
-final fit on all rows.
+Overfitting guard: the constants are first fitted on the training rows of `benchmarks/holdout.py` (split by model
+family and by source, never by row) and the MAPE is reported on the held-out rows, before the final fit on all
+rows. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are never fitted on.
 
     python -m benchmarks.calibrate                # before/after MAPE, hold-out MAPE, values for calibration.py
     python -m benchmarks.calibrate --max-evals 60 # quicker, coarser
@@ -17,14 +17,15 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import evaluate
 from autoplan.costmodel.layout import layouts_from_strategies
-from benchmarks.published import PublishedRun, load_runs
+from benchmarks import holdout
+from benchmarks.published import PublishedRun
 
 # (name, lower, upper): physically sensible ranges, so a fit cannot wander into nonsense.
 PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
@@ -37,8 +38,6 @@ PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
     ("tp_overlap_hidden", 0.0, 0.95),
     ("a2a_overlap_hidden", 0.0, 0.95),
 )
-HOLDOUT_FRACTION = 0.3
-SEED = 0
 
 
 class Predictor:
@@ -124,17 +123,6 @@ def fit(predict: Predictor, index: Sequence[int], start: Calibration, max_evals:
     return to_calibration(best, start)
 
 
-def split_setups(runs: Sequence[PublishedRun], seed: int = SEED) -> Tuple[List[int], List[int]]:
-    """(train, hold-out) row indices; all rows of one setup fall on the same side."""
-    setups = sorted({r.setup for r in runs}, key=repr)
-    rng = np.random.default_rng(seed)
-    held = set(rng.choice(len(setups), size=int(round(HOLDOUT_FRACTION * len(setups))), replace=False).tolist())
-    held_keys = {setups[i] for i in held}
-    train = [i for i, r in enumerate(runs) if r.setup not in held_keys]
-    test = [i for i, r in enumerate(runs) if r.setup in held_keys]
-    return train, test
-
-
 def report(label: str, predict: Predictor, cal: Calibration, index: Sequence[int]) -> Dict[str, float]:
     pred = predict(cal, index)
     meas = predict.measured[list(index)]
@@ -152,18 +140,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-evals", type=int, default=250, help="objective evaluations per fit")
     args = ap.parse_args(argv)
-    runs, _ = load_runs()
+    from benchmarks.accuracy import headline_runs
+
+    runs, _, no_fit = headline_runs()
     predict = Predictor(runs)
-    every = list(range(len(runs)))
-    train, test = split_setups(runs)
-    print(f"{len(runs)} rows, {len({r.setup for r in runs})} setups; hold-out: {len(test)} rows "
-          f"({HOLDOUT_FRACTION:.0%} of setups, seed {SEED})")
+    every = [i for i, r in enumerate(runs) if r.id not in no_fit]
+    sides = holdout.split(runs)
+    train = [i for i in sides["train"] if runs[i].id not in no_fit]
+    test = sides["holdout"]
+    print(f"{len(runs)} rows ({len(every)} fitted on); {holdout.describe()}; training rows {len(train)}, "
+          f"held-out rows {len(test)}")
     print("Hold-out check (fit on the training setups only):")
     report("current constants, hold-out rows", predict, DEFAULT, test)
     held_fit = fit(predict, train, DEFAULT, args.max_evals)
     report("fitted on train, train rows", predict, held_fit, train)
     report("fitted on train, hold-out rows", predict, held_fit, test)
-    print("Final fit on all rows:")
+    print("Final fit on all rows (except the footnote rows):")
     report("current constants", predict, DEFAULT, every)
     final = fit(predict, every, DEFAULT, args.max_evals)
     report("fitted constants", predict, final, every)
