@@ -42,7 +42,8 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
-    fixed = {k: v for k, v in given.items() if k not in PASS_THROUGH and k != "dp"}
+    # fp8_recipe also goes to the search: it decides which recompute modules FP8 candidates can run.
+    fixed = {k: v for k, v in given.items() if (k not in PASS_THROUGH or k == "fp8_recipe") and k != "dp"}
     problem = Problem(model, cluster, workload, fixed=fixed, engine=engine, allow=_allowances(given))
     result = solve(problem, "enumerate", top_k=1)
     if result.space_size == 0:

@@ -304,10 +304,14 @@ def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarr
     """(zero, recompute, block, layers, modules) rows of one structural point. FP8 delayed scaling (the default
     recipe before Blackwell) does not run layernorm / moe_act recompute (transformer_config.py;
     autoplan/validate.py `_recompute_modules`), so FP8 candidates then drop those two from each module set (and the
-    set, when nothing new is left)."""
+    set, when nothing new is left). A set the user fixed is never changed: FP8-delayed candidates that cannot run
+    it are left out instead."""
     unsupported = R.mask(("layernorm", "moe_act"))
+    user_set = "recompute_modules" in problem.fixed
     options, seen = [], set()
     for rc, block, rl, mods in recompute_options(problem, chunk):
+        if delayed_fp8 and rc == 1 and user_set and mods & unsupported:
+            continue
         if delayed_fp8 and rc == 1:
             mods &= ~unsupported
             if not mods or mods in seen:
