@@ -351,7 +351,7 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool), fp8_param=np.zeros(n, bool),
         cpu_offload_layers=np.zeros(n, np.int64), moe_flex=np.zeros(n, bool),
         vocab_tp=np.full(n, problem.engine != "deepspeed"),
-        fused_permute=np.full(n, problem.engine != "deepspeed"))
+        fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay = _apply_switches(problem, lay)

@@ -58,6 +58,9 @@ def collective_time(kind: str, size_bytes, group_size, spans_network, hw: Hardwa
     else:
         g = np.ones_like(n) if ranks_per_domain is None else np.maximum(np.asarray(ranks_per_domain, float), 1.0)
         beta = np.where(spans, np.maximum(bus / (g * net_bw), bus / nv_bw), bus / nv_bw)
+        # A ring with g members per domain crosses the network on one hop in g; the other hops are NVLink hops.
+        hop = np.where(spans, hw.network_latency_s / g + hw.nvlink_latency_s * (1.0 - 1.0 / g), hw.nvlink_latency_s)
+        latency = hop * _STEPS[kind](n_safe)
     return np.where(single, 0.0, latency + beta)
 
 

@@ -70,8 +70,10 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     p2p = _p2p(m, hw, lay, sh)
     recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed, _selective_extra(m, hw, lay, sh, st, cal))
     params_dense, params_expert, edp = _rank_params(m, hw, lay, st)
-    dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp)
-    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal)
+    vocab = _vocab_params(m, lay, st)
+    dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp,
+                                              st, vocab)
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
                     memory)
 
@@ -222,50 +224,85 @@ def _recompute_time(lay: Layouts, st, cpt: _Compute, tp_all, ep_exposed, selecti
     return np.select([lay.recompute == 1, lay.recompute == 2], [core + selective_extra, full], 0.0)
 
 
+def _vocab_params(m: ModelSpec, lay: Layouts, st):
+    """Embedding and LM-head parameters the rank holds (the first stage holds the embedding, the last the head; a
+    tied head on a separate last stage keeps its own copy, Megatron shared embedding). Megatron shards the
+    vocabulary over tp; DeepSpeed AutoTP replicates embedding and head on every tp rank."""
+    head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
+    head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
+    vocab_params = np.where(st.first, embedding_params(m), 0.0) + np.where(st.last, head_w, 0.0)
+    return np.where(lay.vocab_tp, vocab_params / lay.tp, vocab_params)
+
+
 def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
     """(dense parameters, expert parameters, expert-DP size) held by the rank (theoretical_memory_usage.py split:
-    TP-sharded, replicated, expert-sharded)."""
+    TP-sharded, replicated, expert-sharded); the dense figure includes `_vocab_params`."""
     n_moe, n_dense = st.moe, st.layers - st.moe
     lp_dense = layer_params(m, False)
     lp_moe = layer_params(m, True) if m.is_moe else lp_dense
     tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
         n_moe * (lp_moe.attention + lp_moe.shared_experts)
     replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router)
-    head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
-    # A tied head on a separate last stage keeps its own copy of the embedding (Megatron shared embedding).
-    head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
-    vocab_params = np.where(st.first, embedding_params(m), 0.0) + np.where(st.last, head_w, 0.0)
-    # Megatron shards the vocabulary over tp; DeepSpeed AutoTP replicates embedding and head on every tp rank.
-    tp_sharded = tp_sharded + np.where(lay.vocab_tp, vocab_params, 0.0)
-    replicated = replicated + np.where(lay.vocab_tp, 0.0, vocab_params)
     params_expert = n_moe * lp_moe.experts / (lay.ep * lay.etp)
     edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)
-    return tp_sharded / lay.tp + replicated, params_expert, edp
+    return tp_sharded / lay.tp + replicated + _vocab_params(m, lay, st), params_expert, edp
+
+
+# DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py; integrations/deepspeed.py writes the same values):
+# reduce_bucket_size and allgather_bucket_size 5e8 elements, stage3_max_live_parameters and
+# stage3_max_reuse_distance 1e9 elements.
+DS_BUCKET_ELEMENTS = 5e8
+DS_MAX_LIVE_PARAMETERS = 1e9
+DS_MAX_REUSE_DISTANCE = 1e9
+
+
+@dataclass(frozen=True)
+class _DpGroups:
+    """Collectives over the rank's data-parallel groups: dense parameters over dp x cp, expert parameters over the
+    expert-DP group (Megatron MoE parallel folding)."""
+
+    hw: Hardware
+    dp_group: np.ndarray
+    dp_spans: np.ndarray
+    dp_per_domain: np.ndarray
+    edp: np.ndarray
+    edp_spans: np.ndarray
+    edp_per_domain: np.ndarray
+
+    def time(self, kind, dense_bytes, expert_bytes, pieces=1.0):
+        """Seconds for `pieces` collectives that move `dense_bytes` and `expert_bytes` between them (one per FSDP
+        unit or bucket: each pays its own latency)."""
+        pieces = np.maximum(pieces, 1.0)
+        dense = collective_time(kind, dense_bytes / pieces, self.dp_group, self.dp_spans, self.hw,
+                                ranks_per_domain=self.dp_per_domain)
+        expert = collective_time(kind, expert_bytes / pieces, self.edp, self.edp_spans, self.hw,
+                                 ranks_per_domain=self.edp_per_domain)
+        return pieces * (dense + expert)
+
+
+def _dp_groups(hw: Hardware, lay: Layouts, edp) -> _DpGroups:
+    dp_group = lay.dp * lay.cp
+    return _DpGroups(hw, dp_group, _spans(lay.tp, dp_group, hw), _per_domain(lay.tp, dp_group, hw),
+                     edp, _spans(lay.etp * lay.ep, edp, hw), _per_domain(lay.etp * lay.ep, edp, hw))
 
 
 def _dp_and_optimizer(hw: Hardware, wl: Workload, lay: Layouts, cal: Calibration, cpt: _Compute, recompute,
-                      params_dense, params_expert, edp):
-    """(exposed data-parallel communication, optimizer step) per step, s. Gradient reduction overlaps the last
-    micro batch's backward and the parameter gather the first one's forward (Megatron overlap_grad_reduce /
-    overlap_param_gather); the last bucket is always exposed. ZeRO-2 reduces every micro step, ZeRO-3 also gathers
-    parameters for forward and backward (Rajbhandari et al. 2020)."""
+                      params_dense, params_expert, edp, st, vocab):
+    """(exposed data-parallel communication, optimizer step) per step, s.
+
+    DDP / distributed optimizer (zero 0/1): gradients are reduced once per step, overlapping the last micro batch's
+    backward (Megatron overlap_grad_reduce), the last bucket always exposed; Megatron's parameter all-gather
+    overlaps the next forward (overlap_param_gather), DeepSpeed's runs after the optimizer step, exposed
+    (runtime/zero/stage_1_and_2.py `step` -> `all_gather_dp_groups`). ZeRO-2/3 and Megatron-FSDP: `_sharded_dp`."""
     m_micro = num_microbatches(wl, lay)
-    dp_group = lay.dp * lay.cp
-    dp_spans = _spans(lay.tp, dp_group, hw)
-    edp_spans = _spans(lay.etp * lay.ep, edp, hw)
+    g = _dp_groups(hw, lay, edp)
     # fp32 main grads are reduced in fp32 (Megatron's default for bf16); --grad-reduce-in-bf16 halves it.
     grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
-    dp_g = dict(ranks_per_domain=_per_domain(lay.tp, dp_group, hw))
-    edp_g = dict(ranks_per_domain=_per_domain(lay.etp * lay.ep, edp, hw))
-
-    def both(kind, bytes_per_param):
-        return collective_time(kind, bytes_per_param * params_dense, dp_group, dp_spans, hw, **dp_g) + \
-            collective_time(kind, bytes_per_param * params_expert, edp, edp_spans, hw, **edp_g)
-
-    rs = both("reduce_scatter", grad_bytes)
     # --fp8-param-gather gathers the FP8 parameters (1 byte each) instead of bf16 (Megatron arguments.py help).
-    ag = both("all_gather", np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16))
-    ar_dp = both("all_reduce", grad_bytes)
+    gather_bytes = np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16)
+    rs = g.time("reduce_scatter", grad_bytes * params_dense, grad_bytes * params_expert)
+    ag = g.time("all_gather", gather_bytes * params_dense, gather_bytes * params_expert)
+    ar_dp = g.time("all_reduce", grad_bytes * params_dense, grad_bytes * params_expert)
     total_local = np.maximum(params_dense + params_expert, 1.0)
     tail_frac = np.minimum(cal.dp_bucket_params / total_local, 1.0)
     bwd_window = cal.dp_overlap_window * (cpt.bwd + recompute)
@@ -273,15 +310,64 @@ def _dp_and_optimizer(hw: Hardware, wl: Workload, lay: Layouts, cal: Calibration
     grad_comm = np.where(lay.zero == 0, ar_dp, rs)
     grad_exposed = np.where(lay.overlap_grad_reduce, np.maximum(grad_comm - bwd_window, 0) + tail_frac * grad_comm,
                             grad_comm)
-    gather_exposed = np.where(lay.overlap_param_gather & (lay.zero >= 1),
-                              np.maximum(ag - fwd_window, 0) + tail_frac * ag, ag)
+    overlapped_gather = lay.overlap_param_gather & ~lay.deepspeed
+    gather_exposed = np.where(overlapped_gather, np.maximum(ag - fwd_window, 0) + tail_frac * ag, ag)
     gather_exposed = np.where(lay.zero == 0, 0.0, gather_exposed)
-    per_micro = np.where(lay.zero == 2, rs, np.where(lay.zero == 3, rs + 2 * ag, 0.0))
-    per_micro_exposed = np.maximum(per_micro - cal.dp_overlap_window * (cpt.fwd + cpt.bwd), 0.0) * m_micro
-    dp_exposed = np.where(lay.zero >= 2, per_micro_exposed + tail_frac * per_micro, grad_exposed + gather_exposed)
-    owned = np.where(lay.zero >= 1, params_dense / dp_group + params_expert / edp, params_dense + params_expert)
+    sharded = _sharded_dp(lay, cal, cpt, recompute, g, m_micro, params_dense, params_expert, st, vocab,
+                          grad_bytes, gather_bytes, ag)
+    dp_exposed = np.where(lay.zero >= 2, sharded, grad_exposed + gather_exposed)
+    owned = np.where(lay.zero >= 1, params_dense / g.dp_group + params_expert / edp, params_dense + params_expert)
     optimizer = cal.optimizer_bytes_per_param * owned / (hw.hbm_bytes_per_s * cal.hbm_eff)
     return dp_exposed, optimizer
+
+
+def _sharded_dp(lay: Layouts, cal: Calibration, cpt: _Compute, recompute, g: _DpGroups, m_micro, params_dense,
+                params_expert, st, vocab, grad_bytes, gather_bytes, ag_step):
+    """Exposed DP seconds per step under ZeRO-2 and ZeRO-3 / Megatron-FSDP, where communication happens every micro
+    batch and overlaps only inside it.
+
+    Gradients are reduce-scattered in every micro batch's backward, not once per step: DeepSpeed stage 2/3 reduce
+    at every backward (stage_1_and_2.py `reduce_ready_partitions_and_remove_grads`: `if self.partition_gradients
+    or ...boundary`; engine.py `allreduce_gradients`: "ZeRO stage >= 2 communicates during non gradient
+    accumulation boundaries as well") and wait for the last bucket at the end of each backward
+    (`overlapping_partition_gradients_reduce_epilogue`); Megatron-FSDP with optim_grads(_params) sets
+    `grad_reduce_every_bprop` (megatron_fsdp.py `_process_post_backward_gradients`).
+
+    ZeRO-3 gathers the parameters of each unit (one transformer layer; Megatron-FSDP fsdp_unit_modules =
+    [TransformerLayer], mcore_fsdp_adapter.py) before its forward, prefetching one unit ahead, and releases them
+    after (reshard after forward, `_post_forward`); backward gathers them again (`_pre_backward_param_unshard`) and
+    reduce-scatters the gradients. The first unit of each pass waits for its gather; forward gathers hide under the
+    forward, backward gathers and reductions share the backward (recompute included: the recomputed forward reuses
+    the backward's gather, `_post_forward` lazy release). Megatron-FSDP gathers the embedding and output layer
+    (not FSDP units) once and keeps them. DeepSpeed keeps parameters reused within stage3_max_reuse_distance
+    elements (partitioned_param_coordinator.py `__params_to_release`): the last forward modules, reused first in
+    backward after about twice their size of traversal, are not gathered again.
+    ZeRO-2 gathers the updated parameters once per step after the optimizer (exposed)."""
+    layers = np.maximum(st.layers, 1)
+    layer_dense = np.maximum(params_dense - vocab, 0.0)
+    rs_layers = g.time("reduce_scatter", grad_bytes * layer_dense, grad_bytes * params_expert, pieces=layers)
+    rs_vocab = g.time("reduce_scatter", grad_bytes * vocab, 0.0 * vocab)
+    rs_unit = rs_layers / layers
+    ag_layers = g.time("all_gather", gather_bytes * layer_dense, gather_bytes * params_expert, pieces=layers)
+    ag_vocab = g.time("all_gather", gather_bytes * vocab, 0.0 * vocab)
+    ag_unit = ag_layers / layers
+    fwd_window = cal.dp_overlap_window * cpt.fwd
+    bwd_window = cal.dp_overlap_window * (cpt.bwd + recompute)
+    total_local = np.maximum(params_dense + params_expert, 1.0)
+    # DeepSpeed: the last reduce bucket of every backward waits (epilogue); Megatron-FSDP: once, after the last one.
+    ds_bucket = np.minimum(DS_BUCKET_ELEMENTS / total_local, 1.0) * (rs_layers + rs_vocab)
+    # DeepSpeed ZeRO-3: the last ~reuse/2 elements of the forward stay gathered into the backward.
+    kept = np.where(lay.deepspeed, np.minimum(0.5 * DS_MAX_REUSE_DISTANCE / total_local, 1.0), 0.0)
+    bwd_gather = (1.0 - kept) * (ag_layers + np.where(lay.deepspeed, ag_vocab, 0.0))
+    first_bwd_wait = np.where(kept * layers >= 1.0, 0.0, ag_unit)
+    fwd_gather = ag_layers + np.where(lay.deepspeed, ag_vocab, 0.0)
+    fwd_exposed = ag_unit + np.maximum(fwd_gather - ag_unit - fwd_window, 0.0)
+    bwd_comm = np.maximum(bwd_gather - first_bwd_wait, 0.0) + rs_layers + rs_vocab
+    bwd_exposed = first_bwd_wait + np.maximum(bwd_comm - bwd_window, 0.0)
+    epilogue = np.where(lay.deepspeed, ds_bucket, 0.0)
+    zero3 = m_micro * (fwd_exposed + bwd_exposed + epilogue) + np.where(lay.deepspeed, 0.0, ag_vocab + rs_unit)
+    zero2 = m_micro * (np.maximum(rs_layers + rs_vocab - bwd_window, 0.0) + ds_bucket) + ag_step
+    return np.where(lay.zero >= 3, zero3, zero2)
 
 
 def _recomputed_layers(lay: Layouts, layers):
@@ -311,7 +397,8 @@ def embedding_in_flight(lay: Layouts, chunks):
 
 
 def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
-                cal: Calibration) -> Dict[str, np.ndarray]:
+                cal: Calibration, vocab=0.0) -> Dict[str, np.ndarray]:
+    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`)."""
     m_micro = num_microbatches(wl, lay)
     chunks = in_flight(lay, stage, m_micro)
     chunk_layers = st.layers / lay.vpp
@@ -346,9 +433,11 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
     transient = worst_layer * np.where(lay.recompute == 2, group + 1, 1)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
-    # ZeRO-3 gathers one layer's parameters (and prefetches the next) in bf16.
-    layer_total = (params_dense + params_expert) / np.maximum(st.layers, 1)
-    weights = weights + np.where(lay.zero >= 3, 2 * C.BF16 * layer_total, 0.0)
+    weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
+    # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size
+    # elements of the parameter dtype (stage_1_and_2.py / stage3.py ipg buffer).
+    grads = grads + np.where(lay.deepspeed & (lay.zero >= 1),
+                             C.BF16 * np.minimum(DS_BUCKET_ELEMENTS, params_dense + params_expert), 0.0)
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
     fragmentation = cal.fragmentation * (activations + logits + transient)
     return {
@@ -358,6 +447,18 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
         "nccl": groups * cal.nccl_gib_per_group * GIB,
         "fragmentation": fragmentation,
     }
+
+
+def _gathered_params(lay: Layouts, st, params_dense, params_expert, vocab):
+    """bf16 bytes of full (tp-shard) parameters ZeRO-3 holds gathered beside its shard. Megatron-FSDP: the unit
+    being computed and the one prefetched (two transformer layers), plus the embedding and output layer, which are
+    not FSDP units and stay gathered (megatron_fsdp.py: non-unit modules get no release hook). DeepSpeed: up to
+    stage3_max_live_parameters elements plus the module in use (partitioned_param_coordinator.py)."""
+    layers = np.maximum(st.layers, 1)
+    unit = (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
+    megatron = 2 * unit + vocab
+    deepspeed = np.minimum(params_dense + params_expert, DS_MAX_LIVE_PARAMETERS + unit)
+    return np.where(lay.zero >= 3, C.BF16 * np.where(lay.deepspeed, deepspeed, megatron), 0.0)
 
 
 def apply_profile(profile, m: ModelSpec, lay: Layouts, seq, analytic):

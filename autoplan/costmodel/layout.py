@@ -46,6 +46,7 @@ class Layouts:
     moe_flex: np.ndarray  # bool: flex token dispatcher (DeepEP / HybridEP), one network copy per destination node
     vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
     fused_permute: np.ndarray  # bool: TE fused MoE permute/unpermute (Megatron --moe-permute-fusion); False: DeepSpeed
+    deepspeed: np.ndarray  # bool: DeepSpeed ZeRO's communication schedule and buffers (False: Megatron's)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -114,4 +115,5 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         moe_flex=col(lambda s: s.moe_flex_dispatcher, bool),
         vocab_tp=col(lambda s: engine != "deepspeed", bool),
         fused_permute=col(lambda s: engine != "deepspeed", bool),
+        deepspeed=col(lambda s: engine == "deepspeed", bool),
     )
