@@ -52,6 +52,22 @@ class ModelSpec(BaseModel):
     sliding_window: int = Field(0, ge=0, description="Sliding-window size in tokens; 0 = none.")
     num_sliding_window_layers: int = Field(0, ge=0, description="How many layers use the sliding window.")
 
+    # What training needs to match the released model, without effect on time or memory (written by the emitters).
+    rope_scaling: Literal["none", "llama3", "yarn"] = Field("none", description=(
+        "RoPE scaling of the HF config's rope_scaling: llama3 (Megatron --use-rope-scaling) or yarn "
+        "(--position-embedding-type yarn)."))
+    rope_scaling_factor: float = Field(1.0, ge=1.0, description="RoPE scaling factor (context extension ratio).")
+    rope_original_max_position_embeddings: int = Field(0, ge=0, description=(
+        "YaRN: context length before scaling, tokens (HF rope_scaling.original_max_position_embeddings); 0 = unset."))
+    moe_aux_loss_coeff: float = Field(0.001, ge=0.0, description=(
+        "Load-balancing loss weight (HF router_aux_loss_coef / aux_loss_alpha, default 0.001 as in transformers' "
+        "MixtralConfig; Megatron --moe-aux-loss-coeff)."))
+    attention_sinks: bool = Field(False, description=(
+        "A learned softmax sink per head (gpt-oss `sinks`; Megatron --softmax-type learnable)."))
+    swiglu_limit: float = Field(0.0, ge=0.0, description=(
+        "gpt-oss clamped GLU: gate and linear clamped to this value, linear offset by 1 (HF swiglu_limit; Megatron "
+        "--quick-geglu --glu-linear-offset 1.0 --activation-func-clamp-value); 0 = plain SwiGLU/GELU."))
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.num_experts:

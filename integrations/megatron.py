@@ -6,6 +6,7 @@ the ones that would otherwise fail only after the job starts; each cites `valida
 `TransformerConfig.__post_init__` [TC] or the runtime [RT] (see /work/shared/reference/engines.md)."""
 from __future__ import annotations
 
+import shlex
 from typing import Dict, List, Optional
 
 from autoplan.errors import InputError
@@ -134,12 +135,10 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a += ["--kv-channels", str(m.kv_channels)]
     if not m.multi_latent_attention and m.num_query_groups != m.num_attention_heads:
         a += ["--group-query-attention", "--num-query-groups", str(m.num_query_groups)]
-    if m.position_embedding == "rope":
-        a += ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
-    else:
-        a += ["--position-embedding-type", "learned_absolute"]
+    a += _position_args(m)
     a += ["--normalization", "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"]
-    a += ["--swiglu"] if m.activation == "swiglu" else []
+    a += _activation_args(m)
+    a += ["--softmax-type", "learnable"] if m.attention_sinks else []  # gpt-oss sinks [TC softmax_type]
     a += [] if m.tie_embeddings else ["--untie-embeddings-and-output-weights"]
     a += [] if m.add_bias_linear else ["--disable-bias-linear"]
     a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
@@ -152,6 +151,34 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
           "--vocab-size", str(m.vocab_size), "--tokenizer-type", "NullTokenizer", "--mock-data",
           "--attention-dropout", "0.0", "--hidden-dropout", repr(float(m.hidden_dropout)), "--init-method-std", "0.02"]
     return a
+
+
+def _position_args(m: ModelSpec) -> List[str]:
+    """Positions, with the HF config's RoPE scaling: Llama-3.x frequency scaling (arguments.py --use-rope-scaling,
+    --rope-scaling-factor; low/high frequency factors 1/4 and 8192 original positions are Megatron's constants) or
+    YaRN (--position-embedding-type yarn; training/argument_utils.py _apply_yarn_config_from_args maps
+    --rotary-scaling-factor and --yarn-original-max-position-embeddings onto the config)."""
+    if m.position_embedding != "rope":
+        return ["--position-embedding-type", "learned_absolute"]
+    if m.rope_scaling == "yarn" and not m.multi_latent_attention:
+        a = ["--position-embedding-type", "yarn", "--rotary-base", _num(m.rotary_base),
+             "--rotary-scaling-factor", _num(m.rope_scaling_factor)]
+        if m.rope_original_max_position_embeddings:
+            a += ["--yarn-original-max-position-embeddings", str(m.rope_original_max_position_embeddings)]
+        return a
+    a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
+    if m.rope_scaling == "llama3":
+        a += ["--use-rope-scaling", "--rope-scaling-factor", _num(m.rope_scaling_factor)]
+    return a
+
+
+def _activation_args(m: ModelSpec) -> List[str]:
+    """MLP activation. gpt-oss's clamped GLU is Megatron's quick-GEGLU with a linear offset of 1 and a clamp, with
+    the bias-activation and RoPE fusions off, as Megatron-LM's examples/gptoss/02_train.sh runs it."""
+    if m.swiglu_limit:
+        return ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value",
+                _num(m.swiglu_limit), "--no-bias-gelu-fusion", "--no-rope-fusion"]
+    return ["--swiglu"] if m.activation == "swiglu" else []
 
 
 def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
@@ -169,7 +196,9 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
     # Fused permute/unpermute (TransformerEngine >= 2.1, transformer_config.py moe_permute_fusion): the cost model
     # prices the MoE permutation with these kernels.
     a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher,
-          "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "0.01"]
+          "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", _num(m.moe_aux_loss_coeff)]
+    if m.swiglu_limit:  # gpt-oss routes in fp32 (examples/gptoss/02_train.sh)
+        a += ["--moe-router-dtype", "fp32"]
     return a
 
 
@@ -216,7 +245,9 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
 def _precision_args(plan: Plan) -> List[str]:
     s = plan.strategy
     a = ["--bf16"] + (["--grad-reduce-in-bf16"] if s.grad_reduce_bf16 else [])
-    if s.uses_fp8:
+    if s.uses_fp8 and s.fp8_recipe == "nvfp4":  # [V] arguments.py: --fp4-format e2m1, --fp4-recipe nvfp4
+        a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    elif s.uses_fp8:
         a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s.fp8_recipe, plan.cluster.gpu.id)]
         if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
             a += ["--fp8-param-gather"]
@@ -260,14 +291,21 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
 
 
 def args_to_lines(argv: List[str]) -> List[str]:
-    """Group an argv into one line per flag: ['--tp', '8', '--bf16'] -> ['--tp 8', '--bf16']."""
+    """Group an argv into one line per flag, values quoted for the shell (shlex.split reads each line back):
+    ['--tp', '8', '--moe-layer-freq', '[0]*3+[1]*58'] -> ['--tp 8', "--moe-layer-freq '[0]*3+[1]*58'"]."""
     lines: List[str] = []
     for item in argv:
         if item.startswith("--") or not lines:
             lines.append(item)
         else:
-            lines[-1] += " " + item
+            lines[-1] += " " + shlex.quote(item)
     return lines
+
+
+# Checkpoint lines of a training run: shell words expanded by train.sh (which sets the defaults), so the same file
+# serves every node; CHECKPOINT_DIR is where Megatron saves and resumes (--load of an empty folder starts fresh).
+CHECKPOINT_LINES = ('--save "${CHECKPOINT_DIR}"', '--load "${CHECKPOINT_DIR}"', '--save-interval "${SAVE_INTERVAL}"')
+DEFAULT_SAVE_INTERVAL = 500  # iterations between checkpoints unless SAVE_INTERVAL is set
 
 
 def needs_max_connections_1(plan: Plan) -> bool:
@@ -294,6 +332,7 @@ def train_script(plan: Plan, probe: bool = False) -> str:
     return f"""#!/usr/bin/env bash
 {_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
+# Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script), every SAVE_INTERVAL iterations.
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 : "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the folder holding pretrain_gpt.py)}}"
@@ -303,15 +342,20 @@ GPUS_PER_NODE=${{GPUS_PER_NODE:-{layout['gpus_per_node']}}}
 MASTER_ADDR=${{MASTER_ADDR:-localhost}}
 MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
 {connections}
-set -f  # the MoE layer pattern holds '[' and '*'; no globbing
+CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"  # --save/--load in megatron_args.txt
+SAVE_INTERVAL="${{SAVE_INTERVAL:-{DEFAULT_SAVE_INTERVAL}}}"  # --save-interval, iterations
+
+# megatron_args.txt holds one flag per line in shell quoting; each line is read as shell words.
+ARGS=()
+while IFS= read -r line || [[ -n "$line" ]]; do
+  [[ -z "$line" || "$line" == "#"* ]] && continue
+  if [[ -n "${{DATA_PATH:-}}" && ( "$line" == "--mock-data" || "$line" == "--tokenizer-type "* ) ]]; then continue; fi
+  eval "ARGS+=($line)"
+done < "$HERE/megatron_args.txt"
 if [[ -n "${{DATA_PATH:-}}" ]]; then
-  ARGS=($(grep -v -e '^#' -e '^--mock-data$' -e '^--tokenizer-type ' "$HERE/megatron_args.txt"))
   ARGS+=(--data-path $DATA_PATH --tokenizer-type "${{TOKENIZER_TYPE:-HuggingFaceTokenizer}}"
          --tokenizer-model "${{TOKENIZER_MODEL:?set TOKENIZER_MODEL with DATA_PATH}}")
-else
-  ARGS=($(grep -v '^#' "$HERE/megatron_args.txt"))
 fi
-set +f
 
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE" \\
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
@@ -344,6 +388,7 @@ srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID"
 def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> Dict[str, str]:
     """{filename: text} of the Megatron-LM launch files for the plan."""
     argv = megatron_args(plan, probe=probe, probe_iters=probe_iters)
-    args_text = _header(plan, probe) + "\n".join(args_to_lines(argv)) + "\n"
+    lines = args_to_lines(argv) + ([] if probe else list(CHECKPOINT_LINES))  # a probe saves nothing
+    args_text = _header(plan, probe) + "\n".join(lines) + "\n"
     return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe),
             "sbatch.sh": sbatch_script(plan, probe)}

@@ -1,6 +1,8 @@
 """Megatron-LM emitter: golden files, argument names, engine rules and the launch scripts."""
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,8 +74,8 @@ def test_verified_list_names_its_commit():
 
 
 def flags(plan, probe=False):
-    lines = args_to_lines(megatron_args(plan, probe=probe))
-    return {line.split(" ", 1)[0]: (line.split(" ", 1) + [None])[1] for line in lines}
+    words = [shlex.split(line) for line in args_to_lines(megatron_args(plan, probe=probe))]
+    return {w[0]: " ".join(w[1:]) or None for w in words}
 
 
 def test_dense_layout_args():
@@ -143,7 +145,13 @@ def test_train_sh_passes_args_file_to_torchrun(tmp_path):
     assert out[:8] == ["--nnodes", "4", "--node_rank", "1", "--nproc_per_node", "8", "--master_addr", "localhost"]
     assert "/opt/mlm/pretrain_gpt.py" in out
     argv = out[out.index("/opt/mlm/pretrain_gpt.py") + 1:]
-    assert argv[:-2] == megatron_args(plan) and argv[-2:] == ["--train-iters", "5"]
+    checkpoints = str(tmp_path / "checkpoints")
+    assert argv[:-2] == megatron_args(plan) + ["--save", checkpoints, "--load", checkpoints, "--save-interval", "500"]
+    assert argv[-2:] == ["--train-iters", "5"]
+    env["CHECKPOINT_DIR"], env["SAVE_INTERVAL"] = "/ckpt/run 1", "200"
+    out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
+                         text=True).stdout.splitlines()
+    assert out[-6:] == ["--save", "/ckpt/run 1", "--load", "/ckpt/run 1", "--save-interval", "200"]
     env["DATA_PATH"], env["TOKENIZER_MODEL"] = "/data/corpus", "/tok"
     out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
                          text=True).stdout.splitlines()
@@ -172,3 +180,71 @@ def test_moe_with_tp_needs_sp_and_cp_needs_even_split():
         emit_megatron(make_plan(LLAMA_8B, 16, 4098, 64, cp=2))
     with pytest.raises(InputError, match="tp=3 must divide num_attention_heads=4"):
         emit_megatron(make_plan(TINY, 6, 128, 8, tp=3))
+
+
+LLAMA31_405B = LLAMA_70B.model_copy(update={"name": "llama3.1-405b", "num_layers": 126, "hidden_size": 16384,
+                                            "ffn_hidden_size": 53248, "num_attention_heads": 128,
+                                            "max_position_embeddings": 131072, "rope_scaling": "llama3",
+                                            "rope_scaling_factor": 8.0})
+GPT_OSS = MIXTRAL.model_copy(update={"name": "gpt-oss-120b", "num_layers": 36, "hidden_size": 2880,
+                                     "ffn_hidden_size": 2880, "num_attention_heads": 64, "kv_channels": 64,
+                                     "num_experts": 128, "moe_router_topk": 4, "moe_ffn_hidden_size": 2880,
+                                     "add_bias_linear": True, "add_qkv_bias": True, "sliding_window": 128,
+                                     "num_sliding_window_layers": 18, "rotary_base": 150000.0,
+                                     "rope_scaling": "yarn", "rope_scaling_factor": 32.0,
+                                     "rope_original_max_position_embeddings": 4096, "attention_sinks": True,
+                                     "swiglu_limit": 7.0, "moe_aux_loss_coeff": 0.9})
+
+
+def test_llama31_rope_scaling_is_emitted():
+    f = flags(make_plan(LLAMA31_405B, 64, 8192, 64, tp=8, pp=8, first_stage_layers=15, last_stage_layers=15))
+    assert f["--position-embedding-type"] == "rope" and "--use-rope-scaling" in f
+    assert f["--rope-scaling-factor"] == "8"
+    assert "--use-rope-scaling" not in flags(make_plan(LLAMA_70B, 64, 8192, 128, tp=8, pp=2))
+
+
+def test_gpt_oss_specifics_as_megatron_runs_them():
+    # examples/gptoss/02_train.sh: quick GEGLU, linear offset 1, clamp 7, learnable softmax, fp32 router.
+    f = flags(make_plan(GPT_OSS, 64, 4096, 128, ep=8, etp=1))
+    assert "--quick-geglu" in f and "--swiglu" not in f
+    assert f["--glu-linear-offset"] == "1.0" and f["--activation-func-clamp-value"] == "7"
+    assert f["--softmax-type"] == "learnable" and f["--moe-router-dtype"] == "fp32"
+    assert "--no-bias-gelu-fusion" in f and "--no-rope-fusion" in f
+    assert f["--position-embedding-type"] == "yarn" and f["--rotary-scaling-factor"] == "32"
+    assert f["--yarn-original-max-position-embeddings"] == "4096"
+    assert f["--moe-aux-loss-coeff"] == "0.9" and "--disable-bias-linear" not in f
+
+
+def test_aux_loss_coefficient_is_the_models():
+    assert flags(make_plan(MIXTRAL, 64, 4096, 256, ep=8))["--moe-aux-loss-coeff"] == "0.001"
+    mixtral_hf = MIXTRAL.model_copy(update={"moe_aux_loss_coeff": 0.02})
+    assert flags(make_plan(mixtral_hf, 64, 4096, 256, ep=8))["--moe-aux-loss-coeff"] == "0.02"
+
+
+@pytest.mark.parametrize("plan", variety() + [make_plan(GPT_OSS, 64, 4096, 128, ep=8),
+                                              make_plan(LLAMA31_405B, 64, 8192, 64, tp=8, pp=8,
+                                                        first_stage_layers=15, last_stage_layers=15)],
+                         ids=lambda p: f"{p.model.name}-{p.strategy.label()}".replace(" ", "_"))
+def test_args_file_is_shell_words_with_checkpoint_placeholders(plan):
+    text = emit_megatron(plan)["megatron_args.txt"]
+    words = shlex.split(text, comments=True)  # raises on an unclosed quote
+    assert words[:-6] == megatron_args(plan)
+    assert words[-6:] == ["--save", "${CHECKPOINT_DIR}", "--load", "${CHECKPOINT_DIR}", "--save-interval",
+                          "${SAVE_INTERVAL}"]
+    assert {w[2:] for w in words if w.startswith("--")} <= verified_names()
+    assert "--save" not in shlex.split(emit_megatron(plan, probe=True)["megatron_args.txt"], comments=True)
+
+
+def test_llama2_7b_args_file_reads_with_shlex(tmp_path):
+    # The reported case: llama2-7b on 16 A100-80G; every plan of the search, through `autoplan plan --json`.
+    from autoplan.cli.emit import load_plan
+
+    out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "llama2-7b", "--cluster",
+                          "a100-80g", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "5", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "plans.json").write_text(out.stdout)
+    for i in range(5):
+        plan = load_plan(str(tmp_path / "plans.json"), i)
+        words = shlex.split(emit_megatron(plan)["megatron_args.txt"], comments=True)
+        assert words[:-6] == megatron_args(plan)

@@ -6,6 +6,8 @@ Run as a script (the fake process group is global state, so the tests keep it ou
 prints 'OK ARGS_FILE' per accepted pair, or 'REJECTED ARGS_FILE: <megatron-core's error>'."""
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from typing import Any, Dict, Optional
 
@@ -13,11 +15,38 @@ import torch
 import torch.nn.functional as F
 
 
+def read_flags(args_text: str) -> Dict[str, Optional[str]]:
+    """{flag name without '--': its value (words joined by spaces) or None} of an argument file read as shell words
+    (shlex raises on a quote left open, as the shell would)."""
+    flags: Dict[str, Optional[str]] = {}
+    name = None
+    for word in shlex.split(args_text, comments=True):
+        if word.startswith("--"):
+            name = word[2:]
+            flags[name] = None
+        elif name is not None:
+            flags[name] = word if flags[name] is None else f"{flags[name]} {word}"
+    return flags
+
+
+def _eval_pattern(pattern: str):
+    """A list expression such as '[0]*3+[1]*58', checked the way Megatron-LM's arguments.py _eval_pattern checks it."""
+    if re.search(r"[^,\d\[\]\(\)\+\*]", pattern):
+        raise ValueError(f"Invalid pattern: {pattern}")
+    return eval(pattern)  # noqa: S307 - only digits, brackets, commas, + and * are left
+
+
+def _bias_activation_fusion(flags: Dict[str, Optional[str]]) -> bool:
+    """training/argument_utils.py: bias_swiglu_fusion with --swiglu, else bias_gelu_fusion, which arguments.py
+    validate_args turns off without linear biases; both default on."""
+    if "swiglu" in flags:
+        return "no-bias-swiglu-fusion" not in flags
+    return "no-bias-gelu-fusion" not in flags and "disable-bias-linear" not in flags
+
+
 def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
     """TransformerConfig fields from Megatron-LM argument names (megatron/training/arguments.py ->
     core_transformer_config_from_args)."""
-    from autoplan.integrations.importers import _eval_pattern
-
     def num(name, kind=int, default=None):
         return kind(flags[name]) if name in flags else default
 
@@ -46,6 +75,14 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
     )
     if "swiglu" in flags:
         kw.update(gated_linear_unit=True, activation_func=F.silu)
+    if "quick-geglu" in flags:  # arguments.py: quick_gelu inside a gated linear unit
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw.update(gated_linear_unit=True, activation_func=quick_gelu)
+    kw.update(glu_linear_offset=num("glu-linear-offset", float, 0.0),
+              activation_func_clamp_value=num("activation-func-clamp-value", float),
+              softmax_type=flags.get("softmax-type", "vanilla"),
+              bias_activation_fusion=_bias_activation_fusion(flags))
     if "window-size" in flags:
         kw["window_size"] = tuple(int(x) for x in flags["window-size"].split(","))
         skip = flags.get("window-attn-skip-freq")
@@ -59,6 +96,7 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
                   moe_token_dispatcher_type=flags.get("moe-token-dispatcher-type", "allgather"),
                   moe_router_load_balancing_type=flags.get("moe-router-load-balancing-type", "aux_loss"),
                   moe_aux_loss_coeff=num("moe-aux-loss-coeff", float, 0.0),
+                  moe_router_dtype=flags.get("moe-router-dtype"),
                   overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags)
     if "multi-latent-attention" in flags:
         kw.update(multi_latent_attention=True, q_lora_rank=num("q-lora-rank"), kv_lora_rank=num("kv-lora-rank"),
@@ -75,11 +113,10 @@ def check(world_size: int, args_text: str) -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from autoplan.integrations.importers import parse_megatron_flags
     from megatron.core import parallel_state
     from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 
-    flags, _ = parse_megatron_flags(args_text)
+    flags = read_flags(args_text)
     kw = transformer_kwargs(flags)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     parallel_state.initialize_model_parallel(

@@ -4,6 +4,7 @@
 # predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
 # Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
+# Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script), every SAVE_INTERVAL iterations.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 : "${MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the folder holding pretrain_gpt.py)}"
@@ -14,15 +15,20 @@ MASTER_ADDR=${MASTER_ADDR:-localhost}
 MASTER_PORT=${MASTER_PORT:-6000}
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)
 
-set -f  # the MoE layer pattern holds '[' and '*'; no globbing
+CHECKPOINT_DIR="${CHECKPOINT_DIR:-$HERE/checkpoints}"  # --save/--load in megatron_args.txt
+SAVE_INTERVAL="${SAVE_INTERVAL:-500}"  # --save-interval, iterations
+
+# megatron_args.txt holds one flag per line in shell quoting; each line is read as shell words.
+ARGS=()
+while IFS= read -r line || [[ -n "$line" ]]; do
+  [[ -z "$line" || "$line" == "#"* ]] && continue
+  if [[ -n "${DATA_PATH:-}" && ( "$line" == "--mock-data" || "$line" == "--tokenizer-type "* ) ]]; then continue; fi
+  eval "ARGS+=($line)"
+done < "$HERE/megatron_args.txt"
 if [[ -n "${DATA_PATH:-}" ]]; then
-  ARGS=($(grep -v -e '^#' -e '^--mock-data$' -e '^--tokenizer-type ' "$HERE/megatron_args.txt"))
   ARGS+=(--data-path $DATA_PATH --tokenizer-type "${TOKENIZER_TYPE:-HuggingFaceTokenizer}"
          --tokenizer-model "${TOKENIZER_MODEL:?set TOKENIZER_MODEL with DATA_PATH}")
-else
-  ARGS=($(grep -v '^#' "$HERE/megatron_args.txt"))
 fi
-set +f
 
 exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPUS_PER_NODE" \
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \
