@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -51,6 +51,47 @@ def write_emitted(plan: Plan, formats: List[str], out_dir, probe: bool = False,
                 os.chmod(path, 0o755)
             written.append(path)
     return written
+
+
+def emit_error(plan: Plan, fmt: str) -> Optional[str]:
+    """Why `fmt`'s emitter refuses the plan (its one-line InputError), or None when it writes it."""
+    try:
+        emit_files(plan, fmt)
+    except InputError as e:
+        return str(e)
+    return None
+
+
+def write_search_emits(winner: Plan, formats: List[str], out_dir, engine_best: Callable[[str], Optional[Plan]],
+                       probe: bool = False) -> Tuple[List[Path], List[str], List[str]]:
+    """`plan --emit`: each format gets the search's winner when its engine runs it, else that engine's own best
+    plan (`engine_best(fmt)`: the same search with --engine fmt). Returns (written paths, one line per format
+    saying which plan it got, one line per format that got nothing). With several formats each goes to its own
+    subfolder with the plan.json it was emitted from."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise InputError(f"unknown format {unknown[0] if unknown else ''!r}; valid formats: {', '.join(FORMATS)}")
+    written: List[Path] = []
+    said: List[str] = []
+    missing: List[str] = []
+    for fmt in formats:
+        plan, why_not = winner, emit_error(winner, fmt)
+        if why_not:
+            plan = engine_best(fmt)
+            if plan is None or emit_error(plan, fmt):
+                missing.append(f"{fmt}: nothing written; the winner {winner.strategy.label()} is refused ({why_not}) "
+                               f"and no plan {fmt} runs fits; try `autoplan plan --engine {fmt}`")
+                continue
+            said.append(f"{fmt}: its own best plan {plan.strategy.label()} ({plan.estimate.step_time_s:.3f} s/step), "
+                        f"not the winner {winner.strategy.label()}: {why_not}")
+        else:
+            said.append(f"{fmt}: the winner {plan.strategy.label()}")
+        folder = Path(out_dir) / fmt if len(formats) > 1 else Path(out_dir)
+        written += write_emitted(plan, [fmt], folder, probe=probe)
+        if len(formats) > 1:
+            (folder / "plan.json").write_text(plan.model_dump_json(indent=2))
+            written.append(folder / "plan.json")
+    return written, said, missing
 
 
 def load_plan(path: str, index: int = 0) -> Plan:

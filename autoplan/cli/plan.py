@@ -70,7 +70,7 @@ def plan_cmd(
         _no_plan(result, problem, as_json)
         raise typer.Exit(1)
     if out:
-        _write_out(result, problem, out, emit)
+        _write_out(result, problem, out, emit, lambda engine: _engine_best(problem, engine, solver, seed, prof))
     if as_json:
         payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
                               "num_gpus": p.cluster.num_gpus} for p in result.plans],
@@ -203,7 +203,19 @@ def _no_plan(result, problem, as_json):
     print(f"autoplan: {msg}", file=sys.stderr)
 
 
-def _write_out(result, problem, out, emit):
+def _engine_best(problem, engine, solver, seed, prof):
+    """The best plan of the same search for another engine, or None (what `--emit` writes for that engine when it
+    cannot run the winner)."""
+    from dataclasses import replace as dc_replace
+
+    if engine == problem.engine:
+        return None
+    r = _run(dc_replace(problem, engine=engine), solver, 1, seed, prof, quiet=True)
+    return r.plans[0] if r.plans else None
+
+
+def _write_out(result, problem, out, emit, engine_best):
+    import sys
     from pathlib import Path
 
     folder = Path(out)
@@ -211,9 +223,14 @@ def _write_out(result, problem, out, emit):
     best = result.plans[0]
     (folder / "plan.json").write_text(best.model_dump_json(indent=2))
     if emit:
-        from autoplan.cli.emit import write_emitted
+        from autoplan.cli.emit import write_search_emits
 
-        write_emitted(best, [f.strip() for f in emit.split(",") if f.strip()], folder)
+        formats = [f.strip().lower() for f in emit.split(",") if f.strip()]
+        _, said, missing = write_search_emits(best, formats, folder, engine_best)
+        for line in said + missing:
+            print(f"emitted {line}", file=sys.stderr)
+        if missing:
+            raise typer.Exit(1)
 
 
 def _print(result, problem, base_plan, explain, objective):

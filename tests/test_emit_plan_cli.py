@@ -1,0 +1,52 @@
+"""`autoplan plan --emit megatron,deepspeed --out DIR`: each engine gets the winner when it runs it, else its own best
+plan of the same search, and the output says which."""
+import json
+import subprocess
+import sys
+
+from autoplan.integrations.engines import deepspeed_unsupported
+from autoplan.results import Plan
+
+LLAMA_70B = ["--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "128"]
+
+
+def plan_cli(*args):
+    return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def read_plan(path):
+    return Plan.model_validate_json(path.read_text())
+
+
+def test_fp8_vpp_winner_gets_megatron_and_deepspeed_its_own_best(tmp_path):
+    out = plan_cli(*LLAMA_70B, "--emit", "megatron,deepspeed", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    winner = read_plan(tmp_path / "plan.json")
+    assert winner.strategy.uses_fp8 and winner.strategy.vpp > 1  # the case reported: DeepSpeed runs neither
+    assert read_plan(tmp_path / "megatron" / "plan.json").strategy == winner.strategy
+    assert (tmp_path / "megatron" / "megatron_args.txt").exists()
+    ds = read_plan(tmp_path / "deepspeed" / "plan.json")
+    assert deepspeed_unsupported(ds.strategy, ds.model) is None and ds.strategy != winner.strategy
+    config = json.loads((tmp_path / "deepspeed" / "ds_config.json").read_text())
+    assert config["train_micro_batch_size_per_gpu"] == ds.strategy.mbs
+    assert f"# strategy: {ds.strategy.label()}" in (tmp_path / "deepspeed" / "launch.sh").read_text()
+    assert f"deepspeed: its own best plan {ds.strategy.label()}" in out.stderr
+    assert f"megatron: the winner {winner.strategy.label()}" in out.stderr
+
+
+def test_winner_an_engine_runs_is_emitted_as_is(tmp_path):
+    out = plan_cli(*LLAMA_70B, "--engine", "deepspeed", "--emit", "deepspeed", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    winner = read_plan(tmp_path / "plan.json")
+    assert f"# strategy: {winner.strategy.label()}" in (tmp_path / "launch.sh").read_text()
+    assert "deepspeed: the winner" in out.stderr
+
+
+def test_engine_with_no_plan_is_named_and_the_others_are_written(tmp_path):
+    # Context parallelism fixed: DeepSpeed runs none of these plans; Megatron's files are still written.
+    out = plan_cli(*LLAMA_70B, "--fix", "cp=2", "--emit", "megatron,deepspeed", "--out", str(tmp_path))
+    assert out.returncode == 1
+    assert (tmp_path / "megatron" / "megatron_args.txt").exists() and not (tmp_path / "deepspeed").exists()
+    line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
+    assert line and "context parallelism (cp=2)" in line[0] and "nothing written" in line[0]
