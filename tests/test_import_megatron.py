@@ -4,8 +4,11 @@ import pytest
 from autoplan.errors import InputError
 from autoplan.integrations.importers import ImportedConfig, from_megatron_args
 from autoplan.integrations.megatron import emit_megatron
+from autoplan.integrations.megatron_flags import NOT_PRICED_FLAGS, READ_FLAGS, padded_vocab
 from autoplan.strategy import strategy_from_mapping
-from engine_checks.plans import DEEPSEEK_V2_LITE, GPT2_SMALL, MIXTRAL, TINY, golden_plans, make_plan
+from autoplan.validate import effective_fp8_recipe
+from engine_checks.plans import (DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, golden_plans,
+                                 make_plan)
 
 ROUND_TRIP = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
 ROUND_TRIP.update({
@@ -19,15 +22,19 @@ ROUND_TRIP.update({
                                    overlap_grad_reduce=False),
     "mla_q_lora": make_plan(DEEPSEEK_V2_LITE.model_copy(update={"q_lora_rank": 512, "moe_layer_freq": 2}), 8, 1024,
                             32, ep=8),
+    "fp8_param_gather": make_plan(LLAMA_8B, 8, 8192, 128, fp8="hybrid", fp8_param=True, zero=1,
+                                  grad_reduce_bf16=True),
+    "cpu_offload": make_plan(LLAMA_8B, 8, 4096, 64, tp=2, sp=True, cpu_offload_layers=8),
     "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
                                                       "add_qkv_bias": True, "qk_layernorm": True}),
                               8, 128, 8, recompute="full", recompute_method="block", recompute_layers=2),
 })
 
 
-def effective(strategy):
-    """tp_comm_overlap=None means 'follows sp'; compare what is switched on."""
-    return strategy.model_copy(update={"tp_comm_overlap": strategy.tp_overlap_on})
+def effective(strategy, gpu_id="h100"):
+    """tp_comm_overlap=None means 'follows sp' and fp8_recipe=None 'the GPU's default'; compare what runs."""
+    recipe = effective_fp8_recipe(strategy.fp8_recipe, gpu_id) if strategy.uses_fp8 else None
+    return strategy.model_copy(update={"tp_comm_overlap": strategy.tp_overlap_on, "fp8_recipe": recipe})
 
 
 @pytest.mark.parametrize("case", sorted(ROUND_TRIP))
@@ -37,7 +44,10 @@ def test_round_trip(case, tmp_path):
     path.write_text(emit_megatron(plan)["megatron_args.txt"])
     imported = from_megatron_args(str(path))
     assert isinstance(imported, ImportedConfig) and imported.source == "megatron"
-    assert imported.model.model_copy(update={"name": plan.model.name}) == plan.model
+    # Megatron pads the vocabulary to a multiple of 128 x tp; the imported model holds the rows the run allocates.
+    padded = padded_vocab(plan.model.vocab_size, {}, plan.strategy.tp)
+    assert imported.model.model_copy(update={"name": plan.model.name}) == \
+        plan.model.model_copy(update={"vocab_size": padded})
     assert effective(strategy_from_mapping(imported.strategy)) == effective(plan.strategy)
     assert imported.workload == plan.workload
 
@@ -62,7 +72,7 @@ torchrun --nproc_per_node 8 --nnodes 2 --master_addr $MASTER_ADDR \
     --untie-embeddings-and-output-weights --vocab-size 32000 \
     --micro-batch-size 2 --global-batch-size 64 --bf16 --use-distributed-optimizer \
     --data-path $DATA_PATH --lr 1e-4 --save-interval 500 --use-flash-attn \
-    --recompute-activations  # unknown-but-real flags are ignored
+    --recompute-activations  # [V] selective recompute
 """
 
 
@@ -76,6 +86,7 @@ def test_launch_script_with_continuations_and_shell_variables():
     s = imported.strategy
     assert (s["tp"], s["pp"], s["vpp"], s["mbs"], s["zero"]) == (4, 2, 4, 2, 1)
     assert imported.world_size == 16 and imported.workload.global_batch_size == 64
+    assert s["recompute"] == "selective" and s["fp8"] == "none"
 
 
 def test_megatron_defaults_when_flags_are_absent():
@@ -101,9 +112,9 @@ def test_global_batch_defaults_to_mbs_times_dp_with_known_world():
     ("--num-layers x --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1",
      "--num-layers expects a positive integer, got 'x'"),
     ("--num-layers $L --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1",
-     "uses a shell variable"),
+     "the shell variable L is not assigned in the file"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --global-batch-size 1",
-     "lack --vocab-size"),
+     "cannot tell the vocabulary size"),
     ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 9 --global-batch-size 1",
      "lack --seq-length"),
     ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1 "
@@ -130,3 +141,86 @@ def test_flex_dispatcher_is_read_back(dispatcher, expected):
     text = text.replace("--moe-token-dispatcher-type alltoall", dispatcher)
     assert dispatcher in text
     assert from_megatron_args(text).strategy.get("moe_flex_dispatcher", False) is expected
+
+
+@pytest.mark.parametrize("case", sorted(ROUND_TRIP))
+def test_every_emitted_flag_is_read_or_known_not_to_change_the_price(case):
+    argv = emit_megatron(ROUND_TRIP[case])["megatron_args.txt"].split()
+    flags = {w[2:] for w in argv if w.startswith("--")}
+    assert flags - READ_FLAGS - NOT_PRICED_FLAGS == set()
+
+
+def test_missing_file_is_file_not_found(tmp_path):
+    with pytest.raises(InputError, match="file not found"):
+        from_megatron_args(str(tmp_path / "train.sh"))
+
+
+SMALL = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --global-batch-size 8 "
+
+
+@pytest.mark.parametrize("tokenizer, vocab", [
+    ("--tokenizer-type GPT2BPETokenizer --vocab-file v.json --merge-file m.txt", 50304),  # 50257 -> x128
+    ("--tokenizer-type GPT2BPETokenizer --tensor-model-parallel-size 4", 50688),  # 50257 -> x512
+    ("--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt", 50304),
+    ("--tokenizer-type Llama2Tokenizer --tokenizer-model /data/tokenizer.model", 32000),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-8B", 128256),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model deepseek-ai/DeepSeek-V3 "
+     "--make-vocab-size-divisible-by 3232", 129280),
+    ("--vocab-size 128256 --tokenizer-type NullTokenizer --tensor-model-parallel-size 8", 129024),
+])
+def test_tokenizer_implies_the_padded_vocabulary(tokenizer, vocab):
+    assert from_megatron_args(SMALL + tokenizer).model.vocab_size == vocab
+
+
+def test_unknown_tokenizer_asks_for_vocab_size_and_set_supplies_it():
+    text = SMALL + "--tokenizer-type HuggingFaceTokenizer --tokenizer-model /models/my-tokenizer"
+    with pytest.raises(InputError) as err:
+        from_megatron_args(text)
+    assert "--set vocab_size=N" in str(err.value) and "\n" not in str(err.value)
+    assert from_megatron_args(text, overrides=["vocab_size=50000"]).model.vocab_size == 50000
+
+
+SCRIPT = r"""#!/bin/bash
+NUM_LAYERS=${NUM_LAYERS:-4}   # environment default
+GPUS_PER_NODE=8; NNODES=2
+WORLD=$(($GPUS_PER_NODE*$NNODES))
+DTYPE="fp8"
+MODEL_ARGS=(
+    --num-layers $NUM_LAYERS
+    --hidden-size 256 --num-attention-heads 8   # a comment (with parentheses)
+    --seq-length 1024 --vocab-size 32000
+)
+if [[ "$DTYPE" == "fp8" ]]; then
+    PREC=("--fp8-format hybrid" "--fp8-param-gather")
+elif [[ "$DTYPE" == "bf16" ]]; then
+    PREC=(--bf16)
+else
+    PREC=()
+fi
+if [ -n "${WANDB_API_KEY}" ]; then
+    MODEL_ARGS+=(--num-layers 99)
+fi
+TRAIN=(--micro-batch-size 2 --global-batch-size 64 --use-distributed-optimizer --bf16
+       --cpu-offloading-num-layers 2)
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --layers) NUM_LAYERS="$2"; shift 2 ;;
+    esac
+done
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py ${MODEL_ARGS[@]} "${TRAIN[@]}"     ${PREC[@]} 2>&1 | tee log.txt
+"""
+
+
+def test_script_arrays_branches_and_defaults_are_read():
+    imported = from_megatron_args(SCRIPT)
+    assert imported.model.num_layers == 4 and imported.world_size == 16
+    s = imported.strategy
+    assert (s["fp8"], s.get("fp8_param"), s["zero"], s["mbs"], s.get("cpu_offload_layers")) == \
+        ("hybrid", True, 1, 2, 2)
+
+
+def test_bf16_script_stays_bf16_and_unknown_variables_are_named():
+    assert from_megatron_args(SCRIPT.replace('DTYPE="fp8"', 'DTYPE="bf16"')).strategy["fp8"] == "none"
+    with pytest.raises(InputError) as err:
+        from_megatron_args(SCRIPT.replace("--seq-length 1024", "--seq-length $SEQ"))
+    assert "shell variable SEQ is not assigned" in str(err.value)

@@ -19,6 +19,7 @@ def estimate_cmd(
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (world size)."),
     seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens."),
     gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences."),
+    mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro batch, sequences (fills a ds_config's \"auto\")."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile JSON (autoplan profile)."),
     from_megatron: Optional[str] = typer.Option(None, "--from-megatron", help="Megatron-LM args or script."),
@@ -33,20 +34,27 @@ def estimate_cmd(
     from autoplan.errors import InputError
 
     given, notes = read_strategy(strategy), []
+    if mbs is not None:
+        given.setdefault("mbs", mbs)
     if from_deepspeed:
         engine = "deepspeed"  # the imported layout is completed under DeepSpeed's rules
     if from_megatron or from_deepspeed:
-        m, c, wl, imported = _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs)
+        m, c, wl, imported, read_notes = _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq,
+                                                   gbs, given.get("mbs"))
+        notes += read_notes + _overridden(imported, given)
         given = {**imported, **given}
-        notes.append("read from " + ("Megatron-LM arguments" if from_megatron else "a DeepSpeed config"))
     else:
         if model is None:
             raise InputError("--model is required (a catalogue name such as llama3-70b, or a config.json path)")
         if gpus is None:
             raise InputError("--gpus is required (the number of GPUs in the job, e.g. --gpus 64)")
         m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    if engine == "deepspeed":
+        _check_deepspeed_runs(m, given)
     prof = _load_profile(profile, c, m)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
+    if (from_megatron or from_deepspeed) and not chosen:
+        chosen = ["priced as written: no strategy key chosen (all from the imported config or --strategy)"]
     est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen, engine=engine)
     if as_json:
         print_json({**est.contract(), "strategy": s.to_dict()})
@@ -66,15 +74,36 @@ def _load_profile(path, cluster, model):
     return measured.find_profile(cluster.gpu.id, model.name)
 
 
-def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs):
-    """(model, cluster, workload, strategy dict) from an existing Megatron-LM or DeepSpeed launch config."""
+def _overridden(imported: dict, given: dict) -> List[str]:
+    """Notes for --strategy keys that replace what the imported config says."""
+    changed = [f"{k}={given[k]} (config: {imported[k]})" for k in given if k in imported and imported[k] != given[k]]
+    return [f"--strategy overrides the imported config: {', '.join(changed)}"] if changed else []
+
+
+def _check_deepspeed_runs(model, given: dict) -> None:
+    """A key DeepSpeed cannot run (e.g. ep=8 given with a ds_config) is an error naming the DeepSpeed rule."""
+    from autoplan.complete import default_completion
+    from autoplan.errors import InputError
+    from autoplan.integrations.engines import deepspeed_unsupported
+
+    reason = deepspeed_unsupported(default_completion(given), model)
+    if reason:
+        raise InputError(reason)
+
+
+def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs, mbs):
+    """(model, cluster, workload, strategy dict, notes) from an existing Megatron-LM or DeepSpeed launch config."""
     from autoplan.clusterio import load_cluster
     from autoplan.errors import InputError
     from autoplan.integrations import importers
 
     if from_megatron:
-        imp = importers.from_megatron_args(from_megatron)
+        if model is not None:
+            raise InputError("--from-megatron reads the model from the arguments; drop --model (use --set "
+                             "key=value to change a field)")
+        imp = importers.from_megatron_args(from_megatron, overrides=sets or ())
         m = imp.model
+        source = "Megatron-LM arguments"
     else:
         if model is None:
             raise InputError("--from-deepspeed needs --model: a DeepSpeed config does not describe the model")
@@ -83,7 +112,8 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
         m = load_model(model, sets or ())
         if gpus is None:
             raise InputError("--from-deepspeed needs --gpus (the world size the config is run with)")
-        imp = importers.from_deepspeed_config(from_deepspeed, m, gpus, seq_len=seq)
+        imp = importers.from_deepspeed_config(from_deepspeed, m, gpus, seq_len=seq, mbs=mbs, gbs=gbs)
+        source = "a DeepSpeed config"
     world = gpus or imp.world_size
     if not world:
         raise InputError("the world size is not in the imported config; pass --gpus N")
@@ -95,4 +125,4 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
         from autoplan.workload import Workload
 
         wl = Workload(seq_len=seq or wl.seq_len, global_batch_size=gbs or wl.global_batch_size)
-    return m, c, wl, dict(imp.strategy)
+    return m, c, wl, dict(imp.strategy), [f"read from {source}"] + list(imp.notes)

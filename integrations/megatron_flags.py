@@ -1,0 +1,434 @@
+"""Megatron-LM command lines: the `pretrain_*.py` arguments of a launch script (read with
+`autoplan.integrations.shell`, never run) or of a plain argument list, as the model, layout and batch they set.
+
+Defaults for arguments that are absent are Megatron-LM's own (megatron/training/arguments.py [V] and
+TransformerConfig [TC]): tied embeddings, biases on, LayerNorm, GELU, learned absolute positions, ffn = 4h,
+no recompute, bf16/fp16 without FP8, DDP. Arguments that do not describe the model, the layout, the precision or
+the batch (learning rate, data paths, logging) are ignored."""
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+import re
+from pathlib import PurePosixPath
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from pydantic import ValidationError
+
+from autoplan.errors import InputError
+from autoplan.model import ModelSpec
+from autoplan.integrations.shell import command_words, read_script
+
+_LIST_FLAGS = {"recompute-modules"}  # nargs="+" arguments this reader uses
+FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a value
+    "group-query-attention", "multi-latent-attention", "swiglu", "quick-geglu", "untie-embeddings-and-output-weights",
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
+    "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce", "overlap-param-gather",
+    "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
+    "moe-enable-deepep", "fp8-param-gather", "recompute-activations", "moe-permute-fusion", "log-throughput",
+    "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading",
+})
+# Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
+# (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
+# that the emitter writes nothing outside these two sets, so an emitted switch is never lost on the way back.
+READ_FLAGS = frozenset({
+    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
+    "num-query-groups", "kv-channels", "vocab-size", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file",
+    "make-vocab-size-divisible-by", "max-position-embeddings", "seq-length", "swiglu", "quick-geglu",
+    "normalization", "position-embedding-type", "rotary-base", "rotary-percent", "hidden-dropout",
+    "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "qk-layernorm",
+    "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+    "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+    "moe-layer-freq", "window-size", "window-attn-skip-freq", "mtp-num-layers",
+    "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+    "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "expert-model-parallel-size",
+    "expert-tensor-parallel-size", "sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp",
+    "data-parallel-sharding-strategy", "recompute-granularity", "recompute-activations", "recompute-method",
+    "recompute-num-layers", "recompute-modules", "fp8-format", "fp8-recipe", "fp8-param-gather",
+    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "overlap-grad-reduce",
+    "overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "overlap-moe-expert-parallel-comm",
+    "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep", "cpu-offloading-num-layers",
+    "micro-batch-size", "global-batch-size",
+})
+NOT_PRICED_FLAGS = frozenset({
+    "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
+    "moe-permute-fusion", "moe-router-load-balancing-type", "moe-aux-loss-coeff", "train-iters", "lr", "min-lr",
+    "lr-decay-style", "lr-warmup-iters", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "log-interval",
+    "log-throughput", "log-memory-interval", "eval-iters", "save", "load", "save-interval", "data-path",
+})
+_LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
+_ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
+
+# Megatron's own tokenizers with a fixed vocabulary: GPT-2 BPE (gpt2-vocab.json, 50257 tokens) and the Llama-2
+# SentencePiece model (32000 pieces) [megatron/core/tokenizers/utils/build_tokenizer.py].
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
+# Hugging Face tokenizers by repository id prefix (lower case): the embedding rows of the model's config.json
+# (vocab_size), which is len(tokenizer) for Llama 3 / Mistral and an upper bound of it for DeepSeek-V3 / gpt-oss,
+# so memory is never under-counted.
+HF_TOKENIZER_VOCAB = {"meta-llama/meta-llama-3": 128256, "meta-llama/llama-3": 128256,
+                      "deepseek-ai/deepseek-v3": 129280, "deepseek-ai/deepseek-r1": 129280,
+                      "mistralai/mixtral-8x7b": 32000, "mistralai/mistral-7b": 32000, "openai/gpt-oss": 201088}
+
+
+# ---------------------------------------------------------------------------------------------- reading words
+def launch_words(text: str) -> Tuple[List[str], List[str], List[str]]:
+    """(launcher words, pretrain arguments, notes) of a launch script or an argument list."""
+    script = read_script(text)
+    for command in reversed(script.commands):  # the last launch is the one that runs last
+        found = _split_at_entry(command)
+        if found:
+            return found[0], found[1], script.notes
+    for value in script.variables.values():  # TRAINING_CMD="... python pretrain_gpt.py ..." run later
+        found = isinstance(value, str) and _split_at_entry(value)
+        if found:
+            return found[0], found[1], script.notes
+    words = [w for command in script.commands for w in _words(command)]
+    return [], words, script.notes
+
+
+def _words(command: str) -> List[str]:
+    try:
+        return command_words(command)
+    except ValueError as e:
+        raise InputError(f"cannot split the Megatron arguments into shell words ({e}); check the quoting") from None
+
+
+def _split_at_entry(command: str) -> Optional[Tuple[List[str], List[str]]]:
+    """(words before, words after) the pretrain_*.py word of one command; quoted inner commands (bash -c "...")
+    are looked into."""
+    words = _words(command)
+    for i, word in enumerate(words):
+        if _ENTRY.search(word):
+            return words[:i], _arguments(words[i + 1:])
+        if " " in word and ".py" in word:
+            inner = _split_at_entry(word)
+            if inner:
+                return inner
+    return None
+
+
+def _arguments(words: Sequence[str]) -> List[str]:
+    """The words up to the end of the command (; && || | &), redirections (> file, < file, 2>&1) left out."""
+    out: List[str] = []
+    skip = False
+    for word in words:
+        if word in (";", "&&", "||", "|", "&", ";;"):
+            break
+        if skip:
+            skip = False
+        elif set(word) <= set("<>&") and word:
+            skip = True  # the redirection's target
+        else:
+            out.append(word)
+    return out
+
+
+def parse_flags(words: Sequence[str]) -> Dict[str, Optional[str]]:
+    """{flag: value or None}; the last occurrence wins (argparse)."""
+    flags: Dict[str, Optional[str]] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, _, inline = word[2:].partition("=")
+        nxt = words[i + 1] if i + 1 < len(words) else None
+        takes_value = name not in FLAG_FLAGS and nxt is not None and not nxt.startswith("--") and not inline
+        value = inline or (nxt if takes_value else None)
+        if name in _LIST_FLAGS and takes_value:  # nargs="+": every following word up to the next flag
+            value = " ".join(itertools.takewhile(lambda w: not w.startswith("--"), words[i + 1:]))
+        flags[name] = value
+    return flags
+
+
+def launcher_world(words: Sequence[str]) -> Optional[int]:
+    """GPUs of a torchrun / torch.distributed.run launcher: nproc_per_node x nnodes, when both are numbers."""
+    sizes = {}
+    for i, word in enumerate(words):
+        name, _, inline = word.lstrip("-").partition("=")
+        if word.startswith("--") and name in _LAUNCHER_SIZES:
+            sizes[name.replace("-", "_")] = inline or (words[i + 1] if i + 1 < len(words) else "")
+    per_node, nodes = sizes.get("nproc_per_node", ""), sizes.get("nnodes", "1")
+    return int(per_node) * int(nodes) if per_node.isdigit() and nodes.isdigit() else None
+
+
+# ---------------------------------------------------------------------------------------------- typed values
+def typed(flags: Dict[str, Optional[str]], name: str, kind: Callable[[str], Any], default: Any = None) -> Any:
+    """The value of --name as `kind`; one-line InputError for a missing value or a shell variable left unknown."""
+    if name not in flags:
+        return default
+    raw = flags[name]
+    if raw is None:
+        raise InputError(f"--{name} has no value; write one after it")
+    var = re.search(r"\$\{?([A-Za-z_]\w*|\d)", raw)
+    if var:
+        raise InputError(f"--{name} {raw}: the shell variable {var.group(1)} is not assigned in the file (it comes "
+                         f"from the environment, a script argument or a sourced file); assign it in the script or "
+                         f"write the value")
+    try:
+        return kind(raw)
+    except ValueError:
+        what = "a positive integer" if kind is pos_int else kind.__name__
+        raise InputError(f"--{name} expects {what}, got {raw!r}") from None
+
+
+def pos_int(raw: str) -> int:
+    value = int(raw)
+    if value <= 0:
+        raise ValueError(raw)
+    return value
+
+
+def _eval_pattern(raw: str, flag: str) -> List[int]:
+    """Megatron's list-expression patterns ('[0]*3+[1]*58', '([1]*3+[0])*2') without eval: lists, + and *."""
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.List):
+            return [ev(e) for e in node.elts]
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            left, right = ev(node.left), ev(node.right)
+            return left + right if isinstance(node.op, ast.Add) else left * right
+        raise ValueError(raw)
+
+    try:
+        value = ev(ast.parse(raw.strip(), mode="eval"))
+    except (SyntaxError, ValueError, TypeError):
+        raise InputError(f"--{flag} {raw!r} is not a list pattern like '[0]*3+[1]*58'") from None
+    if not isinstance(value, list) or any(v not in (0, 1) for v in value):
+        raise InputError(f"--{flag} {raw!r} must give a list of 0 and 1")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- model
+def _moe_layout(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]:
+    """(first_k_dense_layers, moe_layer_freq) from --moe-layer-freq."""
+    raw = flags.get("moe-layer-freq")
+    if raw is None:
+        return 0, 1
+    if "[" not in raw:
+        return 0, typed(flags, "moe-layer-freq", pos_int)  # [V] integer N: layer i is MoE when i % N == 0
+    pattern = _eval_pattern(raw, "moe-layer-freq")
+    if len(pattern) != num_layers or 1 not in pattern:
+        raise InputError(f"--moe-layer-freq pattern has {len(pattern)} entries and "
+                         f"{sum(pattern)} MoE layers; it needs {num_layers} entries with at least one 1")
+    first = pattern.index(1)
+    ones = [i for i, v in enumerate(pattern) if v]
+    freq = ones[1] - ones[0] if len(ones) > 1 else num_layers - first
+    expected = [int(i >= first and (i - first) % freq == 0) for i in range(num_layers)]
+    if expected != pattern:
+        raise InputError(f"--moe-layer-freq {raw!r} is not 'k dense layers, then every n-th layer MoE'; "
+                         f"autoplan models only that shape")
+    return first, freq
+
+
+def _window(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]:
+    """(sliding_window, num_sliding_window_layers) from --window-size and --window-attn-skip-freq."""
+    raw = flags.get("window-size")
+    if raw is None:
+        return 0, 0
+    try:
+        left = int(raw.strip("()").split(",")[0])
+    except ValueError:
+        raise InputError(f"--window-size expects 'left,right' integers, got {raw!r}") from None
+    skip = flags.get("window-attn-skip-freq")
+    if skip is None:
+        return left, num_layers
+    # core/transformer/utils.py is_layer_window_attention: int N -> layer_number % N != 0; list -> entry != 0.
+    pattern = _eval_pattern(skip, "window-attn-skip-freq") if "[" in skip else \
+        [int((i + 1) % typed(flags, "window-attn-skip-freq", pos_int) != 0) for i in range(num_layers)]
+    return left, sum(pattern)
+
+
+def _tokenizer_vocab(f: Dict[str, Optional[str]]) -> Tuple[Optional[int], str]:
+    """(vocabulary of the tokenizer before padding, where it came from) or (None, why it is unknown)."""
+    kind = f.get("tokenizer-type")
+    if kind is None and f.get("vocab-file") and f.get("merge-file"):
+        # A vocab file with BPE merges and no type: the GPT-2 BPE files (gpt2-vocab.json, gpt2-merges.txt).
+        return TOKENIZER_VOCAB["GPT2BPETokenizer"], "--vocab-file/--merge-file without --tokenizer-type (GPT-2 BPE)"
+    if kind in TOKENIZER_VOCAB:
+        return TOKENIZER_VOCAB[kind], f"--tokenizer-type {kind}"
+    model = (f.get("tokenizer-model") or "").lower()
+    if kind == "HuggingFaceTokenizer":
+        for prefix, size in HF_TOKENIZER_VOCAB.items():
+            if model.startswith(prefix) or PurePosixPath(model).name.startswith(prefix.split("/")[1]):
+                return size, f"--tokenizer-model {f['tokenizer-model']}"
+    if kind is None:
+        return None, "the arguments (no --vocab-size, no --tokenizer-type)"
+    return None, f"--tokenizer-type {kind}" + (f" --tokenizer-model {f['tokenizer-model']}" if model else "")
+
+
+def padded_vocab(vocab: int, f: Dict[str, Optional[str]], tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (default 128) x tp
+    [megatron/core/tokenizers/utils/build_tokenizer.py vocab_size_with_padding]."""
+    multiple = typed(f, "make-vocab-size-divisible-by", pos_int, 128) * tp
+    return int(math.ceil(vocab / multiple) * multiple)
+
+
+def vocab_size(f: Dict[str, Optional[str]], tp: int, override: Optional[int], notes: List[str]) -> int:
+    """The embedding rows the run allocates: --vocab-size or the tokenizer's size, padded as Megatron does."""
+    if override is not None:
+        return override
+    given = typed(f, "vocab-size", pos_int)
+    source = "--vocab-size"
+    if given is None:
+        given, source = _tokenizer_vocab(f)
+        if given is None:
+            raise InputError(f"cannot tell the vocabulary size from {source}; pass "
+                             f"--set vocab_size=N (the tokenizer's size)")
+    padded = padded_vocab(given, f, tp)
+    if source != "--vocab-size":
+        notes.append(f"vocab {given} from {source}")
+    if padded != given:
+        notes.append(f"vocab {given} padded to {padded} rows as Megatron does (make-vocab-size-divisible-by x tp)")
+    return padded
+
+
+def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides: Dict[str, Any],
+                   notes: List[str]) -> ModelSpec:
+    """The ModelSpec the arguments build; `overrides` (--set) replace fields, vocab_size included."""
+    layers = overrides.get("num_layers", typed(f, "num-layers", pos_int))
+    hidden = overrides.get("hidden_size", typed(f, "hidden-size", pos_int))
+    heads = overrides.get("num_attention_heads", typed(f, "num-attention-heads", pos_int))
+    for name, value in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
+        if value is None:
+            raise InputError(f"Megatron arguments lack --{name}; add it (the model cannot be built without it)")
+    gated = "swiglu" in f or "quick-geglu" in f  # [TC] gated_linear_unit: both have three MLP matrices
+    # [V] ffn default: 4h, or 2/3 of that rounded down to a multiple of 64 with SwiGLU.
+    default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden
+    ffn = typed(f, "ffn-hidden-size", pos_int, default_ffn)
+    first_dense, freq = _moe_layout(f, layers)
+    window, window_layers = _window(f, layers)
+    experts = typed(f, "num-experts", int, 0) or 0
+    mla = "multi-latent-attention" in f
+    position = typed(f, "position-embedding-type", str, "learned_absolute")
+    values: Dict[str, Any] = dict(
+        name="imported-megatron", num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn,
+        num_attention_heads=heads,
+        num_query_groups=typed(f, "num-query-groups", pos_int, 1) if "group-query-attention" in f else heads,
+        kv_channels=typed(f, "kv-channels", pos_int, hidden // heads),
+        vocab_size=vocab_size(f, tp, overrides.get("vocab_size"), notes),
+        max_position_embeddings=typed(f, "max-position-embeddings", pos_int, seq_len),
+        activation="swiglu" if gated else "gelu",
+        normalization="rmsnorm" if typed(f, "normalization", str, "LayerNorm") == "RMSNorm" else "layernorm",
+        position_embedding="rope" if position in ("rope", "yarn", "mrope") else "learned",
+        rotary_base=typed(f, "rotary-base", float, 10000.0),
+        hidden_dropout=typed(f, "hidden-dropout", float, 0.1),  # default: transformer_config.py
+        tie_embeddings="untie-embeddings-and-output-weights" not in f,
+        add_bias_linear="disable-bias-linear" not in f, add_qkv_bias="add-qkv-bias" in f,
+        qk_layernorm="qk-layernorm" in f, multi_latent_attention=mla,
+        num_experts=experts, sliding_window=window, num_sliding_window_layers=window_layers)
+    if mla:  # defaults from MLATransformerConfig
+        values.update(q_lora_rank=typed(f, "q-lora-rank", pos_int), kv_lora_rank=typed(f, "kv-lora-rank", int, 512),
+                      qk_head_dim=typed(f, "qk-head-dim", int, 128),
+                      qk_pos_emb_head_dim=typed(f, "qk-pos-emb-head-dim", int, 64),
+                      v_head_dim=typed(f, "v-head-dim", int, 128))
+    if experts:
+        values.update(moe_router_topk=typed(f, "moe-router-topk", pos_int, 2),
+                      moe_ffn_hidden_size=typed(f, "moe-ffn-hidden-size", pos_int, ffn),
+                      shared_expert_ffn_hidden_size=typed(f, "moe-shared-expert-intermediate-size", int, 0),
+                      first_k_dense_layers=first_dense, moe_layer_freq=freq)
+    _unpriced_notes(f, notes)
+    values.update(overrides)
+    try:
+        return ModelSpec(**values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"Megatron arguments give an invalid model: {err['msg']}") from None
+
+
+def _unpriced_notes(f: Dict[str, Optional[str]], notes: List[str]) -> None:
+    """Say which read arguments change the model in ways the cost model does not price."""
+    mtp = typed(f, "mtp-num-layers", int, 0)
+    if mtp:
+        notes.append(f"--mtp-num-layers {mtp}: the multi-token-prediction layers are not priced (time and memory "
+                     f"of {mtp} extra layer(s) on the last stage are missing)")
+    rotary = typed(f, "rotary-percent", float, 1.0)
+    if rotary != 1.0:
+        notes.append(f"--rotary-percent {rotary}: partial rotary changes no weight shapes; priced as full rotary")
+
+
+# ---------------------------------------------------------------------------------------------- strategy
+def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool) -> Dict[str, Any]:
+    """Every strategy key the arguments fix, with Megatron's defaults for absent ones (so nothing is chosen)."""
+    tp = typed(f, "tensor-model-parallel-size", pos_int, 1)
+    pp = typed(f, "pipeline-model-parallel-size", pos_int, 1)
+    s: Dict[str, Any] = {"tp": tp, "pp": pp, "cp": typed(f, "context-parallel-size", pos_int, 1),
+                         "mbs": typed(f, "micro-batch-size", pos_int, 1), "sp": "sequence-parallel" in f and tp > 1}
+    vpp = typed(f, "num-virtual-stages-per-pipeline-rank", pos_int)
+    per_virtual = typed(f, "num-layers-per-virtual-pipeline-stage", pos_int)
+    if per_virtual:  # [V] vpp = layers per pipeline rank / layers per virtual stage
+        vpp = num_layers // pp // per_virtual
+    s["vpp"] = vpp or 1
+    s["ep"] = typed(f, "expert-model-parallel-size", pos_int, 1) if is_moe else 1
+    s["etp"] = typed(f, "expert-tensor-parallel-size", pos_int, tp) if is_moe else 1  # [V] defaults to tp
+    s["zero"] = _zero(f)
+    s.update(_recompute(f))
+    s.update(_precision(f))
+    for key, flag in (("first_stage_layers", "decoder-first-pipeline-num-layers"),
+                      ("last_stage_layers", "decoder-last-pipeline-num-layers")):
+        if flag in f:
+            s[key] = typed(f, flag, int)
+    s.update(_overlaps(f, s, is_moe))
+    offload = typed(f, "cpu-offloading-num-layers", int, 0)
+    if offload:
+        s["cpu_offload_layers"] = offload
+    return s
+
+
+def _zero(f: Dict[str, Optional[str]]) -> int:
+    if "use-megatron-fsdp" in f:
+        strategy = typed(f, "data-parallel-sharding-strategy", str, "optim_grads_params")
+        levels = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+        if strategy not in levels:
+            raise InputError(f"--data-parallel-sharding-strategy {strategy!r} is not one of {', '.join(levels)}")
+        return levels[strategy]
+    return 1 if "use-distributed-optimizer" in f else 0
+
+
+def _recompute(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
+    granularity = typed(f, "recompute-granularity", str)
+    if granularity is None and "recompute-activations" in f:
+        granularity = "selective"  # [V] --recompute-activations sets recompute_granularity='selective'
+    out: Dict[str, Any] = {"recompute": granularity or "none"}
+    if granularity == "selective" and f.get("recompute-modules"):
+        out["recompute_modules"] = tuple(f["recompute-modules"].split())
+    if granularity == "full":
+        out["recompute_method"] = typed(f, "recompute-method", str, "uniform")
+        out["recompute_layers"] = typed(f, "recompute-num-layers", pos_int, 1)
+    return out
+
+
+def _precision(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
+    fp8 = typed(f, "fp8-format", str)
+    if not fp8:
+        return {"fp8": "none"}  # bf16 / fp16 as written: no FP8 GEMMs
+    out: Dict[str, Any] = {"fp8": fp8, "fp8_recipe": typed(f, "fp8-recipe", str, "delayed")}
+    if "fp8-param-gather" in f:
+        out["fp8_param"] = True
+    return out
+
+
+def _overlaps(f: Dict[str, Optional[str]], s: Dict[str, Any], is_moe: bool) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"overlap_grad_reduce": "overlap-grad-reduce" in f}
+    if s["zero"] >= 1 and out["overlap_grad_reduce"]:  # [V] only expressible with both
+        out["overlap_param_gather"] = "overlap-param-gather" in f
+    if ("tp-comm-overlap" in f) != s["sp"]:  # the Strategy default (None) follows sp
+        out["tp_comm_overlap"] = "tp-comm-overlap" in f
+    if "grad-reduce-in-bf16" in f:
+        out["grad_reduce_bf16"] = True
+    if is_moe:
+        out["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
+        if _flex_dedup_dispatcher(f):
+            out["moe_flex_dispatcher"] = True
+    return out
+
+
+def _flex_dedup_dispatcher(f: Dict[str, Optional[str]]) -> bool:
+    """The flex dispatcher with a node-deduplicating backend: deepep (the default backend) or hybridep, or the
+    deprecated --moe-enable-deepep [TC] (transformer_config.py __post_init__ routes it to backend deepep).
+    ncclep is left on the alltoall pricing."""
+    if typed(f, "moe-token-dispatcher-type", str) != "flex":
+        return False
+    return "moe-enable-deepep" in f or typed(f, "moe-flex-dispatcher-backend", str, "deepep") in ("deepep", "hybridep")
