@@ -21,7 +21,8 @@ CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "rec
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules", "fp8_recipe", "first_stage_layers",
                "last_stage_layers")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
-                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher")
+                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
+                "expandable_segments")
 
 
 class Strategy(BaseModel):
@@ -72,6 +73,13 @@ class Strategy(BaseModel):
                                                          "network once per destination node and fans out to that "
                                                          "node's experts over NVLink; False = the alltoall "
                                                          "dispatcher, one copy per selected expert; needs ep > 1.")
+    te_cross_entropy: bool = Field(False, description="TransformerEngine fused cross entropy (Megatron "
+                                                      "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te): "
+                                                      "the logits gradient is written into the bf16 logits, 2 "
+                                                      "bytes per logit held instead of 6; Megatron engine only.")
+    expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
+                                                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
+                                                         "fragmentation allowance is added.")
 
     @model_validator(mode="before")
     @classmethod

@@ -15,7 +15,7 @@ from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import Evaluation, estimate_from, evaluate
 from autoplan.costmodel.layout import Layouts
 from autoplan.results import Plan
-from autoplan.solvers.space import Problem
+from autoplan.solvers.space import Problem, stamp_fixed
 
 __all__ = ["Problem", "SolveResult", "solve", "SOLVERS", "register", "price", "plans_from"]
 
@@ -82,7 +82,7 @@ def plans_from(problem: Problem, lay: Layouts, idx, notes_for=None, profile=None
                             headroom=problem.mem_headroom, notes=notes_for(i) if notes_for else None,
                             profile=profile)
         plans.append(Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload,
-                          strategy=sub.strategy(0), estimate=est))
+                          strategy=stamp_fixed(problem, sub.strategy(0)), estimate=est))
     return plans
 
 

@@ -246,9 +246,11 @@ def zero_choices(problem: Problem, pp: int) -> List[int]:
 
 def fp8_choices(problem: Problem) -> List[bool]:
     vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
-    allowed = _choices(problem, "fp8", ["none", "hybrid"])
-    if "fp8" in problem.fixed:
-        return [v != "none" for v in allowed if v == "none" or _has_fp8(problem)]
+    allowed = _choices(problem, "fp8", ["none", "hybrid", "e4m3"])
+    if "fp8_recipe" in problem.fixed:
+        allowed = [v for v in allowed if v != "none"]  # a fixed FP8 recipe needs FP8 GEMMs on every plan
+    if "fp8" in problem.fixed or "fp8_recipe" in problem.fixed:
+        return sorted({v != "none" for v in allowed if v == "none" or _has_fp8(problem)})
     return [v for v in vals if ("hybrid" if v else "none") in allowed]
 
 
@@ -351,10 +353,13 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool), fp8_param=np.zeros(n, bool),
         cpu_offload_layers=np.zeros(n, np.int64), moe_flex=np.zeros(n, bool),
         vocab_tp=np.full(n, problem.engine != "deepspeed"),
-        fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"))
+        fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"),
+        te_cross_entropy=np.full(n, problem.engine != "deepspeed"), expandable_segments=np.ones(n, bool))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
-    lay = _apply_switches(problem, lay)
+    lay, keep = _apply_switches(problem, lay)
+    if not keep.all():
+        lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if problem.engine == "deepspeed" and n:
         # What the DeepSpeed emitter writes: the one rule list of integrations/engines.py (deepspeed_unsupported).
         from autoplan.integrations.engines import deepspeed_blocked
@@ -370,26 +375,65 @@ def _delayed_fp8(problem: Problem) -> bool:
     return effective_fp8_recipe(recipe, problem.cluster.gpu.id) == "delayed"
 
 
-# Switches the search does not vary; `--fix` sets them on every candidate (where they apply).
-SWITCHES = {"grad_reduce_bf16": "grad_bf16", "fp8_param": "fp8_param", "moe_flex_dispatcher": "moe_flex"}
+# Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
+# carry the value (the rule of autoplan/validate.py named beside it) are left out, so no plan silently lacks a
+# setting the user fixed. key -> (Layouts column, rows that may carry value v).
+SWITCHES = {
+    "grad_reduce_bf16": ("grad_bf16", lambda p, lay, v: np.ones(len(lay), bool)),
+    # --fp8-param-gather needs fp8 and the distributed optimizer (validate._optimizer).
+    "fp8_param": ("fp8_param", lambda p, lay, v: ~np.asarray(v, bool) | (lay.fp8 & (lay.zero >= 1))),
+    # The flex dispatcher needs expert parallelism (validate.py).
+    "moe_flex_dispatcher": ("moe_flex", lambda p, lay, v: ~np.asarray(v, bool) | (lay.ep > 1)),
+    # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute (validate.py).
+    "moe_a2a_overlap": ("moe_a2a_overlap", lambda p, lay, v: ~np.asarray(v, bool) | (
+        p.model.is_moe & (lay.ep > 1) & ~((lay.pp > 1) & (lay.vpp == 1)) & (lay.recompute != 2))),
+    # CPU activation offload: pp = 1 and fewer layers than the model has (validate._optimizer).
+    "cpu_offload_layers": ("cpu_offload_layers", lambda p, lay, v: (np.asarray(v) == 0) | (
+        (lay.pp == 1) & (np.asarray(v) < p.model.num_layers))),
+    "overlap_grad_reduce": ("overlap_grad_reduce", lambda p, lay, v: np.ones(len(lay), bool)),
+    # overlap_param_gather needs the distributed optimizer (validate._optimizer).
+    "overlap_param_gather": ("overlap_param_gather", lambda p, lay, v: ~np.asarray(v, bool) | (lay.zero >= 1)),
+    # TP communication overlap needs sequence parallelism (validate.py).
+    "tp_comm_overlap": ("tp_comm_overlap", lambda p, lay, v: ~np.asarray(v, bool) | lay.sp),
+    # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te).
+    "te_cross_entropy": ("te_cross_entropy", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed),
+    "expandable_segments": ("expandable_segments", lambda p, lay, v: np.ones(len(lay), bool)),
+}
+# Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
+LABELS = ("fp8", "fp8_recipe")
 
 
-def _apply_switches(problem: Problem, lay: Layouts) -> Layouts:
-    cols = {}
-    for key, col in SWITCHES.items():
-        if key in problem.fixed:
-            want = problem.fixed[key]
-            want = want[0] if isinstance(want, (list, tuple)) else want
-            value = np.full(len(lay), bool(want))
-            if key == "fp8_param":
-                value &= lay.fp8  # FP8 primary weights only where the GEMMs run in FP8
-            if key == "moe_flex_dispatcher":
-                value &= lay.ep > 1  # the flex dispatcher needs expert parallelism (autoplan/validate.py)
-            cols[col] = value
-    return Layouts(**{**lay.__dict__, **cols}) if cols else lay
+def _fixed_value(problem: Problem, key: str):
+    want = problem.fixed[key]
+    return want[0] if isinstance(want, (list, tuple)) else want
+
+
+def _apply_switches(problem: Problem, lay: Layouts):
+    """(candidates with the fixed switches set, rows that can carry them)."""
+    cols, keep = {}, np.ones(len(lay), bool)
+    for key, (col, allowed) in SWITCHES.items():
+        if key not in problem.fixed:
+            continue
+        want = _fixed_value(problem, key)
+        dtype = getattr(lay, col).dtype
+        cols[col] = np.full(len(lay), want, dtype=dtype)
+        keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))
+    if "overlap_param_gather" in problem.fixed and _fixed_value(problem, "overlap_param_gather"):
+        keep &= cols.get("overlap_grad_reduce", lay.overlap_grad_reduce)  # validate._optimizer
+    return (Layouts(**{**lay.__dict__, **cols}) if cols else lay), keep
+
+
+def stamp_fixed(problem: Problem, strategy: Strategy) -> Strategy:
+    """`strategy` with the label keys the user fixed (fp8 format, FP8 recipe) on its FP8 GEMMs."""
+    update = {}
+    if strategy.uses_fp8 and "fp8" in problem.fixed and _fixed_value(problem, "fp8") != "none":
+        update["fp8"] = _fixed_value(problem, "fp8")
+    if strategy.uses_fp8 and "fp8_recipe" in problem.fixed and strategy.fp8_recipe is None:
+        update["fp8_recipe"] = _fixed_value(problem, "fp8_recipe")
+    return strategy.model_copy(update=update) if update else strategy
 
 
 def legal_strategies(problem: Problem) -> List[Strategy]:
     """Every legal strategy of a (small) space, as Strategy objects."""
     grid = enumerate_grid(problem)
-    return [grid.layouts.strategy(i) for i in range(len(grid.layouts))]
+    return [stamp_fixed(problem, grid.layouts.strategy(i)) for i in range(len(grid.layouts))]

@@ -51,8 +51,8 @@ def plan_cmd(
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
-    fixed = parse_constraints(fix or [], "--fix")
-    excluded = parse_constraints(exclude or [], "--exclude")
+    fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
+                                         parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
                       engine=engine, mem_headroom=mem_headroom)
@@ -65,6 +65,7 @@ def plan_cmd(
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
         result = _run(problem, solver, top, seed, prof, quiet=as_json)
+    _check_labels(problem, result)
     base_plan = _baseline(problem, baseline, baseline_from_megatron, prof)
     if not result.plans:
         _no_plan(result, problem, as_json)
@@ -81,6 +82,85 @@ def plan_cmd(
         print_json(payload)
         return
     _print(result, problem, base_plan, explain, objective)
+
+
+def search_constraints(fixed: dict, excluded: dict):
+    """(fixed, excluded) as the search honours them. A switch the search does not vary (solvers/space.py SWITCHES)
+    takes one value on every plan, so excluding a boolean one fixes the other value; keys the search cannot honour
+    are refused with the reason."""
+    from autoplan.errors import InputError
+    from autoplan.solvers.space import LABELS, SWITCHES
+
+    for key, values in fixed.items():
+        if key == "dp":
+            raise InputError(f"--fix dp={values[0]}: dp is derived as GPUs / (tp*pp*cp), not searched; "
+                             f"fix tp, pp and cp instead (e.g. --fix tp=2 --fix pp=1 --fix cp=1)")
+        if (key in SWITCHES or key in LABELS[1:]) and len(set(map(str, values))) > 1:
+            raise InputError(f"--fix {key}={'|'.join(map(str, values))}: the search does not vary {key}; "
+                             f"give one value")
+    fixed = dict(fixed)
+    for key, values in excluded.items():
+        if key == "dp":
+            raise InputError("--exclude dp: dp is derived as GPUs / (tp*pp*cp); exclude tp, pp or cp values instead")
+        if key in SWITCHES and all(isinstance(v, bool) for v in values):
+            keep = [v for v in (True, False) if v not in values]
+            if not keep:
+                raise InputError(f"--exclude {key}: excludes both true and false; drop one")
+            if key in fixed and fixed[key][0] not in keep:
+                raise InputError(f"--fix {key}={fixed[key][0]} contradicts --exclude {key}={fixed[key][0]}")
+            fixed[key] = keep
+        elif key in SWITCHES or key in LABELS[1:]:
+            raise InputError(f"--exclude {key}: the search does not vary {key} (one value on every plan); "
+                             f"use --fix {key}=VALUE")
+    return fixed, {k: v for k, v in excluded.items() if k not in SWITCHES}
+
+
+def _check_labels(problem, result) -> None:
+    """The FP8 format and recipe the user fixed are stamped on plans the cost model priced alike; a plan they make
+    illegal (e.g. fp8_recipe=mxfp8 before Blackwell) is refused with validate's rule."""
+    from autoplan.errors import InputError
+    from autoplan.solvers.space import LABELS
+    from autoplan.validate import validate
+
+    given = [k for k in LABELS if k in problem.fixed]
+    if not given or not result.plans:
+        return
+    try:
+        validate(problem.model, problem.cluster, problem.workload, result.plans[0].strategy)
+    except InputError as e:
+        fixed = ", ".join(f"--fix {k}={problem.fixed[k][0]}" for k in given)
+        raise InputError(f"{fixed}: {e}") from None
+
+
+def why_nothing_is_legal(problem) -> Optional[str]:
+    """The rule that empties the space: for each fixed key whose removal leaves legal candidates, the first such
+    candidate carrying the fixed value, validated (autoplan/validate.py names the rule); None when no single fixed
+    key is to blame."""
+    from dataclasses import replace as dc_replace
+
+    from autoplan.errors import InputError
+    from autoplan.solvers.space import enumerate_grid
+    from autoplan.validate import validate
+
+    for key, values in problem.fixed.items():
+        relaxed = dc_replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != key})
+        grid = enumerate_grid(relaxed)
+        if not len(grid.layouts):
+            continue
+        value = values[0] if isinstance(values, (list, tuple)) else values
+        base = grid.layouts.strategy(0).model_dump(exclude={"dp"})
+        if key == "recompute":
+            base.pop("recompute_method", None), base.pop("recompute_layers", None), base.pop("recompute_modules", None)
+        try:
+            candidate = type(grid.layouts.strategy(0))(**{**base, key: value})
+            validate(problem.model, problem.cluster, problem.workload, candidate)
+        except InputError as e:
+            return f"--fix {key}={value}: {e}"
+        except ValueError as e:
+            return f"--fix {key}={value}: {str(e).splitlines()[-1].strip()}"
+        return (f"--fix {key}={value}: no legal candidate of this layout space can carry it "
+                f"(with {problem.engine}); relax --fix {key}")
+    return None
 
 
 def _run(problem, solver, top, seed, prof, quiet):
@@ -181,6 +261,12 @@ def _no_plan(result, problem, as_json):
     need = result.smallest_peak_gib
     cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
     n = problem.cluster.num_gpus
+    if result.space_size == 0 and problem.fixed:
+        reason = why_nothing_is_legal(problem)
+        if reason:
+            from autoplan.errors import InputError
+
+            raise InputError(reason)
     if result.space_size == 0:
         msg = (f"no legal strategy for {problem.model.name} on {n} x {problem.cluster.gpu.id} with seq "
                f"{problem.workload.seq_len}, gbs {problem.workload.global_batch_size}"

@@ -47,6 +47,8 @@ class Layouts:
     vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
     fused_permute: np.ndarray  # bool: TE fused MoE permute/unpermute (Megatron --moe-permute-fusion); False: DeepSpeed
     deepspeed: np.ndarray  # bool: DeepSpeed ZeRO's communication schedule and buffers (False: Megatron's)
+    te_cross_entropy: np.ndarray  # bool: TransformerEngine fused cross entropy (gradient written into the logits)
+    expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (no fragmentation allowance)
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -74,7 +76,8 @@ class Layouts:
             tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
             moe_a2a_overlap=bool(self.moe_a2a_overlap[i]), grad_reduce_bf16=bool(self.grad_bf16[i]),
             fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
-            moe_flex_dispatcher=bool(self.moe_flex[i]),
+            moe_flex_dispatcher=bool(self.moe_flex[i]), te_cross_entropy=bool(self.te_cross_entropy[i]),
+            expandable_segments=bool(self.expandable_segments[i]),
         )
 
 
@@ -116,4 +119,6 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         vocab_tp=col(lambda s: engine != "deepspeed", bool),
         fused_permute=col(lambda s: engine != "deepspeed", bool),
         deepspeed=col(lambda s: engine == "deepspeed", bool),
+        te_cross_entropy=col(lambda s: s.te_cross_entropy, bool),
+        expandable_segments=col(lambda s: s.expandable_segments, bool),
     )
