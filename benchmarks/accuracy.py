@@ -72,8 +72,7 @@ def predict(runs: Sequence[PublishedRun], cal: Calibration = DEFAULT) -> List[Ro
     out = []
     for r in runs:
         e = estimate(r.model, r.cluster, r.strategy, r.workload, cal=cal)
-        peak = e.peak_mem_gib - r.memory_credit_gib  # expandable segments / TE cross entropy (published.py)
-        out.append(RowResult(r, e.tokens_per_s_per_gpu, peak, e.capacity_gib, peak <= e.capacity_gib))
+        out.append(RowResult(r, e.tokens_per_s_per_gpu, e.peak_mem_gib, e.capacity_gib, e.fits))
     return out
 
 

@@ -97,7 +97,6 @@ class PublishedRun:
     arch: str  # dense | moe
     dims_from_catalogue: Tuple[str, ...] = field(default_factory=tuple)  # fields not in the row
     facts: Optional[RecipeFacts] = None  # Megatron-Bridge recipe settings (None for the NeMo rows)
-    memory_credit_gib: float = 0.0  # memory the run saved in ways autoplan cannot express (see memory_credit)
     escalated: bool = False  # the recipe's recompute was predicted not to fit; a heavier one is used
 
     @property
@@ -237,6 +236,8 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         fp8_param=bool(facts and facts.fp8_param and fp8 != "none"),
         cpu_offload_layers=facts.cpu_offload_layers if facts and pp == 1 else 0,
         moe_flex_dispatcher=bool(facts and facts.moe_flex_dispatcher and model.is_moe and _int(row["ep"], 1) > 1),
+        te_cross_entropy=bool(facts and facts.te_cross_entropy),
+        expandable_segments=bool(facts and facts.expandable_segments),
     )
 
 
@@ -266,31 +267,6 @@ def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wor
     return candidate, est
 
 
-def memory_credit(est: Estimate, s: Strategy, model: ModelSpec, facts: Optional[RecipeFacts]) -> float:
-    """GiB a Megatron-Bridge run did not hold on the GPU in ways autoplan's Strategy cannot express.
-
-    - Expandable segments: the caching allocator maps pages on demand, so autoplan's fragmentation allowance
-      is not needed.
-    - TransformerEngine fused cross entropy (Bridge `cross_entropy_fusion_impl = "te"`): the gradient is written
-      in place into the bf16 logits (transformer_engine/pytorch/cross_entropy.py), so of autoplan's bf16 logits
-      + fp32 softmax + bf16 gradient (8 bytes per logit) only the 2-byte logits are held.
-    FP8 primary weights and CPU activation offload are Strategy switches (`fp8_param`, `cpu_offload_layers`),
-    set from the recipe facts in `base_strategy` and priced by the cost model itself.
-    """
-    if facts is None:
-        return 0.0
-    credit = 0.0
-    if facts.expandable_segments:
-        credit += est.memory_breakdown["fragmentation"]
-    if facts.te_cross_entropy:
-        credit += est.memory_breakdown["logits"] * (1.0 - M.BF16 / LOGITS_BYTES)
-    return credit
-
-
-def fits_with_credit(est: Estimate, credit_gib: float) -> bool:
-    return est.peak_mem_gib - credit_gib <= est.capacity_gib
-
-
 def escalation(model: ModelSpec, s: Strategy, start: str, layers: Optional[int], modules: str):
     """(recompute, layers, modules) settings from the recipe's (or none) to full uniform, in increasing recompute:
     the start, selective with the start's modules plus the norms, plus the whole MLP / MoE blocks, full
@@ -318,22 +294,19 @@ def full_recompute_steps(model: ModelSpec, s: Strategy):
 
 
 def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload, facts, policy: str,
-                     cal: Calibration = DEFAULT) -> Tuple[Strategy, float, bool]:
-    """(strategy with recompute, memory credit GiB, escalated). Policy "recipe" starts from the recipe's
+                     cal: Calibration = DEFAULT) -> Tuple[Strategy, bool]:
+    """(strategy with recompute, escalated). Policy "recipe" starts from the recipe's
     recompute (NeMo rows: from none) and moves along `escalation` only while the run is predicted not to fit;
     "least" starts from none; "none" never recomputes."""
     if policy == "none":
-        s = with_recompute(s, "none")
-        return s, memory_credit(estimate(model, cluster, s, wl, cal=cal), s, model, facts), False
+        return with_recompute(s, "none"), False
     recipe = policy == "recipe" and facts is not None
     start = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if recipe else ("none", None, "")
     for k, (name, layers, modules) in enumerate(escalation(model, s, *start)):
         candidate = with_recompute(s, name, layers, modules)
-        est = estimate(model, cluster, candidate, wl, cal=cal)
-        credit = memory_credit(est, candidate, model, facts)
-        if fits_with_credit(est, credit):
+        if estimate(model, cluster, candidate, wl, cal=cal).fits:
             break
-    return candidate, credit, recipe and k > 0
+    return candidate, recipe and k > 0
 
 
 def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
@@ -377,11 +350,10 @@ def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "re
     if facts is not None and facts.no_dropout:
         model = model.model_copy(update={"hidden_dropout": 0.0})  # the recipe's model provider sets p = 0
     base = base_strategy(row, model, gpu, facts)
-    strategy, credit, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
+    strategy, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
     return PublishedRun(
         id=row["id"], model=model, cluster=cluster, strategy=strategy, workload=wl,
         measured_tokens_per_gpu=measured_tokens_per_gpu(row, model), metric=row["measured_metric_name"],
         model_name=row["model"], gpu=gpu, precision="bf16" if row["precision"] == "bf16" else "fp8",
-        arch=row["arch"], dims_from_catalogue=missing, facts=facts, memory_credit_gib=credit,
-        escalated=escalated,
+        arch=row["arch"], dims_from_catalogue=missing, facts=facts, escalated=escalated,
     )

@@ -81,7 +81,8 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed
 # What DeepSpeed runs whatever its config says: no context parallelism, no interleaving, no Megatron sequence
-# parallelism, no TransformerEngine FP8, experts replicated (integrations/engines.py _DEEPSPEED_RULES).
+# parallelism, no TransformerEngine FP8 (integrations/engines.py _DEEPSPEED_RULES); experts replicated unless the
+# config turns AutoEP on (`expert_parallel`).
 DEEPSPEED_FIXED = {"cp": 1, "vpp": 1, "sp": False, "fp8": "none", "ep": 1, "etp": 1}
 
 
@@ -152,6 +153,19 @@ def _offload_notes(zero: Dict[str, Any]) -> List[str]:
     return notes
 
 
+def _autoep(config: Dict[str, Any], model: ModelSpec, notes: List[str]) -> Dict[str, int]:
+    """ep and etp of DeepSpeed AutoEP (`expert_parallel`: enabled, autoep_size, expert_tensor_parallel_size;
+    deepspeed module_inject/auto_ep_config.py parse_autoep_config), when it is on."""
+    section = config.get("expert_parallel", {}) or {}
+    if not section.get("enabled", False):
+        return {}
+    if not model.is_moe:
+        notes.append("expert_parallel is enabled but the model is dense: nothing to shard, ep=1")
+        return {}
+    return {"ep": _ds_int(section, "autoep_size", "expert_parallel.") or 1,
+            "etp": _ds_int(section, "expert_tensor_parallel_size", "expert_parallel.") or 1}
+
+
 def _ds_recompute(config: Dict[str, Any], pipeline: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
     interval = _ds_int(pipeline, "activation_checkpoint_interval", "pipeline.") or 0
     if interval:
@@ -177,7 +191,9 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     if num_gpus % (tp * pp):
         raise InputError(f"{num_gpus} GPUs are not divisible by autotp_size*stages = {tp}*{pp}")
     micro, train = _ds_batch(config, num_gpus // (tp * pp), mbs, gbs)
-    strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "zero": min(stage, 3), **DEEPSPEED_FIXED}
+    notes: List[str] = []
+    strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "zero": min(stage, 3), **DEEPSPEED_FIXED,
+                                **_autoep(config, model, notes)}
     if micro is not None:
         strategy["mbs"] = micro
     # runtime/zero/config.py overlap_comm_valid: absent means on for stage 3 only.
@@ -186,7 +202,7 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
         strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"]
     if (config.get("data_types", {}) or {}).get("grad_accum_dtype") == "bf16":
         strategy["grad_reduce_bf16"] = True
-    notes = _offload_notes(zero)
+    notes += _offload_notes(zero)
     strategy.update(_ds_recompute(config, pipeline, notes))
     workload = Workload(seq_len=seq_len, global_batch_size=train) if seq_len else None
     return ImportedConfig(model=model, strategy=strategy, workload=workload, global_batch_size=train,

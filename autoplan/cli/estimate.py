@@ -34,6 +34,7 @@ def estimate_cmd(
     from autoplan.errors import InputError
 
     given, notes = read_strategy(strategy), []
+    user_keys, imported_keys = set(given), set()
     if mbs is not None:
         given.setdefault("mbs", mbs)
     if from_deepspeed:
@@ -42,6 +43,7 @@ def estimate_cmd(
         m, c, wl, imported, read_notes = _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq,
                                                    gbs, given.get("mbs"))
         notes += read_notes + _overridden(imported, given)
+        user_keys, imported_keys = set(given), set(imported)
         given = {**imported, **given}
     else:
         if model is None:
@@ -50,7 +52,7 @@ def estimate_cmd(
             raise InputError("--gpus is required (the number of GPUs in the job, e.g. --gpus 64)")
         m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     if engine == "deepspeed":
-        _check_deepspeed_runs(m, given)
+        _check_deepspeed_runs(m, given, user_keys, imported_keys)
     prof = _load_profile(profile, c, m)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
     if (from_megatron or from_deepspeed) and not chosen:
@@ -80,15 +82,26 @@ def _overridden(imported: dict, given: dict) -> List[str]:
     return [f"--strategy overrides the imported config: {', '.join(changed)}"] if changed else []
 
 
-def _check_deepspeed_runs(model, given: dict) -> None:
-    """A key DeepSpeed cannot run (e.g. ep=8 given with a ds_config) is an error naming the DeepSpeed rule."""
+def _check_deepspeed_runs(model, given: dict, user_keys: set, imported_keys: set) -> None:
+    """Keys DeepSpeed cannot run are an error naming the rule. A ds_config is priced as written (AutoEP included);
+    the search that chooses the keys it lacks runs only what autoplan's DeepSpeed launcher runs, so a config with
+    AutoEP must state everything."""
     from autoplan.complete import default_completion
     from autoplan.errors import InputError
     from autoplan.integrations.engines import deepspeed_unsupported
+    from autoplan.strategy import CONTRACT_KEYS
 
+    if given.get("ep", 1) > 1 and "ep" not in user_keys and "ep" in imported_keys:
+        lacking = [k for k in CONTRACT_KEYS if k not in given]
+        if lacking:
+            raise InputError(f"the ds_config turns AutoEP on (ep={given['ep']}), which the DeepSpeed search does not "
+                             f"run, so it cannot choose what the config lacks; give {', '.join(lacking)} with "
+                             f"--strategy (e.g. --strategy {','.join(f'{k}=...' for k in lacking)})")
+        return
     reason = deepspeed_unsupported(default_completion(given), model)
     if reason:
-        raise InputError(reason)
+        raise InputError(f"{reason} (with --from-deepspeed the engine is DeepSpeed"
+                         f"{'; AutoEP needs expert_parallel in the ds_config' if 'expert' in reason else ''})")
 
 
 def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gbs, mbs):
