@@ -6,6 +6,9 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+HYBRID_SYMBOLS = "M*-E"
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are counts (not bytes); all are per model, not per rank."""
 
@@ -68,8 +71,39 @@ class ModelSpec(BaseModel):
         "gpt-oss clamped GLU: gate and linear clamped to this value, linear offset by 1 (HF swiglu_limit; Megatron "
         "--quick-geglu --glu-linear-offset 1.0 --activation-func-clamp-value); 0 = plain SwiGLU/GELU."))
 
+    # Hybrid Mamba / attention models (Megatron MambaModel, Nemotron-H / Nemotron-3): one symbol per layer as in
+    # Megatron's --hybrid-override-pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols): 'M' a
+    # Mamba-2 mixer, '*' self-attention, '-' a dense MLP, 'E' an MoE block. Each symbol is one residual layer
+    # with its own pre-norm, so num_layers = len(pattern).
+    hybrid_layer_pattern: str = Field("", description=(
+        "Megatron --hybrid-override-pattern, one of M * - E per layer; empty = a standard decoder where every "
+        "layer is attention + MLP/MoE."))
+    mamba_num_heads: int = Field(0, ge=0, description="Mamba-2 heads per mixer (Megatron --mamba-num-heads).")
+    mamba_head_dim: int = Field(64, gt=0, description="Mamba-2 head dim P (--mamba-head-dim); d_inner = heads x P.")
+    mamba_state_dim: int = Field(128, gt=0, description="Mamba-2 SSM state size N (--mamba-state-dim).")
+    mamba_num_groups: int = Field(8, gt=0, description="Mamba-2 B/C groups G (--mamba-num-groups).")
+    mamba_conv_kernel: int = Field(4, gt=0, description="Depthwise causal conv width (Megatron MambaMixer d_conv).")
+    moe_latent_size: int = Field(0, ge=0, description=(
+        "Latent MoE (Megatron --moe-latent-size): routed experts run on this width, with one h->latent and one "
+        "latent->h projection per token; 0 = experts run on hidden_size."))
+
+    # Multi-token prediction (Megatron --mtp-num-layers; DeepSeek-V3 report sec. 2.2): each depth embeds the
+    # next tokens, projects [h; emb] (2h -> h), runs its own layers and the shared LM head and loss.
+    mtp_num_layers: int = Field(0, ge=0, description="Multi-token-prediction depths (Megatron --mtp-num-layers).")
+    mtp_layer_pattern: str = Field("", description=(
+        "Layers of one MTP depth in hybrid symbols (Megatron --mtp-hybrid-override-pattern, e.g. '*E'); "
+        "hybrid models only."))
+    mtp_shared_weights: bool = Field(False, description=(
+        "All MTP depths reuse one set of layer weights (Megatron mtp_use_repeated_layer)."))
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
+        if self.hybrid_layer_pattern:
+            self._check_hybrid()
+        if self.mtp_num_layers and not (self.is_hybrid and self.mtp_layer_pattern):
+            raise ValueError("mtp_num_layers > 0 is modelled for hybrid models with an mtp_layer_pattern only")
+        if set(self.mtp_layer_pattern) - set(HYBRID_SYMBOLS):
+            raise ValueError(f"mtp_layer_pattern={self.mtp_layer_pattern!r} may use only M, *, -, E")
         if self.num_experts:
             if not (0 < self.moe_router_topk <= self.num_experts):
                 raise ValueError(f"moe_router_topk={self.moe_router_topk} must be in 1..num_experts={self.num_experts}")
@@ -81,12 +115,48 @@ class ModelSpec(BaseModel):
             raise ValueError("num_sliding_window_layers cannot exceed num_layers")
         return self
 
+    def _check_hybrid(self) -> None:
+        pattern = self.hybrid_layer_pattern
+        bad = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+        if bad:
+            raise ValueError(f"hybrid_layer_pattern has symbols {bad}; use only M (Mamba), * (attention), "
+                             "- (MLP), E (MoE)")
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"num_layers={self.num_layers} must equal len(hybrid_layer_pattern)={len(pattern)}")
+        if "M" in pattern and self.mamba_num_heads <= 0:
+            raise ValueError("a hybrid_layer_pattern with Mamba layers (M) needs mamba_num_heads > 0")
+        if ("E" in pattern) != self.is_moe:
+            raise ValueError("hybrid_layer_pattern has MoE layers (E) exactly when num_experts > 0; "
+                             f"got num_experts={self.num_experts}")
+        if self.num_sliding_window_layers or self.multi_latent_attention:
+            raise ValueError("hybrid models with sliding-window or MLA attention are not supported")
+        if self.mamba_num_heads % self.mamba_num_groups:
+            raise ValueError(f"mamba_num_groups={self.mamba_num_groups} must divide "
+                             f"mamba_num_heads={self.mamba_num_heads}")
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_hybrid(self) -> bool:
+        """A Mamba / attention hybrid described by `hybrid_layer_pattern`."""
+        return bool(self.hybrid_layer_pattern)
+
+    def layer_count(self, symbol: str) -> int:
+        """Layers of one hybrid symbol (M, *, -, E); 0 for a standard decoder."""
+        return self.hybrid_layer_pattern.count(symbol)
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """Mamba-2 inner width, heads x head dim (megatron/core/ssm/mamba_mixer.py d_inner)."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
     def is_moe_layer(self, index: int) -> bool:
-        """Whether decoder layer `index` (0-based) is an MoE layer (DeepSeek's first_k_dense_replace rule)."""
+        """Whether decoder layer `index` (0-based) is an MoE layer (DeepSeek's first_k_dense_replace rule; the
+        pattern's 'E' for a hybrid)."""
+        if self.is_hybrid:
+            return self.hybrid_layer_pattern[index] == "E"
         if not self.is_moe or index < self.first_k_dense_layers:
             return False
         return (index - self.first_k_dense_layers) % self.moe_layer_freq == 0

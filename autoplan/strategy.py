@@ -14,7 +14,7 @@ from autoplan.errors import InputError, did_you_mean
 
 Recompute = Literal["none", "selective", "full"]
 Fp8 = Literal["none", "hybrid", "e4m3"]
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # nvfp4: FP4 GEMMs (--fp4-format)
 
 # Keys that are part of the command-line contract, and the extras that plan output may carry.
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")

@@ -351,8 +351,8 @@ def _fp8(c: Case) -> Optional[str]:
         return None
     if not gpu.has_dtype("fp8"):
         return f"fp8={s.fp8} needs a GPU with FP8 tensor cores; {gpu.id} has none, use fp8=none"
-    if s.fp8_recipe == "mxfp8" and not is_blackwell(gpu.id):
-        return (f"fp8_recipe=mxfp8 needs a Blackwell GPU ({', '.join(BLACKWELL_GPU_IDS)}); "
+    if s.fp8_recipe in ("mxfp8", "nvfp4") and not is_blackwell(gpu.id):
+        return (f"fp8_recipe={s.fp8_recipe} needs a Blackwell GPU ({', '.join(BLACKWELL_GPU_IDS)}); "
                 f"on {gpu.id} use fp8_recipe=delayed, tensorwise or blockwise")
     for name, dim in fp8_gemm_dims(c.model, s):
         if dim % FP8_GEMM_MULTIPLE:

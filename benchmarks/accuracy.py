@@ -225,7 +225,7 @@ def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
 
 
 FIT_NAMES = ("gemm_scale", "gemm_half_dim", "attention_eff_fwd", "grouped_gemm_eff", "grouped_gemm_half_tokens",
-             "kernel_overhead_s", "tp_overlap_hidden", "a2a_overlap_hidden")
+             "kernel_overhead_s", "tp_overlap_hidden", "a2a_overlap_hidden", "fp4_overhead")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -37,6 +37,7 @@ PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
     ("kernel_overhead_s", 0.0, 3e-5),
     ("tp_overlap_hidden", 0.0, 0.95),
     ("a2a_overlap_hidden", 0.0, 0.95),
+    ("fp4_overhead", 0.0, 0.75),
 )
 
 

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Tuple
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_cluster, load_gpu
+from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
@@ -52,6 +53,7 @@ from autoplan.workload import Workload
 from benchmarks.recipes import RELEASE_TAG, RecipeFacts, recipe_facts, release_of
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published_runs.csv"
+MODELS = Path(__file__).resolve().parent / "models"
 
 GPU_IDS = {"H100-SXM-80GB": "h100", "B200": "b200", "B300": "b300", "GB200": "gb200", "GB300": "gb300"}
 BLACKWELL = {"b200", "b300", "gb200", "gb300"}
@@ -64,6 +66,9 @@ CATALOGUE = {
     "LLAMA3_8B": "llama3-8b", "LLAMA3-8B": "llama3-8b", "LLAMA2-7B": "llama2-7b", "LLAMA2-13B": "llama2-13b",
     "GPT3-5B": "gpt3-5b", "GPT3-20B": "gpt3-20b", "GPT3-175B": "gpt3-175b",
     "Nemotron-8B": "nemotron3-8b", "Nemotron-22B": "nemotron3-22b", "Nemotron-340B": "nemotron-4-340b",
+    # Mamba / attention hybrids: model files kept with the benchmark (benchmarks/models, sources inside).
+    "Nemotron_3_Nano": str(MODELS / "nemotron-3-nano.yaml"), "Nemotron_3_Super": str(MODELS / "nemotron-3-super.yaml"),
+    "Nemotron_3_5_Lightning": str(MODELS / "nemotron-3.5-lightning.yaml"),
 }
 # CSV column -> ModelSpec field.
 DIM_COLUMNS = {
@@ -76,6 +81,7 @@ DIM_COLUMNS = {
 # `+training.model.optim.grad_sync_dtype=bf16`.
 NEMO_BF16_GRADS = "nemo2407_"
 GIB = 2**30
+LOGITS_BYTES = M.BF16 + M.FP32 + M.BF16  # per logit in autoplan/costmodel/memory.py logits_bytes
 
 
 @dataclass(frozen=True)
@@ -124,10 +130,6 @@ def stem(row_id: str) -> str:
 def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
     """Why a row is not used, or None. Order matters only for the reason printed."""
     notes, model = row["notes"], row["model"]
-    if row["precision"] == "nvfp4":
-        return "NVFP4 precision: the cost model has no FP4 GEMM path"
-    if model.startswith("Nemotron_3"):
-        return "Nemotron-3 is a Mamba/attention hybrid: Mamba layers are not modelled"
     if model.startswith("DeepSeekV4"):
         return "DeepSeek-V4 architecture not public in the row (dims blank)"
     if "task=SFT" in notes or "task=LoRA" in notes:
@@ -208,6 +210,8 @@ def fp8_setting(row: Dict[str, str], gpu: str) -> Tuple[str, Optional[str]]:
     precision, notes = row["precision"], row["notes"]
     if precision == "bf16":
         return "none", None
+    if precision == "nvfp4":  # Megatron-Bridge bf16_with_nvfp4_mixed: --fp4-format e2m1 --fp4-recipe nvfp4
+        return "hybrid", "nvfp4"
     if "MXFP8" in notes:
         return "hybrid", "mxfp8"
     if "FP8-CS" in notes:
@@ -231,7 +235,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
         tp_comm_overlap=tp > 1, moe_a2a_overlap=a2a and model.is_moe,
         grad_reduce_bf16=bool(facts.grad_reduce_bf16) if facts else row["id"].startswith(NEMO_BF16_GRADS),
-        fp8_param=bool(facts and facts.fp8_param and fp8 != "none"),
+        fp8_param=bool(facts and facts.fp8_param and fp8 != "none" and recipe != "nvfp4"),  # bf16 weights kept
         cpu_offload_layers=facts.cpu_offload_layers if facts and pp == 1 else 0,
         moe_flex_dispatcher=bool(facts and facts.moe_flex_dispatcher and model.is_moe and _int(row["ep"], 1) > 1),
         te_cross_entropy=bool(facts and facts.te_cross_entropy),

@@ -16,6 +16,8 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from benchmarks.naive import precision_of
+
 MIN_STRATEGIES = 3
 
 
@@ -74,7 +76,7 @@ def setups(runs: Sequence, predicted: Sequence[float]) -> List[Setup]:
     groups: Dict[Tuple, Dict[str, List[Tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for run, pred in zip(runs, predicted):
         source = "mb" if run.id.startswith("mb_") else "nemo"
-        key = (run.model_name, run.gpu, run.precision, run.workload.seq_len, source)
+        key = (run.model_name, run.gpu, precision_of(run), run.workload.seq_len, source)
         groups[key][strategy_key(run)].append((pred, run.measured_tokens_per_gpu))
     out = []
     for key, by_strategy in groups.items():

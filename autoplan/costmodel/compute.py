@@ -52,8 +52,10 @@ def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None
     mm, nn, kk = (np.asarray(x, dtype=float) for x in (mm, nn, kk))
     flops = 2.0 * mm * nn * kk
     use_fp8 = lay.fp8 if fp8 is None else fp8
+    use_fp4 = lay.fp4 & np.asarray(use_fp8, dtype=bool)  # NVFP4 runs the GEMMs an FP8 recipe would
     peak = np.where(use_fp8, hw.peak_flops_fp8 * hw.gemm_eff_fp8 * (1 - cal.fp8_overhead),
                     hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    peak = np.where(use_fp4, hw.peak_flops_fp4 * hw.gemm_eff_fp4 * (1 - cal.fp4_overhead), peak)
     harmonic = 3.0 / (1.0 / np.maximum(mm, 1) + 1.0 / np.maximum(nn, 1) + 1.0 / np.maximum(kk, 1))
     size_eff = harmonic / (harmonic + cal.gemm_half_dim)
     t_compute = flops / (peak * cal.gemm_scale * size_eff * eff_scale)
@@ -73,14 +75,17 @@ class LayerTime:
     attn_core: np.ndarray
     mlp_gemm: np.ndarray
     elementwise: np.ndarray
+    scan: np.ndarray = 0.0  # Mamba-2 SSD scan of hybrid models (autoplan/costmodel/mamba.py)
 
     @property
     def fwd(self):
-        return self.attn_gemm + self.attn_core + self.mlp_gemm + self.elementwise
+        return self.attn_gemm + self.attn_core + self.mlp_gemm + self.elementwise + self.scan
 
     def bwd(self, cal: Calibration):
-        # dgrad + wgrad: two GEMMs per forward GEMM; flash backward ~attention_bwd_ratio x forward.
-        return 2.0 * (self.attn_gemm + self.mlp_gemm + self.elementwise) + cal.attention_bwd_ratio * self.attn_core
+        # dgrad + wgrad: two GEMMs per forward GEMM; flash backward ~attention_bwd_ratio x forward; the SSD scan's
+        # backward kernels are tiled like flash attention's and take the same ratio (assumed).
+        return 2.0 * (self.attn_gemm + self.mlp_gemm + self.elementwise) + \
+            cal.attention_bwd_ratio * (self.attn_core + self.scan)
 
 
 def attention_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
@@ -136,29 +141,40 @@ def grouped_token_efficiency(per_expert_tokens, cal: Calibration):
 
 
 def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
-    """Grouped expert GEMMs (balanced routing: tokens*k/E per expert), router, shared experts."""
+    """Grouped expert GEMMs (balanced routing: tokens*k/E per expert), router, shared experts. A latent MoE
+    (Megatron --moe-latent-size) projects each token h -> latent before dispatch and back after the combine, and
+    its experts run on the latent width (HF modeling_nemotron_h.py NemotronHMoE.forward: gate on the hidden
+    state, fc1_latent_proj, experts, fc2_latent_proj)."""
     per_expert = sh.expert_tokens / np.maximum(sh.local_experts, 1)
     f = m.moe_ffn_hidden_size / lay.etp
     up = (2 if m.gated_mlp else 1) * f
+    width = m.moe_latent_size or m.hidden_size
     eff = cal.grouped_gemm_eff * grouped_token_efficiency(per_expert, cal)
-    one = gemm_time(per_expert, up, m.hidden_size, lay, hw, cal, eff_scale=eff) + \
-        gemm_time(per_expert, m.hidden_size, f, lay, hw, cal, eff_scale=eff)
+    one = gemm_time(per_expert, up, width, lay, hw, cal, eff_scale=eff) + \
+        gemm_time(per_expert, width, f, lay, hw, cal, eff_scale=eff)
     # One grouped kernel covers all local experts: scale compute, keep one launch floor per GEMM.
     experts = (one - 2 * cal.kernel_overhead_s) * sh.local_experts + 2 * cal.kernel_overhead_s
     router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal, fp8=np.zeros_like(lay.fp8))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
+    if m.moe_latent_size:
+        shared = shared + gemm_time(sh.tokens, m.moe_latent_size / lay.tp, m.hidden_size, lay, hw, cal) + \
+            gemm_time(sh.tokens, m.hidden_size, m.moe_latent_size / lay.tp, lay, hw, cal)
     return experts + router + shared
 
 
-def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
-    """Forward HBM traffic of norms, residual adds, rotary and activation functions for one layer, bytes."""
+def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attention: bool = True):
+    """Forward HBM traffic of norms, residual adds, rotary and activation functions for one layer, bytes.
+    `attention=False` leaves out the attention half (a hybrid model's MoE layer, autoplan/costmodel/mamba.py)."""
     h = m.hidden_size
     norms_and_residuals = (2 * 2 * h + 2 * 3 * h) * BF16 * sh.tokens_sp  # 2 norms (r+w), 2 adds (2r+w)
     qk_dim = (m.qk_pos_emb_head_dim if m.multi_latent_attention else m.kv_channels)
     rotary = 2 * (sh.heads + sh.groups) * qk_dim * BF16 * sh.tokens
+    if not attention:
+        norms_and_residuals, rotary = 0.0 * sh.tokens, 0.0
     if moe:
+        h = m.moe_latent_size or h  # routed copies of a latent MoE are latent wide
         f = m.moe_ffn_hidden_size / lay.etp
         act = (3 if m.gated_mlp else 2) * f * BF16 * sh.expert_tokens
         # Permute + unpermute. TE's fused kernels (transformer_engine/pytorch/permutation.py moe_permute /
@@ -177,6 +193,10 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration, moe: bool,
                window: int = 0) -> LayerTime:
+    if m.is_hybrid:
+        from autoplan.costmodel.mamba import hybrid_layer_time  # mamba.py builds on this module
+
+        return hybrid_layer_time(m, sh, lay, seq_len, hw, cal, moe)
     attn = attention_gemm_time(m, sh, lay, hw, cal)
     core = attention_core_time(m, sh, lay, seq_len, hw, cal, window)
     if moe:
@@ -189,11 +209,16 @@ def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware
 
 
 def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
-    """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward."""
+    """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward; plus the
+    MTP depths (autoplan/costmodel/mtp.py), whose backward the caller takes as twice the forward like the head's."""
     no_fp8 = np.zeros_like(lay.fp8)
     vocab = m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
     gemm = gemm_time(sh.tokens, vocab, m.hidden_size, lay, hw, cal, fp8=no_fp8)
     xent = elementwise_time(3 * 4 * sh.tokens * vocab, hw, cal, 6)
+    if m.mtp_num_layers:  # multi-token-prediction depths run on the last stage, each with the head again
+        from autoplan.costmodel.mtp import mtp_forward_time  # mtp.py builds on this module
+
+        return gemm + xent + mtp_forward_time(m, sh, lay, hw, cal, gemm + xent)
     return gemm + xent
 
 

@@ -18,6 +18,7 @@ from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
 from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.mtp import mtp_activation_bytes, mtp_params
 from autoplan.costmodel.params import embedding_params, head_params, layer_params
 from autoplan.costmodel.stages import stage_layers
 from autoplan.model import ModelSpec
@@ -130,7 +131,8 @@ def _tp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration)
     act_bytes = C.BF16 * sh.tokens * m.hidden_size  # a full [s/cp, b, h] activation
     ar = collective_time("all_reduce", act_bytes, lay.tp, _spans(1, lay.tp, hw), hw)
     moe_blocks = 1.0 + (1.0 if m.shared_expert_ffn_hidden_size else 0.0) * (lay.tp > 1)
-    total = 2 * ar * (2 * n_dense + moe_blocks * n_moe)
+    blocks = 1 if m.is_hybrid else 2  # a hybrid layer is one TP region (Mamba, attention or MLP), not two
+    total = 2 * ar * (blocks * n_dense + moe_blocks * n_moe)
     etp_ag = collective_time("all_reduce", sh.expert_tokens / np.maximum(lay.etp, 1) * C.BF16 * m.hidden_size,
                              lay.etp, _spans(1, lay.etp, hw), hw)
     total = total + 2 * etp_ag * n_moe * (lay.etp > 1)
@@ -158,10 +160,11 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
     routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
     topk = max(m.moe_router_topk, 1)
-    a2a = collective_time("all_to_all", C.BF16 * routed_in * topk * m.hidden_size, lay.ep,
+    width = m.moe_latent_size or m.hidden_size  # a latent MoE dispatches latent-wide tokens (compute.moe_gemm_time)
+    a2a = collective_time("all_to_all", C.BF16 * routed_in * topk * width, lay.ep,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
-    flex = flex_all_to_all_time(C.BF16 * routed_in * m.hidden_size, topk, lay.ep, in_domain, hw)
+    flex = flex_all_to_all_time(C.BF16 * routed_in * width, topk, lay.ep, in_domain, hw)
     return np.where(lay.moe_flex, flex, a2a)
 
 
@@ -243,7 +246,10 @@ def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
     tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
         n_moe * (lp_moe.attention + lp_moe.shared_experts)
     replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router)
-    params_expert = n_moe * lp_moe.experts / (lay.ep * lay.etp)
+    sharded_mtp, replicated_mtp, expert_mtp = mtp_params(m)  # multi-token prediction lives on the last stage
+    tp_sharded = tp_sharded + np.where(st.last, sharded_mtp, 0.0)
+    replicated = replicated + np.where(st.last, replicated_mtp, 0.0)
+    params_expert = (n_moe * lp_moe.experts + np.where(st.last, expert_mtp, 0.0)) / (lay.ep * lay.etp)
     edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)
     return tp_sharded / lay.tp + replicated + _vocab_params(m, lay, st), params_expert, edp
 
@@ -427,14 +433,12 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     resident = np.where(chunk_layers > 0, (chunk_layers - offloaded) / np.maximum(chunk_layers, 1), 0.0)
     embedding = embedding_in_flight(lay, chunks) * M.embedding_activation_bytes(m, sh)
     activations = chunks * per_chunk * resident + np.where(st.first, embedding, 0.0)
-    logits = np.where(st.last, M.logits_bytes(m, sh, lay), 0.0)
+    logits_one = M.logits_bytes(m, sh, lay)
+    logits = np.where(st.last, logits_one + mtp_activation_bytes(m, sh, lay, logits_one), 0.0)  # + MTP depths
     # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt
     # — n layers at once under uniform recompute with groups of n.
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
     transient = worst_layer * np.where(lay.recompute == 2, group + 1, 1)
-    # The logits and their gradient are gone before the first layer's backward starts (the output layer's backward
-    # consumes them), so on the last stage only the larger of the two is held: the excess of the working set.
-    transient = np.where(st.last, np.maximum(transient - logits, 0.0), transient)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size
@@ -442,10 +446,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     grads = grads + np.where(lay.deepspeed & (lay.zero >= 1),
                              C.BF16 * np.minimum(DS_BUCKET_ELEMENTS, params_dense + params_expert), 0.0)
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
-    # Caching-allocator fragmentation; expandable segments grow and unmap a segment's pages on demand instead of
-    # leaving freed blocks stranded (PyTorch docs, CUDA semantics: "Optimizing memory usage with
-    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), so no allowance is added.
-    fragmentation = np.where(lay.expandable_segments, 0.0, cal.fragmentation * (activations + logits + transient))
+    fragmentation = cal.fragmentation * (activations + logits + transient)
     return {
         "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
         "logits": logits, "transient": transient,

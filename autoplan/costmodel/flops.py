@@ -47,8 +47,39 @@ def layer_flops_per_token(m: ModelSpec, seq_len: int, moe: bool, window: int = 0
     return f
 
 
+def hybrid_flops_per_token(m: ModelSpec, seq_len: int) -> float:
+    """Training FLOPs per token of a Mamba / attention hybrid exactly as Megatron-LM counts them
+    (megatron/training/training.py `num_floating_point_operations` -> `hybrid_flops`, with its
+    `attn_layer_flops`, `mlp_layer_flops`, `mamba_layer_flops` and `moe_layer_flops`): 3 x forward; a Mamba layer
+    counts in_proj as h x (2 d_in + 2 G N + heads) and out_proj as d_in x h with d_in = 2h (that formula's own
+    approximation, not heads x head_dim) plus 7 d_in N for the scan; a latent MoE counts its experts at the latent
+    width and 4 h latent for the two projections; MTP depths as below."""
+    h, s = m.hidden_size, seq_len
+    d_in = 2 * h
+    mamba = 2 * h * (2 * d_in + 2 * m.mamba_num_groups * m.mamba_state_dim + m.mamba_num_heads) \
+        + 7 * d_in * m.mamba_state_dim + 2 * d_in * h
+    p = m.kv_channels * m.num_attention_heads / h
+    attn = 4 * h * p * (h + h * m.num_query_groups / m.num_attention_heads + s / 2)
+    gated = 1.5 if m.gated_mlp else 1.0
+    mlp = 4 * m.ffn_hidden_size * gated * h
+    moe = 0.0
+    if m.is_moe:
+        width = m.moe_latent_size or h
+        moe = 4 * width * m.moe_ffn_hidden_size * m.moe_router_topk * gated
+        moe += 4 * h * m.moe_latent_size if m.moe_latent_size else 0.0
+        moe += 4 * h * m.shared_expert_ffn_hidden_size * gated
+    # MTP depths: Megatron counts the layers of the unified pattern (main | mtp | mtp ...) and one more LM head
+    # per depth (`hybrid_flops` logits term x (1 + mtp_num_layers)); its eh_proj is not counted there.
+    count = {k: m.layer_count(k) + m.mtp_num_layers * m.mtp_layer_pattern.count(k) for k in "*-ME"}
+    fwd = count["*"] * attn + count["-"] * mlp + count["M"] * mamba + count["E"] * moe + \
+        2 * h * m.vocab_size * (1 + m.mtp_num_layers)
+    return 3.0 * fwd
+
+
 def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
     """Training FLOPs (fwd + bwd, no recompute) per token for the whole model."""
+    if m.is_hybrid:
+        return hybrid_flops_per_token(m, seq_len)
     n_window = m.num_sliding_window_layers if m.sliding_window else 0
     fwd = 0.0
     for i in range(m.num_layers):

@@ -17,6 +17,8 @@ class Hardware:
     peak_flops_fp8: float  # FLOP/s, dense; 0 when the GPU has no FP8
     gemm_eff_bf16: float  # best achievable fraction of peak, large GEMM (MAMF)
     gemm_eff_fp8: float
+    peak_flops_fp4: float  # FLOP/s, dense; 0 when the GPU has no FP4 (Blackwell NVFP4 tensor cores)
+    gemm_eff_fp4: float
     attention_scale: float  # flash-attention speed relative to the calibrated baseline
     hbm_bytes_per_s: float
     capacity_bytes: float  # framework-visible device memory
@@ -39,6 +41,8 @@ def hardware_of(cluster: ClusterSpec) -> Hardware:
         peak_flops_fp8=fp8 * 1e12,
         gemm_eff_bf16=g.gemm_efficiency.get("bf16", 0.8),
         gemm_eff_fp8=g.gemm_efficiency.get("fp8", g.gemm_efficiency.get("bf16", 0.8)),
+        peak_flops_fp4=g.peak_tflops.get("fp4", 0.0) * 1e12,
+        gemm_eff_fp4=g.gemm_efficiency.get("fp4", g.gemm_efficiency.get("fp8", 0.8)),
         attention_scale=g.attention_efficiency,
         hbm_bytes_per_s=g.hbm_bandwidth_tbps * 1e12,
         capacity_bytes=g.hbm_gib * GIB,

@@ -4,7 +4,7 @@ A single strategy is a `Layouts` of length 1; the search builds them straight fr
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -49,6 +49,11 @@ class Layouts:
     deepspeed: np.ndarray  # bool: DeepSpeed ZeRO's communication schedule and buffers (False: Megatron's)
     te_cross_entropy: np.ndarray  # bool: TransformerEngine fused cross entropy (gradient written into the logits)
     expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (no fragmentation allowance)
+    fp4: Optional[np.ndarray] = None  # bool: NVFP4 GEMMs (fp8_recipe nvfp4); None = none (filled in __post_init__)
+
+    def __post_init__(self) -> None:
+        if self.fp4 is None:
+            object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -68,7 +73,7 @@ class Layouts:
             recompute_method=("block" if self.recompute_block[i] else "uniform") if full else None,
             recompute_layers=int(self.recompute_layers[i]) if full else None,
             recompute_modules=_modules_field(rc, int(self.recompute_modules[i])),
-            fp8="hybrid" if self.fp8[i] else "none",
+            fp8="hybrid" if self.fp8[i] else "none", fp8_recipe="nvfp4" if self.fp4[i] else None,
             first_stage_layers=int(self.first[i]) if self.first[i] >= 0 else None,
             last_stage_layers=int(self.last[i]) if self.last[i] >= 0 else None,
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
@@ -121,4 +126,5 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         deepspeed=col(lambda s: engine == "deepspeed", bool),
         te_cross_entropy=col(lambda s: s.te_cross_entropy, bool),
         expandable_segments=col(lambda s: s.expandable_segments, bool),
+        fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
     )

@@ -68,8 +68,31 @@ def norm_params(m: ModelSpec) -> int:
     return m.hidden_size * (2 if m.normalization == "layernorm" else 1)
 
 
+def hybrid_layer_params(m: ModelSpec, moe: bool) -> LayerParams:
+    """A hybrid model's 'E' layer (`moe`), or the mean of its M, * and - layers (autoplan/costmodel/mamba.py).
+    Every hybrid layer has one pre-norm. Mamba mixers and attention count as `attention` (tp-sharded), the MLP
+    as `dense_mlp`; a latent MoE's two projections are tp-sharded like the shared experts."""
+    from autoplan.costmodel import mamba
+
+    norm = norm_params(m)
+    if moe:
+        width = mamba.expert_width(m)
+        mats = 3 if m.gated_mlp else 2
+        expert = mats * width * m.moe_ffn_hidden_size
+        router = m.hidden_size * m.num_experts
+        shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
+        shared += mamba.latent_projection_params(m)
+        return LayerParams(0, norm, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
+    n_m, n_a, n_f, n = mamba.non_moe_counts(m)
+    mixers = n_m * mamba.mamba_mixer_params(m) + n_a * attention_params(m)
+    mlp = n_f * mlp_params(m, m.ffn_hidden_size, m.add_bias_linear)
+    return LayerParams(mixers / n, norm, mlp / n, 0, 0, 0, 0)
+
+
 def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
-    """Parameters of one dense (`moe=False`) or MoE decoder layer."""
+    """Parameters of one dense (`moe=False`) or MoE decoder layer (a hybrid's: `hybrid_layer_params`)."""
+    if m.is_hybrid:
+        return hybrid_layer_params(m, moe)
     attention = attention_params(m)
     norms = 2 * norm_params(m)
     if not moe:
@@ -95,7 +118,13 @@ def count_parameters(m: ModelSpec) -> tuple[int, int]:
     """(total, active-per-token) parameters of the whole model."""
     dense, moe = layer_params(m, False), layer_params(m, True) if m.is_moe else None
     n_moe = m.num_moe_layers
-    n_dense = m.num_layers - n_moe
+    n_dense = m.num_layers - n_moe  # for a hybrid: its M, * and - layers, whose mean `dense` holds
     total = n_dense * dense.total + (n_moe * moe.total if moe else 0) + embedding_params(m) + head_params(m)
     active = n_dense * dense.active + (n_moe * moe.active if moe else 0) + embedding_params(m) + head_params(m)
-    return total, active
+    if m.mtp_num_layers:
+        from autoplan.costmodel.mtp import mtp_params
+
+        sharded, replicated, expert = mtp_params(m)
+        total += sharded + replicated + expert
+        active += sharded + replicated + expert * m.moe_router_topk / max(m.num_experts, 1)
+    return int(round(total)), int(round(active))

@@ -1,0 +1,119 @@
+"""Mamba / attention hybrid models (layer pattern, Mamba-2 mixers, latent MoE, MTP) and NVFP4 pricing."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from autoplan.clusterio import load_cluster
+from autoplan.costmodel import mamba
+from autoplan.costmodel.estimate import estimate
+from autoplan.costmodel.flops import model_flops_per_token
+from autoplan.costmodel.params import count_parameters, layer_params
+from autoplan.model import ModelSpec
+from autoplan.modelio import load_model
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+MODELS = Path(__file__).resolve().parent.parent / "benchmarks" / "models"
+TINY = dict(name="tiny-hybrid", hidden_size=256, ffn_hidden_size=512, num_attention_heads=4, num_query_groups=2,
+            kv_channels=64, vocab_size=1000, max_position_embeddings=4096, activation="gelu",
+            mamba_num_heads=8, mamba_head_dim=32, mamba_state_dim=16, mamba_num_groups=2)
+
+
+def nano() -> ModelSpec:
+    return load_model(str(MODELS / "nemotron-3-nano.yaml"))
+
+
+def test_pattern_must_match_num_layers_and_use_known_symbols():
+    with pytest.raises(ValidationError, match="len\\(hybrid_layer_pattern\\)"):
+        ModelSpec(**TINY, num_layers=3, hybrid_layer_pattern="M*")
+    with pytest.raises(ValidationError, match="symbols"):
+        ModelSpec(**TINY, num_layers=2, hybrid_layer_pattern="MX")
+    with pytest.raises(ValidationError, match="num_experts"):
+        ModelSpec(**TINY, num_layers=2, hybrid_layer_pattern="ME")
+    with pytest.raises(ValidationError, match="mtp"):
+        ModelSpec.model_validate({**load_model("llama3-8b").model_dump(), "mtp_num_layers": 1})
+
+
+def test_pattern_decides_the_moe_layers():
+    m = nano()
+    assert m.is_hybrid and m.num_layers == 52
+    assert [m.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, False]
+    assert m.num_moe_layers == m.layer_count("E") == 23
+    assert (m.layer_count("M"), m.layer_count("*")) == (23, 6)
+
+
+def test_mamba_mixer_parameters_by_hand():
+    m = ModelSpec(**TINY, num_layers=1, hybrid_layer_pattern="M")
+    d_inner, gn = 8 * 32, 2 * 16
+    in_proj = 256 * (2 * d_inner + 2 * gn + 8)
+    conv = (d_inner + 2 * gn) * (4 + 1)
+    expected = in_proj + conv + 3 * 8 + d_inner + d_inner * 256
+    assert mamba.mamba_mixer_params(m) == expected
+    # One layer = the mixer + its pre-norm; the model adds embedding, final norm and head.
+    total, _ = count_parameters(m)
+    assert total == expected + 256 + 2 * 1000 * 256 + 256
+
+
+def test_hybrid_layer_params_average_the_non_moe_layers():
+    m = ModelSpec(**TINY, num_layers=3, hybrid_layer_pattern="M*-")
+    p = layer_params(m, False)
+    from autoplan.costmodel.params import attention_params, mlp_params
+    assert p.attention == pytest.approx((mamba.mamba_mixer_params(m) + attention_params(m)) / 3)
+    assert p.dense_mlp == pytest.approx(mlp_params(m, 512, False) / 3)
+
+
+def test_nemotron_3_nano_size_matches_its_name():
+    total, active = count_parameters(nano())
+    assert 30e9 < total < 33e9 and 3e9 < active < 4e9  # 30B-A3B (31.6B total in the public release)
+
+
+def test_latent_moe_runs_experts_and_dispatch_on_the_latent_width():
+    base = load_model(str(MODELS / "nemotron-3-super.yaml"))
+    full = base.model_copy(update={"moe_latent_size": 0})
+    assert layer_params(base, True).experts == pytest.approx(layer_params(full, True).experts * 1024 / 4096)
+    assert model_flops_per_token(base, 8192) < model_flops_per_token(full, 8192)
+
+
+def _estimate(model, gpu="gb200", n=8, **kw):
+    s = Strategy(tp=1, pp=1, ep=8 if model.is_moe else 1, mbs=1, zero=1, fp8="hybrid", **kw)
+    return estimate(model, load_cluster(gpu, n), s, Workload(seq_len=8192, global_batch_size=64))
+
+
+def test_mtp_depths_cost_time_memory_and_flops():
+    lightning = load_model(str(MODELS / "nemotron-3.5-lightning.yaml"))
+    plain = nano()
+    a, b = _estimate(plain), _estimate(lightning)
+    assert b.step_time_s > a.step_time_s and b.peak_mem_gib > a.peak_mem_gib
+    assert model_flops_per_token(lightning, 8192) > model_flops_per_token(plain, 8192)
+    assert count_parameters(lightning)[0] > count_parameters(plain)[0]
+
+
+def test_mamba_layers_are_priced_with_their_scan():
+    m = nano()
+    e = _estimate(m)
+    assert np.isfinite(e.step_time_s) and e.tokens_per_s_per_gpu > 0
+    longer = m.model_copy(update={"mamba_state_dim": 256})
+    assert _estimate(longer).step_time_s > e.step_time_s
+
+
+def test_nvfp4_is_faster_than_mxfp8_on_blackwell_and_refused_on_hopper():
+    m = load_model("llama3-8b")
+    fp8 = _estimate(m, fp8_recipe="mxfp8")
+    fp4 = _estimate(m, fp8_recipe="nvfp4")
+    assert fp4.step_time_s < fp8.step_time_s
+    from autoplan.validate import first_broken_rule
+    s = Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="nvfp4")
+    wl = Workload(seq_len=8192, global_batch_size=64)
+    assert "nvfp4 needs a Blackwell" in first_broken_rule(m, load_cluster("h100", 8), wl, s)
+    assert first_broken_rule(m, load_cluster("b200", 8), wl, s) is None
+
+
+def test_megatron_emits_fp4_flags_for_nvfp4():
+    from integrations.megatron import _precision_args
+    from types import SimpleNamespace
+    plan = SimpleNamespace(strategy=Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="nvfp4"),
+                           cluster=load_cluster("b200", 8))
+    args = _precision_args(plan)
+    assert args[args.index("--fp4-format") + 1] == "e2m1" and "--fp8-format" not in args
