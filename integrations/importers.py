@@ -48,7 +48,7 @@ def _read_text(text_or_path: Union[str, Path]) -> str:
 
 def parse_megatron_flags(text: str) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
     """({flag: value or None}, {'world': N} when the launcher fixes it) of a launch script or argument list."""
-    launcher, words, _ = MF.launch_words(text)
+    launcher, words, _, _ = MF.launch_words(text)
     world = MF.launcher_world(launcher)
     return MF.parse_flags(words), ({"world": str(world)} if world else {})
 
@@ -59,7 +59,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell it)."""
     from autoplan.modelio import parse_overrides
 
-    launcher, words, notes = MF.launch_words(_read_text(text_or_path))
+    launcher, words, notes, env = MF.launch_words(_read_text(text_or_path))
     flags = MF.parse_flags(words)
     seq_len = MF.typed(flags, "seq-length", MF.pos_int)
     if seq_len is None:
@@ -67,6 +67,8 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
     model = MF.megatron_model(flags, seq_len, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
+    if MF.expandable_segments(env):
+        strategy["expandable_segments"] = True
     world = MF.launcher_world(launcher)
     gbs = MF.typed(flags, "global-batch-size", MF.pos_int)
     if gbs is None and world:

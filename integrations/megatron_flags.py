@@ -49,7 +49,7 @@ READ_FLAGS = frozenset({
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "overlap-grad-reduce",
     "overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "overlap-moe-expert-parallel-comm",
     "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep", "cpu-offloading-num-layers",
-    "micro-batch-size", "global-batch-size",
+    "micro-batch-size", "global-batch-size", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -72,19 +72,20 @@ HF_TOKENIZER_VOCAB = {"meta-llama/meta-llama-3": 128256, "meta-llama/llama-3": 1
 
 
 # ---------------------------------------------------------------------------------------------- reading words
-def launch_words(text: str) -> Tuple[List[str], List[str], List[str]]:
-    """(launcher words, pretrain arguments, notes) of a launch script or an argument list."""
+def launch_words(text: str) -> Tuple[List[str], List[str], List[str], Dict[str, str]]:
+    """(launcher words, pretrain arguments, notes, scalar variables) of a launch script or an argument list."""
     script = read_script(text)
+    scalars = {k: v for k, v in script.variables.items() if isinstance(v, str)}
     for command in reversed(script.commands):  # the last launch is the one that runs last
         found = _split_at_entry(command)
         if found:
-            return found[0], found[1], script.notes
-    for value in script.variables.values():  # TRAINING_CMD="... python pretrain_gpt.py ..." run later
-        found = isinstance(value, str) and _split_at_entry(value)
+            return found[0], found[1], script.notes, scalars
+    for value in scalars.values():  # TRAINING_CMD="... python pretrain_gpt.py ..." run later
+        found = _split_at_entry(value)
         if found:
-            return found[0], found[1], script.notes
+            return found[0], found[1], script.notes, scalars
     words = [w for command in script.commands for w in _words(command)]
-    return [], words, script.notes
+    return [], words, script.notes, scalars
 
 
 def _words(command: str) -> List[str]:
@@ -374,7 +375,16 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
     offload = typed(f, "cpu-offloading-num-layers", int, 0)
     if offload:
         s["cpu_offload_layers"] = offload
+    # [TC] model_parallel_config.py: the TE kernel only with --cross-entropy-fusion-impl te (default native).
+    if "cross-entropy-loss-fusion" in f and typed(f, "cross-entropy-fusion-impl", str, "native") == "te":
+        s["te_cross_entropy"] = True
     return s
+
+
+def expandable_segments(env: Dict[str, str]) -> bool:
+    """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set in the script (PyTorch's caching allocator option)."""
+    options = env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").split(",")
+    return "expandable_segments:True" in options
 
 
 def _zero(f: Dict[str, Optional[str]]) -> int:

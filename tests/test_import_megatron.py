@@ -224,3 +224,12 @@ def test_bf16_script_stays_bf16_and_unknown_variables_are_named():
     with pytest.raises(InputError) as err:
         from_megatron_args(SCRIPT.replace("--seq-length 1024", "--seq-length $SEQ"))
     assert "shell variable SEQ is not assigned" in str(err.value)
+
+
+def test_memory_switches_of_a_script_are_read():
+    script = SCRIPT.replace("DTYPE=", "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nDTYPE=")
+    script = script.replace("--cpu-offloading-num-layers 2", "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
+    s = from_megatron_args(script).strategy
+    assert s.get("expandable_segments") is True and s.get("te_cross_entropy") is True
+    native = from_megatron_args(SCRIPT.replace("--cpu-offloading-num-layers 2", "--cross-entropy-loss-fusion"))
+    assert "te_cross_entropy" not in native.strategy and "expandable_segments" not in native.strategy
