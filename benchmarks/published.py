@@ -41,7 +41,6 @@ from typing import Dict, List, Optional, Tuple
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_cluster, load_gpu
-from autoplan.costmodel import memory as M
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
@@ -81,7 +80,6 @@ DIM_COLUMNS = {
 # `+training.model.optim.grad_sync_dtype=bf16`.
 NEMO_BF16_GRADS = "nemo2407_"
 GIB = 2**30
-LOGITS_BYTES = M.BF16 + M.FP32 + M.BF16  # per logit in autoplan/costmodel/memory.py logits_bytes
 
 
 @dataclass(frozen=True)

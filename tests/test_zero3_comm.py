@@ -96,3 +96,12 @@ def test_ring_latency_mixes_network_and_nvlink_hops():
     eight = collective_time("all_gather", 0.0, 64, True, hw, ranks_per_domain=8)
     assert np.isclose(one, 63 * hw.network_latency_s)
     assert np.isclose(eight, 63 * (hw.network_latency_s / 8 + hw.nvlink_latency_s * 7 / 8))
+
+
+def test_te_cross_entropy_holds_a_third_of_the_logits_and_expandable_segments_no_fragmentation(dense):
+    wl = workload(2048, 8)
+    plain = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
+    te = estimate(dense, cluster(8), Strategy(te_cross_entropy=True), wl).memory_breakdown
+    exp = estimate(dense, cluster(8), Strategy(expandable_segments=True), wl).memory_breakdown
+    assert np.isclose(te["logits"], plain["logits"] / 3)  # 2 of 6 bytes per logit
+    assert plain["fragmentation"] > 0 and exp["fragmentation"] == 0

@@ -439,6 +439,9 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     # — n layers at once under uniform recompute with groups of n.
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
     transient = worst_layer * np.where(lay.recompute == 2, group + 1, 1)
+    # The logits and their gradient are gone before the first layer's backward starts (the output layer's backward
+    # consumes them), so on the last stage only the larger of the two is held: the excess of the working set.
+    transient = np.where(st.last, np.maximum(transient - logits, 0.0), transient)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size
@@ -446,7 +449,10 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     grads = grads + np.where(lay.deepspeed & (lay.zero >= 1),
                              C.BF16 * np.minimum(DS_BUCKET_ELEMENTS, params_dense + params_expert), 0.0)
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
-    fragmentation = cal.fragmentation * (activations + logits + transient)
+    # Caching-allocator fragmentation; expandable segments grow and unmap a segment's pages on demand instead of
+    # leaving freed blocks stranded (PyTorch docs, CUDA semantics: "Optimizing memory usage with
+    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), so no allowance is added.
+    fragmentation = np.where(lay.expandable_segments, 0.0, cal.fragmentation * (activations + logits + transient))
     return {
         "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
         "logits": logits, "transient": transient,

@@ -143,9 +143,16 @@ def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 
 def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Last stage, one micro batch: bf16 logits + fp32 softmax in vocab-parallel cross entropy
-    (megatron/core/tensor_parallel/cross_entropy.py upcasts to fp32) + bf16 logits gradient."""
-    return (BF16 + FP32 + BF16) * sh.tokens * m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
+    """Last stage, one micro batch, the larger of the two moments the logits live. Megatron's vocab-parallel cross
+    entropy (megatron/core/tensor_parallel/cross_entropy.py and the jit-fused
+    megatron/core/fusions/fused_cross_entropy.py alike) upcasts the bf16 logits to an fp32 copy that becomes the
+    saved softmax in place (`calculate_logits_max` .float(), `torch.exp(..., out=exp_logits)`): bf16 + fp32 at the
+    end of forward; backward turns the softmax into the gradient in place and hands back a bf16 copy: fp32 + bf16.
+    6 bytes per logit either way. TransformerEngine's fused cross entropy (Megatron --cross-entropy-fusion-impl te,
+    transformer_engine/pytorch/cross_entropy.py) computes the loss in fp32 registers and writes the gradient into
+    the bf16 logits during forward, which is all it saves: 2 bytes per logit."""
+    per_logit = np.where(lay.te_cross_entropy, BF16, BF16 + FP32)
+    return per_logit * sh.tokens * m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
 
 
 def embedding_activation_bytes(m: ModelSpec, sh: Shard):
