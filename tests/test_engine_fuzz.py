@@ -1,0 +1,25 @@
+"""Fuzz acceptance: over >= 20 (model x GPU x size) setups, every top-10 Megatron plan and top-5 DeepSpeed plan the
+search returns is emitted without refusal and accepted by the engines' own checks at its world size
+(benchmarks/engine_fuzz.py prints the same counts)."""
+import pytest
+
+from benchmarks.engine_fuzz import DEEPSPEED_TOP, MEGATRON_TOP, SETUPS, run_fuzz, summary
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_searched_plan_is_accepted_by_its_engine(tmp_path):
+    pytest.importorskip("megatron.core")
+    pytest.importorskip("deepspeed")
+    assert len(SETUPS) >= 20
+    items = run_fuzz(tmp_path)
+    counts = summary(items)
+    problems = [f"{r.engine} {r.setup} #{r.rank} {r.label}: {r.refusal or r.verdict}"
+                for rows in items.values() for r in rows if r.refusal or not (r.verdict or "").startswith("OK")]
+    assert not problems, "\n".join(problems[:20])
+    assert counts["megatron"]["plans"] == MEGATRON_TOP * len(SETUPS)
+    assert counts["megatron"]["accepted"] == counts["megatron"]["plans"]
+    # DeepSpeed runs no expert or context parallelism: the largest MoE setups can hold fewer than 5 plans.
+    with_plans = {r.setup for r in items["deepspeed"]}
+    assert len(with_plans) >= len(SETUPS) - 2
+    assert counts["deepspeed"]["accepted"] == counts["deepspeed"]["plans"] >= DEEPSPEED_TOP * (len(SETUPS) - 2)
