@@ -207,7 +207,8 @@ while [[ $# -gt 0 ]]; do
         --layers) NUM_LAYERS="$2"; shift 2 ;;
     esac
 done
-torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py ${MODEL_ARGS[@]} "${TRAIN[@]}"     ${PREC[@]} 2>&1 | tee log.txt
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py ${MODEL_ARGS[@]} \\
+    "${TRAIN[@]}" ${PREC[@]} 2>&1 | tee log.txt
 """
 
 
@@ -228,7 +229,8 @@ def test_bf16_script_stays_bf16_and_unknown_variables_are_named():
 
 def test_memory_switches_of_a_script_are_read():
     script = SCRIPT.replace("DTYPE=", "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\nDTYPE=")
-    script = script.replace("--cpu-offloading-num-layers 2", "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
+    script = script.replace("--cpu-offloading-num-layers 2",
+                            "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te")
     s = from_megatron_args(script).strategy
     assert s.get("expandable_segments") is True and s.get("te_cross_entropy") is True
     native = from_megatron_args(SCRIPT.replace("--cpu-offloading-num-layers 2", "--cross-entropy-loss-fusion"))
