@@ -207,7 +207,7 @@ while [[ $# -gt 0 ]]; do
         --layers) NUM_LAYERS="$2"; shift 2 ;;
     esac
 done
-torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py ${MODEL_ARGS[@]} \\
+torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NNODES pretrain_gpt.py ${MODEL_ARGS[@]} \
     "${TRAIN[@]}" ${PREC[@]} 2>&1 | tee log.txt
 """
 
