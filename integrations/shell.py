@@ -71,7 +71,8 @@ def logical_lines(text: str) -> List[str]:
     while i < len(raw):
         part, state = _scan(raw[i], state)
         i += 1
-        joined = part.endswith("\\") and state[0] != "'"
+        trailing = len(part) - len(part.rstrip("\\"))
+        joined = trailing % 2 == 1 and state[0] != "'"  # an odd count: the last backslash escapes the newline
         buf.append(part[:-1] if joined else part)
         if joined or state != (None, 0):
             buf.append(" " if joined or state[0] is None else "\n")

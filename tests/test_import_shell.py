@@ -64,6 +64,7 @@ def test_lines_comments_continuations_and_heredocs():
     assert lines[0].startswith("A=(") and "note" not in lines[0]
     assert lines[1].split() == ["run", "a", "b"] and lines[3] == "it's data"
     assert split_statements("Z=1; W=2") == ["Z=1", "W=2"]
+    assert logical_lines("echo a\\\\\necho b\n") == ["echo a\\\\", "echo b"]  # an escaped backslash ends it
     assert split_statements("case x in a) b ;; esac") == ["case x in a) b ;; esac"]
 
 
