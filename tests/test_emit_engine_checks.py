@@ -49,10 +49,17 @@ def test_megatron_core_accepts_emitted_layouts(tmp_path):
     bad = tmp_path / "bad_tp.txt"
     bad.write_text(pairs[0][1].read_text().replace("--tensor-model-parallel-size 8", "--tensor-model-parallel-size 6"))
     pairs.append((48, bad))
+    # Interleaved schedule with 2 micro-batches on 4 pipeline ranks, and a batch dp does not divide.
+    dense = pairs[0][1].read_text()
+    assert "--global-batch-size 128\n" in dense and "--num-virtual-stages-per-pipeline-rank 5\n" in dense
+    for name, gbs in (("few_microbatches", 4), ("batch_not_divisible", 5)):
+        (tmp_path / f"{name}.txt").write_text(dense.replace("--global-batch-size 128\n", f"--global-batch-size {gbs}\n"))
+        pairs.append((64, tmp_path / f"{name}.txt"))
     lines = run_check("megatron_check.py", pairs)
     assert len(lines) == len(pairs)
-    assert all(line.startswith("OK ") for line in lines[:-1]), lines
-    assert lines[-1].startswith("REJECTED "), lines[-1]
+    assert all(line.startswith("OK ") for line in lines[:-3]), lines
+    assert all(line.startswith("REJECTED ") for line in lines[-3:]), lines[-3:]
+    assert "virtual pipeline stage" in lines[-2] and "not divisible" in lines[-1]
 
 
 def deepspeed_plans():

@@ -1,5 +1,6 @@
 """Feed emitted Megatron-LM arguments to megatron-core's own checks on a fake process group of the plan's world
-size: `parallel_state.initialize_model_parallel` and `TransformerConfig` (MLATransformerConfig for MLA).
+size: `parallel_state.initialize_model_parallel`, `TransformerConfig` (MLATransformerConfig for MLA), the
+micro-batch calculator and the interleaved schedule's entry test.
 
 Run as a script (the fake process group is global state, so the tests keep it out of the pytest process):
     python megatron_check.py WORLD_SIZE ARGS_FILE [WORLD_SIZE ARGS_FILE ...]
@@ -130,6 +131,30 @@ def assume_transformer_engine() -> None:
                                                                           else te > Version(version))
 
 
+def check_schedule(flags: Dict[str, Optional[str]], kw: Dict[str, Any], world_size: int) -> None:
+    """The batch and schedule rules met when training starts: megatron-core's own micro-batch calculator
+    (num_microbatches_calculator.py ConstantNumMicroBatchesCalculator asserts gbs % (mbs * dp) == 0), and the entry
+    test of the interleaved schedule (pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving,
+    with microbatch_group_size_per_vp_stage defaulting to pp in model_parallel_config.py), which has no entry point
+    of its own and is repeated here."""
+    from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
+
+    pp = kw["pipeline_model_parallel_size"]
+    dp = world_size // (kw["tensor_model_parallel_size"] * pp * kw["context_parallel_size"])
+    micro = ConstantNumMicroBatchesCalculator(int(flags["global-batch-size"]), int(flags["micro-batch-size"]), dp,
+                                              decrease_batch_size_if_needed=False, rank=0).get()
+    if not kw["virtual_pipeline_model_parallel_size"]:
+        return
+    group = pp
+    if group > micro:
+        raise ValueError(f"The number of contiguous micro-batches in a virtual pipeline stage should range in "
+                         f"[PP={pp} , M={micro}]")
+    if 0 < micro % group < pp:
+        raise RuntimeError(f"The remainder of M (the total micro-batches) divided by N (number of contiguous "
+                           f"micro-batches in a virtual pipeline stage) should be 0, or larger than or equal to the "
+                           f"pipeline-parallel size, but it is {micro % group}.")
+
+
 def dist_initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
@@ -153,6 +178,7 @@ def check(world_size: int, args_text: str) -> None:
         expert_tensor_parallel_size=kw["expert_tensor_parallel_size"], create_gloo_process_groups=False)
     config_cls = MLATransformerConfig if kw.get("multi_latent_attention") else TransformerConfig
     config_cls(**kw)
+    check_schedule(flags, kw, world_size)
     parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
 
