@@ -2,90 +2,39 @@
 
 Field names and defaults follow the `transformers` configuration classes of each model type
 (`configuration_llama.py`, `configuration_mixtral.py`, `configuration_qwen2_moe.py`, `configuration_deepseek_v3.py`,
-`configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`). Anything the parameter and cost
-model does not need (attention dropout, rope scaling, router jitter, `norm_topk_prob`, MTP layers) is ignored;
-the residual dropout GPT-2 (`resid_pdrop`) and GPT-NeoX (`hidden_dropout`) configs carry becomes `hidden_dropout`
-(its masks cost activation memory)."""
+`configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`; Phi-3, Gemma-2/3 and GLM-4 in
+autoplan/hf_families.py). Keys that change the shapes, the activation, the positions or the dropout are read or
+refused with a one-line error; what a family has that ModelSpec cannot express is named in `ModelSpec.notes`.
+Keys with no effect on time, memory or the emitted run (attention dropout, router jitter, `norm_topk_prob`,
+initialisation) are not read; DeepSeek's YaRN scaling (an MLA detail) and MTP layers are left out."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping
 
 from autoplan.errors import InputError
-
-_MISSING = object()
-
-
-class _Config:
-    """A config mapping that names the model type and the file in its error messages."""
-
-    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str):
-        self.cfg, self.model_type, self.where = cfg, model_type, where
-
-    def req(self, *keys: str) -> Any:
-        """The first of `keys` present (aliases, e.g. `n_layer` / `num_hidden_layers`); InputError when none is."""
-        for key in keys:
-            value = self.cfg.get(key, _MISSING)
-            if value is not _MISSING and value is not None:
-                return value
-        raise InputError(f"{self.where}: model_type {self.model_type!r} needs field {keys[0]!r}, which is missing; "
-                         f"add it to the config")
-
-    def get(self, key: str, default: Any) -> Any:
-        """`key`, or `default` when it is absent or null."""
-        value = self.cfg.get(key)
-        return default if value is None else value
-
-    def int_req(self, *keys: str) -> int:
-        value = self.req(*keys)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{self.where}: field {keys[0]!r}={value!r} must be an integer; fix the config")
-        return value
-
-
-def _head_dim(c: _Config, hidden: int, heads: int) -> int:
-    """Explicit `head_dim` when given (Qwen3, gpt-oss, Mistral-Nemo), else hidden / heads."""
-    head_dim = c.get("head_dim", None)
-    if head_dim is not None:
-        return int(head_dim)
-    if hidden % heads:
-        raise InputError(f"{c.where}: hidden_size={hidden} is not divisible by num_attention_heads={heads} and "
-                         f"there is no head_dim; add head_dim to the config")
-    return hidden // heads
-
-
-def _llama_like(c: _Config) -> Dict[str, Any]:
-    """Fields shared by the Llama family: pre-norm RMSNorm, RoPE, gated (SwiGLU) MLP, GQA, no biases."""
-    hidden = c.int_req("hidden_size")
-    heads = c.int_req("num_attention_heads")
-    return dict(
-        num_layers=c.int_req("num_hidden_layers"),
-        hidden_size=hidden,
-        ffn_hidden_size=c.int_req("intermediate_size"),
-        num_attention_heads=heads,
-        num_query_groups=int(c.get("num_key_value_heads", heads)),  # absent in old configs = MHA
-        kv_channels=_head_dim(c, hidden, heads),
-        vocab_size=c.int_req("vocab_size"),
-        max_position_embeddings=c.int_req("max_position_embeddings"),
-        activation="swiglu",
-        normalization="rmsnorm",
-        position_embedding="rope",
-        rotary_base=float(c.get("rope_theta", 10000.0)),
-        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
-        add_qkv_bias=bool(c.get("attention_bias", False)),
-    )
-
-
-def _sliding_window(c: _Config, num_layers: int) -> Dict[str, Any]:
-    """Mistral applies `sliding_window` to every layer; Qwen2 only when `use_sliding_window` is true."""
-    window = c.get("sliding_window", 0)
-    if not window or not c.get("use_sliding_window", True):
-        return {}
-    return dict(sliding_window=int(window), num_sliding_window_layers=num_layers)
+from autoplan.hf_fields import Config as _Config
+from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like
+from autoplan.hf_fields import sliding_window_all_layers
+from autoplan.hf_families import FAMILIES
 
 
 def _llama(c: _Config) -> Dict[str, Any]:
-    fields = _llama_like(c)
-    return {**fields, **_sliding_window(c, fields["num_layers"])}
+    fields = {**llama_like(c), **_llama_biases(c)}
+    return {**fields, **sliding_window_all_layers(c, fields["num_layers"])}
+
+
+def _llama_biases(c: _Config) -> Dict[str, Any]:
+    """Llama's attention_bias puts biases on q, k, v and o (modeling_llama.py LlamaAttention); mlp_bias on the
+    three MLP matrices (LlamaMLP). ModelSpec holds qkv biases or biases on every linear layer."""
+    attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
+    if mlp:
+        if not attention:
+            c.notes.append("mlp_bias without attention_bias: priced with biases on every linear layer (the "
+                           "attention biases, 4h per layer, are over-counted)")
+        return dict(add_bias_linear=True, add_qkv_bias=True)
+    if attention and c.model_type == "llama":
+        c.notes.append("attention_bias: the o_proj bias (h per layer) is not counted; q, k, v biases are")
+    return {}
 
 
 def _qwen2(c: _Config) -> Dict[str, Any]:
@@ -101,7 +50,14 @@ def _qwen3(c: _Config) -> Dict[str, Any]:
 def _mixtral(c: _Config) -> Dict[str, Any]:
     fields = _llama(c)
     return {**fields, "num_experts": c.int_req("num_local_experts"),
-            "moe_router_topk": c.int_req("num_experts_per_tok"), "moe_ffn_hidden_size": fields["ffn_hidden_size"]}
+            "moe_router_topk": c.int_req("num_experts_per_tok"), "moe_ffn_hidden_size": fields["ffn_hidden_size"],
+            **_aux_loss(c, "router_aux_loss_coef")}
+
+
+def _aux_loss(c: _Config, key: str) -> Dict[str, float]:
+    """The load-balancing loss weight (router_aux_loss_coef; DeepSeek aux_loss_alpha) when the config sets it."""
+    value = c.get(key, None)
+    return {} if value is None else {"moe_aux_loss_coeff": float(value)}
 
 
 def _leading_dense_layers(c: _Config, num_layers: int, step: int) -> Dict[str, int]:
@@ -129,6 +85,7 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         # Qwen2-MoE's shared expert also has a 1-wide sigmoid gate (h weights per layer); too small to model.
         "shared_expert_ffn_hidden_size": int(c.get("shared_expert_intermediate_size", 0)),
         **_leading_dense_layers(c, fields["num_layers"], step),
+        **_aux_loss(c, "router_aux_loss_coef"),
     }
 
 
@@ -179,19 +136,17 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         shared_expert_ffn_hidden_size=n_shared * moe_ffn,
         first_k_dense_layers=first_k,
         moe_layer_freq=freq,
+        gate_activation=gate_activation(c, "hidden_act"),
+        **_aux_loss(c, "aux_loss_alpha"),
     )
 
 
 def _gpt_oss(c: _Config) -> Dict[str, Any]:
     """gpt-oss: alternating sliding-window / full attention, attention sinks, biased linears and experts
     (modeling_gpt_oss.py)."""
-    fields = _llama_like(c)
-    num_layers = fields["num_layers"]
-    layer_types = c.get("layer_types", None)
-    if layer_types:
-        num_sliding = sum(t == "sliding_attention" for t in layer_types)
-    else:  # configuration_gpt_oss.py default: even layers (0, 2, ...) slide
-        num_sliding = (num_layers + 1) // 2
+    fields = llama_like(c)
+    # configuration_gpt_oss.py default layer_types: even layers (0, 2, ...) slide.
+    num_sliding = count_sliding_layers(c, fields["num_layers"], lambda i: i % 2 == 0)
     topk = c.req("num_experts_per_tok", "experts_per_token")
     return {
         **fields,
@@ -202,6 +157,9 @@ def _gpt_oss(c: _Config) -> Dict[str, Any]:
         "moe_ffn_hidden_size": fields["ffn_hidden_size"],
         "sliding_window": int(c.req("sliding_window")),
         "num_sliding_window_layers": num_sliding,
+        "attention_sinks": True,  # modeling_gpt_oss.py GptOssAttention.sinks, one learned logit per head
+        "swiglu_limit": float(c.get("swiglu_limit", 7.0)),  # configuration_gpt_oss.py default
+        **_aux_loss(c, "router_aux_loss_coef"),
     }
 
 
@@ -215,7 +173,7 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
         ffn_hidden_size=int(c.get("n_inner", 4 * hidden)),  # n_inner null = 4h (configuration_gpt2.py)
         num_attention_heads=heads,
         num_query_groups=heads,
-        kv_channels=_head_dim(c, hidden, heads),
+        kv_channels=head_dim(c, hidden, heads),
         vocab_size=c.int_req("vocab_size"),
         max_position_embeddings=c.int_req("n_positions", "max_position_embeddings"),
         activation="gelu",
@@ -228,12 +186,17 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
 
 
 def _gpt_neox(c: _Config) -> Dict[str, Any]:
-    """GPT-NeoX / Pythia: rotary (partial, `rotary_pct`), LayerNorm, GELU, biases, untied `embed_out`.
+    """GPT-NeoX / Pythia: partial rotary (`rotary_pct`), LayerNorm, GELU, biases, untied `embed_out`.
     The parallel-residual wiring changes no shapes and is ignored. Shapes as the Llama family (NeoX configs have
     no num_key_value_heads, so attention is MHA)."""
+    act = c.get("hidden_act", "gelu")
+    if act not in ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh"):
+        raise InputError(f"{c.where}: hidden_act={act!r} is not supported for GPT-NeoX; supported: gelu, gelu_new, "
+                         f"gelu_fast, gelu_pytorch_tanh (or pass a native model YAML)")
     return dict(
-        _llama_like(c),
+        llama_like(c, activation_keys=()),
         activation="gelu",
+        rotary_percent=c.fraction("rotary_pct", 0.25),  # configuration_gpt_neox.py default 0.25
         normalization="layernorm",
         position_embedding="rope",
         rotary_base=float(c.get("rotary_emb_base", c.get("rope_theta", 10000.0))),
@@ -257,6 +220,7 @@ PARSERS: Dict[str, Callable[[_Config], Dict[str, Any]]] = {
     "gpt_oss": _gpt_oss,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
+    **FAMILIES,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(PARSERS)
@@ -269,5 +233,7 @@ def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
     if parser is None:
         raise InputError(f"{where}: model_type {model_type!r} is not supported; supported: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")
-    return parser(_Config(cfg, model_type, where))
+    config = _Config(cfg, model_type, where)
+    fields = parser(config)
+    return {**fields, "notes": tuple(config.notes)} if config.notes else fields
 

@@ -1,7 +1,7 @@
 """`ModelSpec`: the architecture of a transformer language model, dense or MoE, as the cost model needs it."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -70,6 +70,21 @@ class ModelSpec(BaseModel):
     swiglu_limit: float = Field(0.0, ge=0.0, description=(
         "gpt-oss clamped GLU: gate and linear clamped to this value, linear offset by 1 (HF swiglu_limit; Megatron "
         "--quick-geglu --glu-linear-offset 1.0 --activation-func-clamp-value); 0 = plain SwiGLU/GELU."))
+    rotary_percent: float = Field(1.0, gt=0.0, le=1.0, description=(
+        "Fraction of each head's dimensions rotated by RoPE (HF partial_rotary_factor / NeoX rotary_pct; Megatron "
+        "--rotary-percent); no weight shapes change."))
+    gate_activation: Literal["silu", "gelu", "gelu_tanh"] = Field("silu", description=(
+        "Function on the gate of a gated MLP (activation=swiglu): silu is SwiGLU, gelu / gelu_tanh are GeGLU "
+        "(Gemma, HF hidden_activation gelu_pytorch_tanh); same shapes and cost."))
+    # Pieces of a layer the cost model does not price yet (a few h-sized weights, saved norm inputs, elementwise).
+    sandwich_norm: bool = Field(False, description=(
+        "An extra RMSNorm on the attention output and on the MLP output of every layer (Gemma-2/3 "
+        "post_attention/post_feedforward_layernorm, GLM-4-0414 post_self_attn/post_mlp_layernorm): h weights and "
+        "one saved norm input each."))
+    logit_softcapping: float = Field(0.0, ge=0.0, description=(
+        "Final-logit soft-capping cap*tanh(logits/cap) (Gemma-2 final_logit_softcapping); 0 = none."))
+    notes: Tuple[str, ...] = Field((), description=(
+        "What reading the source config assumed or could not express, one sentence each."))
 
     # Hybrid Mamba / attention models (Megatron MambaModel, Nemotron-H / Nemotron-3): one symbol per layer as in
     # Megatron's --hybrid-override-pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py Symbols): 'M' a

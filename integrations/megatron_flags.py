@@ -314,7 +314,7 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
         activation="swiglu" if gated else "gelu",
         normalization="rmsnorm" if typed(f, "normalization", str, "LayerNorm") == "RMSNorm" else "layernorm",
         position_embedding="rope" if position in ("rope", "yarn", "mrope") else "learned",
-        rotary_base=typed(f, "rotary-base", float, 10000.0),
+        rotary_base=typed(f, "rotary-base", float, 10000.0), rotary_percent=typed(f, "rotary-percent", float, 1.0),
         hidden_dropout=typed(f, "hidden-dropout", float, 0.1),  # default: transformer_config.py
         tie_embeddings="untie-embeddings-and-output-weights" not in f,
         add_bias_linear="disable-bias-linear" not in f, add_qkv_bias="add-qkv-bias" in f,
@@ -345,9 +345,6 @@ def _unpriced_notes(f: Dict[str, Optional[str]], notes: List[str]) -> None:
     if mtp:
         notes.append(f"--mtp-num-layers {mtp}: the multi-token-prediction layers are not priced (time and memory "
                      f"of {mtp} extra layer(s) on the last stage are missing)")
-    rotary = typed(f, "rotary-percent", float, 1.0)
-    if rotary != 1.0:
-        notes.append(f"--rotary-percent {rotary}: partial rotary changes no weight shapes; priced as full rotary")
 
 
 # ---------------------------------------------------------------------------------------------- strategy

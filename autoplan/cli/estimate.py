@@ -53,6 +53,7 @@ def estimate_cmd(
         m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     if engine == "deepspeed":
         _check_deepspeed_runs(m, given, user_keys, imported_keys)
+    notes += list(m.notes)  # what reading the model's config assumed
     prof = _load_profile(profile, c, m)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
     if (from_megatron or from_deepspeed) and not chosen:

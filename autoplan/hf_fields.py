@@ -1,0 +1,135 @@
+"""Readers shared by the Hugging Face `config.json` parsers (autoplan/hf_config.py, autoplan/hf_families.py): a
+config mapping that names the file in its errors and keeps notes, and the fields most families share (head size,
+gated activation, RoPE scaling, the Llama-style block)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping
+
+from autoplan.errors import InputError
+
+_MISSING = object()
+
+# Function on the gate of a gated (Llama-style) MLP, by HF hidden_act name (transformers activations.py ACT2FN).
+GATE_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+                    "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
+
+
+class Config:
+    """A config mapping that names the model type and the file in its error messages, and collects notes on
+    what reading it assumed."""
+
+    def __init__(self, cfg: Mapping[str, Any], model_type: str, where: str):
+        self.cfg, self.model_type, self.where = cfg, model_type, where
+        self.notes: List[str] = []
+
+    def req(self, *keys: str) -> Any:
+        """The first of `keys` present (aliases, e.g. `n_layer` / `num_hidden_layers`); InputError when none is."""
+        for key in keys:
+            value = self.cfg.get(key, _MISSING)
+            if value is not _MISSING and value is not None:
+                return value
+        raise InputError(f"{self.where}: model_type {self.model_type!r} needs field {keys[0]!r}, which is missing; "
+                         f"add it to the config")
+
+    def get(self, key: str, default: Any) -> Any:
+        """`key`, or `default` when it is absent or null."""
+        value = self.cfg.get(key)
+        return default if value is None else value
+
+    def int_req(self, *keys: str) -> int:
+        value = self.req(*keys)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{self.where}: field {keys[0]!r}={value!r} must be an integer; fix the config")
+        return value
+
+    def fraction(self, key: str, default: float) -> float:
+        """A value in (0, 1] (rotary fractions); InputError otherwise."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise InputError(f"{self.where}: {key}={value!r} must be a number in (0, 1]; fix the config")
+        return float(value)
+
+
+def head_dim(c: Config, hidden: int, heads: int) -> int:
+    """Explicit `head_dim` when given (Qwen3, gpt-oss, Gemma, Mistral-Nemo), else hidden / heads."""
+    value = c.get("head_dim", None)
+    if value is not None:
+        return int(value)
+    if hidden % heads:
+        raise InputError(f"{c.where}: hidden_size={hidden} is not divisible by num_attention_heads={heads} and "
+                         f"there is no head_dim; add head_dim to the config")
+    return hidden // heads
+
+
+def gate_activation(c: Config, *keys: str) -> str:
+    """The gate function of a gated MLP from the first of `keys` present (default silu): silu is SwiGLU, the GELU
+    variants GeGLU (same three matrices); any other activation is refused rather than priced as SwiGLU."""
+    name = next((c.cfg[k] for k in keys if c.cfg.get(k)), "silu")
+    if name not in GATE_ACTIVATIONS:
+        raise InputError(f"{c.where}: {keys[0]}={name!r} is not supported for a gated MLP; supported: "
+                         f"{', '.join(GATE_ACTIVATIONS)} (or pass a native model YAML)")
+    return GATE_ACTIVATIONS[name]
+
+
+def rope_scaling(c: Config) -> Dict[str, Any]:
+    """RoPE scaling (`rope_scaling`, or transformers 5's `rope_parameters`): llama3 and yarn carried to ModelSpec;
+    other kinds (linear, dynamic, longrope) change no time or memory and are named in a note."""
+    scaling = c.get("rope_scaling", None) or c.get("rope_parameters", None) or {}
+    if not isinstance(scaling, Mapping):
+        raise InputError(f"{c.where}: rope_scaling={scaling!r} must be a mapping or null; fix the config")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind in (None, "default"):
+        return {}
+    factor = float(scaling.get("factor", 1.0))
+    if kind == "llama3":
+        return dict(rope_scaling="llama3", rope_scaling_factor=factor)
+    if kind == "yarn":
+        return dict(rope_scaling="yarn", rope_scaling_factor=factor,
+                    rope_original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 0)))
+    c.notes.append(f"rope_scaling {kind!r} is not carried: it changes no time or memory, and emitted launch files "
+                   f"use RoPE without it")
+    return {}
+
+
+def llama_like(c: Config, activation_keys: tuple = ("hidden_act",)) -> Dict[str, Any]:
+    """Fields shared by the Llama family: pre-norm RMSNorm, RoPE, gated MLP, GQA, optional qkv bias."""
+    hidden = c.int_req("hidden_size")
+    heads = c.int_req("num_attention_heads")
+    return dict(
+        num_layers=c.int_req("num_hidden_layers"),
+        hidden_size=hidden,
+        ffn_hidden_size=c.int_req("intermediate_size"),
+        num_attention_heads=heads,
+        num_query_groups=int(c.get("num_key_value_heads", heads)),  # absent in old configs = MHA
+        kv_channels=head_dim(c, hidden, heads),
+        vocab_size=c.int_req("vocab_size"),
+        max_position_embeddings=c.int_req("max_position_embeddings"),
+        activation="swiglu",
+        gate_activation=gate_activation(c, *activation_keys),
+        normalization="rmsnorm",
+        position_embedding="rope",
+        rotary_base=float(c.get("rope_theta", 10000.0)),
+        tie_embeddings=bool(c.get("tie_word_embeddings", False)),
+        add_qkv_bias=bool(c.get("attention_bias", False)),
+        **rope_scaling(c),
+    )
+
+
+def sliding_window_all_layers(c: Config, num_layers: int) -> Dict[str, Any]:
+    """Mistral / Phi-3 apply `sliding_window` to every layer; Qwen2 only when `use_sliding_window` is true."""
+    window = c.get("sliding_window", 0)
+    if not window or not c.get("use_sliding_window", True):
+        return {}
+    return dict(sliding_window=int(window), num_sliding_window_layers=num_layers)
+
+
+def count_sliding_layers(c: Config, num_layers: int, default_pattern) -> int:
+    """Layers with sliding-window attention: from `layer_types` when the config lists them, else from the family's
+    default rule `default_pattern(i) -> True when layer i slides`."""
+    layer_types = c.get("layer_types", None)
+    if layer_types:
+        if len(layer_types) != num_layers:
+            raise InputError(f"{c.where}: layer_types has {len(layer_types)} entries for num_hidden_layers="
+                             f"{num_layers}; fix the config")
+        return sum(t == "sliding_attention" for t in layer_types)
+    return sum(bool(default_pattern(i)) for i in range(num_layers))

@@ -1,0 +1,140 @@
+"""Hugging Face families beyond Llama: Phi-3, Gemma-2, Gemma-3 (text and multimodal), GLM-4, and the Llama keys
+that change the block (hidden_act, mlp_bias, attention_bias) and NeoX's rotary_pct: read, or refused in one line;
+what ModelSpec cannot express is named in `notes`. Fixtures and their sources: tests/data/hf_configs/README.md."""
+import json
+from pathlib import Path
+
+import pytest
+
+from autoplan.costmodel.params import count_parameters
+from autoplan.errors import InputError
+from autoplan.modelio import from_hf_config, load_model
+
+HF = Path(__file__).parent / "data" / "hf_configs"
+
+
+def fields(spec, *names):
+    return {n: getattr(spec, n) for n in names}
+
+
+def hf(name):
+    return json.loads((HF / f"{name}.json").read_text())
+
+
+def test_phi3_fused_projections_are_llama_shapes():
+    m = load_model(str(HF / "phi3_mini_4k_instruct.json"))
+    assert fields(m, "num_layers", "hidden_size", "ffn_hidden_size", "num_query_groups", "kv_channels", "vocab_size",
+                  "activation", "gate_activation", "tie_embeddings") == \
+        dict(num_layers=32, hidden_size=3072, ffn_hidden_size=8192, num_query_groups=32, kv_channels=96,
+             vocab_size=32064, activation="swiglu", gate_activation="silu", tie_embeddings=False)
+    assert (m.sliding_window, m.num_sliding_window_layers) == (2047, 32)  # Phi3Attention passes it to every layer
+    # Published: 3,821,079,552 parameters (microsoft/Phi-3-mini-4k-instruct safetensors). costmodel/params.py adds
+    # one attention-sink logit per head on sliding-window models (a gpt-oss feature): 32 x 32 more until it reads
+    # ModelSpec.attention_sinks.
+    assert count_parameters(m)[0] in (3_821_079_552, 3_821_079_552 + 32 * 32)
+
+
+def test_phi_partial_rotary_factor():
+    cfg = {**hf("phi3_mini_4k_instruct"), "partial_rotary_factor": 0.75}
+    assert from_hf_config(cfg, "phi4-mini-like").rotary_percent == 0.75
+
+
+def test_gemma2_head_dim_geglu_tied_window_and_softcap():
+    m = load_model(str(HF / "gemma2_9b.json"))
+    assert fields(m, "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+                  "vocab_size", "tie_embeddings", "gate_activation", "sandwich_norm", "logit_softcapping") == \
+        dict(num_layers=42, hidden_size=3584, num_attention_heads=16, num_query_groups=8, kv_channels=256,
+             vocab_size=256000, tie_embeddings=True, gate_activation="gelu_tanh", sandwich_norm=True,
+             logit_softcapping=30.0)
+    assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 21)  # layers 0, 2, ..., 40
+    assert any("attn_logit_softcapping 50.0" in n for n in m.notes)
+    assert any("sandwich_norm" in n and "not priced" in n for n in m.notes)
+    # Published 9,241,705,984 (gemma-2-9b safetensors); the sandwich norms' 2h per layer are not counted yet.
+    assert 0 < 9_241_705_984 - count_parameters(m)[0] <= 42 * 2 * 3584
+
+
+def test_gemma3_text_layer_pattern_and_qk_norm():
+    m = load_model(str(HF / "gemma3_1b_pt.json"))
+    assert fields(m, "num_layers", "kv_channels", "num_query_groups", "vocab_size", "qk_layernorm", "tie_embeddings",
+                  "rotary_base") == dict(num_layers=26, kv_channels=256, num_query_groups=1, vocab_size=262144,
+                                         qk_layernorm=True, tie_embeddings=True, rotary_base=1e6)
+    # (i + 1) % 6 != 0 slides: layers 5, 11, 17, 23 are global.
+    assert (m.sliding_window, m.num_sliding_window_layers) == (512, 22)
+
+
+def test_gemma3_multimodal_reads_text_config_over_class_defaults():
+    m = load_model(str(HF / "gemma3_4b_pt.json"))
+    assert fields(m, "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                  "kv_channels", "vocab_size", "num_sliding_window_layers", "sliding_window") == \
+        dict(num_layers=34, hidden_size=2560, ffn_hidden_size=10240, num_attention_heads=8, num_query_groups=4,
+             kv_channels=256, vocab_size=262208, num_sliding_window_layers=29, sliding_window=1024)
+    assert any("vision tower" in n for n in m.notes) and any("'linear'" in n for n in m.notes)
+    with pytest.raises(InputError) as err:
+        from_hf_config({"model_type": "gemma3"}, "x")
+    assert "text_config" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gemma_layer_types_list_wins():
+    cfg = {**hf("gemma2_9b"), "layer_types": ["full_attention"] * 40 + ["sliding_attention"] * 2}
+    assert from_hf_config(cfg, "g").num_sliding_window_layers == 2
+    with pytest.raises(InputError, match="layer_types has 2 entries"):
+        from_hf_config({**cfg, "layer_types": ["full_attention"] * 2}, "g")
+
+
+@pytest.mark.parametrize("fixture, sandwich", [("glm_4_9b_hf", False), ("glm_4_9b_0414", True)])
+def test_glm4_partial_rotary_qkv_bias(fixture, sandwich):
+    m = load_model(str(HF / f"{fixture}.json"))
+    assert fields(m, "num_layers", "num_query_groups", "kv_channels", "vocab_size", "add_qkv_bias", "add_bias_linear",
+                  "rotary_percent", "sandwich_norm", "tie_embeddings") == \
+        dict(num_layers=40, num_query_groups=2, kv_channels=128, vocab_size=151552, add_qkv_bias=True,
+             add_bias_linear=False, rotary_percent=0.5, sandwich_norm=sandwich, tie_embeddings=False)
+
+
+LLAMA = hf("llama3_8b")
+
+
+@pytest.mark.parametrize("act, gate", [("silu", "silu"), ("gelu", "gelu"), ("gelu_pytorch_tanh", "gelu_tanh"),
+                                       ("gelu_new", "gelu_tanh")])
+def test_llama_hidden_act_maps_to_the_gated_mlp(act, gate):
+    m = from_hf_config({**LLAMA, "hidden_act": act}, "l")
+    assert (m.activation, m.gate_activation) == ("swiglu", gate)
+
+
+@pytest.mark.parametrize("model_type, act", [("llama", "relu"), ("qwen2", "tanh"), ("gpt_neox", "relu")])
+def test_unsupported_activation_is_refused(model_type, act):
+    base = hf("gpt_neox_20b") if model_type == "gpt_neox" else LLAMA
+    with pytest.raises(InputError) as err:
+        from_hf_config({**base, "model_type": model_type, "hidden_act": act}, "m")
+    assert f"hidden_act={act!r}" in str(err.value) and "supported" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_llama_biases_are_read_and_what_is_not_expressed_is_noted():
+    both = from_hf_config({**LLAMA, "attention_bias": True, "mlp_bias": True}, "l")
+    assert (both.add_bias_linear, both.add_qkv_bias, both.notes) == (True, True, ())
+    mlp = from_hf_config({**LLAMA, "mlp_bias": True}, "l")
+    assert mlp.add_bias_linear and any("over-counted" in n for n in mlp.notes)
+    attn = from_hf_config({**LLAMA, "attention_bias": True}, "l")
+    assert attn.add_qkv_bias and not attn.add_bias_linear and any("o_proj" in n for n in attn.notes)
+    assert count_parameters(both)[0] > count_parameters(attn)[0] > count_parameters(from_hf_config(LLAMA, "l"))[0]
+
+
+def test_neox_rotary_pct_is_read_or_refused():
+    assert load_model(str(HF / "gpt_neox_20b.json")).rotary_percent == 0.25
+    with pytest.raises(InputError, match=r"rotary_pct=1.5 must be a number in \(0, 1\]"):
+        from_hf_config({**hf("gpt_neox_20b"), "rotary_pct": 1.5}, "n")
+
+
+def test_rope_scaling_is_carried_or_noted():
+    m = from_hf_config({**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "l")
+    assert (m.rope_scaling, m.rope_scaling_factor) == ("llama3", 8.0)
+    m = from_hf_config({**LLAMA, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "l")
+    assert m.rope_scaling == "none" and any("'dynamic'" in n for n in m.notes)
+
+
+def test_model_notes_reach_estimate_output(capsys):
+    from autoplan.cli.main import main
+
+    main(["estimate", "--model", str(HF / "gemma2_9b.json"), "--gpus", "8", "--seq", "4096", "--gbs", "64",
+          "--strategy", "tp=1,pp=1,zero=1,mbs=1,recompute=full,fp8=none", "--json"])
+    est = json.loads(capsys.readouterr().out)
+    assert any("attn_logit_softcapping" in n for n in est["notes"])
