@@ -45,6 +45,11 @@ SETUPS: List[Tuple[str, str, int, int, int]] = [
     ("gpt-oss-120b", "h100", 64, 4096, 256),
     ("deepseek-v3", "h800", 1024, 4096, 512),
     ("kimi-k2", "h800", 2048, 4096, 1024),
+    # Few micro-batches per pipeline: interleaved plans must still give Megatron's schedule whole groups of pp.
+    ("qwen3-30b-a3b", "h100", 64, 4096, 128),
+    ("qwen3-30b-a3b", "h100", 128, 4096, 64),
+    ("mixtral-8x7b", "h100", 128, 4096, 128),
+    ("llama3-70b", "h100", 256, 8192, 64),
 ]
 MEGATRON_TOP, DEEPSPEED_TOP = 10, 5
 

@@ -14,7 +14,7 @@ from autoplan.model import ModelSpec
 from autoplan.results import Plan
 from autoplan.strategy import Strategy
 from autoplan.validate import effective_fp8_recipe
-from autoplan.integrations.engines import is_blackwell_or_newer
+from autoplan.integrations.engines import interleaved_schedule_problem, is_blackwell_or_newer
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
 DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--train-iters N` to train.sh to override
@@ -73,6 +73,8 @@ def check_megatron_plan(plan: Plan) -> None:
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
         _pipeline_split_problem(m, s),
         _window_problem(m),
+        # [RT] the interleaved schedule's micro-batch groups (integrations/engines.py, shared with the search).
+        interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
     )
     first = next((p for p in problems if p), None)
     if first:

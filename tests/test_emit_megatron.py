@@ -248,3 +248,13 @@ def test_llama2_7b_args_file_reads_with_shlex(tmp_path):
         plan = load_plan(str(tmp_path / "plans.json"), i)
         words = shlex.split(emit_megatron(plan)["megatron_args.txt"], comments=True)
         assert words[:-6] == megatron_args(plan)
+
+
+def test_interleaved_schedule_needs_whole_groups_of_pp_micro_batches():
+    # 64 GPUs, tp8 pp4 -> dp2; gbs 4 at mbs 1 gives 2 micro-batches, fewer than pp.
+    with pytest.raises(InputError, match=r"interleaved schedule needs .* \(got 2 with pp=4, vpp=5\)"):
+        megatron_args(make_plan(LLAMA_70B, 64, 8192, 4, tp=8, pp=4, vpp=5, sp=True))
+    with pytest.raises(InputError, match=r"got 6 with pp=4"):
+        megatron_args(make_plan(LLAMA_70B, 64, 8192, 12, tp=8, pp=4, vpp=5, sp=True))
+    assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 16, tp=8, pp=4, vpp=5, sp=True))
+    assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 4, tp=8, pp=4, sp=True))  # 1F1B takes any count
