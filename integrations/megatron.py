@@ -241,6 +241,8 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--overlap-moe-expert-parallel-comm"]
     if s.cpu_offload_layers:  # [V] arguments.py turns --cpu-offloading on when the layer count is > 0
         a += ["--cpu-offloading-num-layers", str(s.cpu_offload_layers)]
+    if s.te_cross_entropy:  # [TC] model_parallel_config.py cross_entropy_fusion_impl 'te': TransformerEngine's kernel
+        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
     return a
 
 
@@ -331,6 +333,8 @@ def train_script(plan: Plan, probe: bool = False) -> str:
     layout = world_layout(plan)
     connections = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)\n"
                    if needs_max_connections_1(plan) else "")
+    if plan.strategy.expandable_segments:  # the plan's memory has no fragmentation allowance (PyTorch allocator)
+        connections += "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
     return f"""#!/usr/bin/env bash
 {_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
