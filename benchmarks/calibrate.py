@@ -114,13 +114,21 @@ def mape(pred: np.ndarray, measured: np.ndarray) -> float:
     return float(np.mean(np.abs(pred / measured - 1.0)) * 100.0)
 
 
-def fit(predict: Predictor, index: Sequence[int], start: Calibration, max_evals: int) -> Calibration:
+RESTARTS = 3  # Nelder-Mead restarted from its best point with a fresh simplex (a collapsed simplex stalls)
+
+
+def fit(predict: Predictor, index: Sequence[int], start: Calibration, max_evals: int,
+        restarts: int = RESTARTS) -> Calibration:
+    """Constants minimising the log error over rows `index`: `restarts` Nelder-Mead runs of `max_evals`
+    evaluations each, every run starting where the previous one ended."""
     measured = predict.measured[list(index)]
 
     def loss(unit: np.ndarray) -> float:
         return log_loss(predict(to_calibration(unit, start), index), measured)
 
-    best, _ = nelder_mead(loss, np.clip(to_unit(start), 0.0, 1.0), max_evals=max_evals)
+    best = np.clip(to_unit(start), 0.0, 1.0)
+    for _ in range(restarts):
+        best, _ = nelder_mead(loss, np.clip(best, 0.0, 1.0), max_evals=max_evals)
     return to_calibration(best, start)
 
 
