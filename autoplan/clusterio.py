@@ -1,9 +1,12 @@
 """Cluster inputs: a GPU id from `profiles/gpus/<id>.yaml` (read through `importlib.resources`, so it works from an
-installed package) or a cluster YAML file (`gpu: <id or a full GpuSpec mapping>`, `num_gpus: N`, optional `name`).
+installed package), a cluster YAML file (`gpu: <id or a full GpuSpec mapping>`, `num_gpus: N`, optional `name`,
+optional `comm_profile: <file>`), or the file `autoplan profile-comm` writes (its GPU with the measured collective
+latency and bandwidth).
 Every bad input becomes a one-line `InputError`."""
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
@@ -15,7 +18,8 @@ from autoplan.cluster import ClusterSpec, GpuSpec
 from autoplan.errors import InputError, did_you_mean
 from autoplan.modelio import validation_message
 
-__all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID"]
+__all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID", "is_comm_profile", "apply_comm_profile",
+           "gpu_id_of_device"]
 
 CPU_ID = "cpu"  # host CPU cores standing in as devices (gloo) for probe runs; see profiles/gpus/cpu.yaml
 
@@ -52,7 +56,7 @@ def list_gpus() -> List[GpuSpec]:
     return [load_gpu(i) for i in gpu_ids()]
 
 
-def _read_cluster_file(path: Path) -> Dict[str, Any]:
+def _read_yaml_mapping(path: Path) -> Any:
     if not path.exists():
         raise InputError(f"cluster file {str(path)!r} does not exist; pass a GPU id ({', '.join(gpu_ids())}) or a "
                          f"cluster YAML")
@@ -66,15 +70,63 @@ def _read_cluster_file(path: Path) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError(f"cluster file {str(path)!r} holds a {type(data).__name__}, not a mapping; write "
                          f"`gpu: <id>` and `num_gpus: <N>`")
-    unknown = set(data) - {"gpu", "num_gpus", "name"}
+    return data
+
+
+def _read_cluster_file(path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+    unknown = set(data) - {"gpu", "num_gpus", "name", "comm_profile"}
     if unknown:
         key = sorted(unknown)[0]
         raise InputError(f"cluster file {str(path)!r}: unknown key {key!r}"
-                         f"{did_you_mean(key, ['gpu', 'num_gpus', 'name'])}; allowed: gpu, num_gpus, name")
+                         f"{did_you_mean(key, ['gpu', 'num_gpus', 'name', 'comm_profile'])}; allowed: gpu, num_gpus, "
+                         f"name, comm_profile")
     if "gpu" not in data:
         raise InputError(f"cluster file {str(path)!r} has no `gpu:`; add `gpu: <id>` (one of "
                          f"{', '.join(gpu_ids())}) or a full GPU mapping")
     return data
+
+
+# ---------------------------------------------------------------- measured collectives (autoplan profile-comm)
+
+def is_comm_profile(data: Any) -> bool:
+    """Whether a mapping is what `autoplan profile-comm` writes (autoplan/profiler/comm.py CommProfile)."""
+    return isinstance(data, dict) and {"gpu_overrides", "fits", "device_name"} <= set(data)
+
+
+def _device_matches(device_name: str, gpu_id: str) -> bool:
+    """Every part of the id ('a100', '80g') starts a word of the device name ('NVIDIA A100-SXM4-80GB'); 'b200'
+    does not match 'GB200'."""
+    name = re.sub(r"[^a-z0-9]+", " ", device_name.lower())
+    return all(re.search(rf"(?<![a-z0-9]){re.escape(part)}", name) for part in gpu_id.split("-"))
+
+
+def gpu_id_of_device(device_name: Any, where: str) -> str:
+    """The bundled GPU id a measured device name denotes; InputError when none or several do."""
+    matches = [g for g in gpu_ids() if _device_matches(str(device_name or ""), g)]
+    if len(matches) != 1:
+        found = f"matches {', '.join(matches)}" if matches else "matches no bundled GPU"
+        raise InputError(f"comm profile {where}: device {device_name!r} {found}; pass --cluster <gpu id> with "
+                         f"--profile {where}")
+    return matches[0]
+
+
+def apply_comm_profile(gpu: GpuSpec, data: Dict[str, Any], where: str) -> GpuSpec:
+    """`gpu` with the measured latency/bandwidth overrides of a comm profile; InputError when the profile was
+    measured on another GPU or is malformed."""
+    from autoplan.profiler.comm import CommProfile
+
+    try:
+        profile = CommProfile.model_validate(data)
+    except ValidationError as e:
+        raise InputError(validation_message(e, f"comm profile {where}", CommProfile)) from None
+    if not _device_matches(profile.device_name, gpu.id):
+        raise InputError(f"comm profile {where} was measured on {profile.device_name!r}, but the cluster uses "
+                         f"{gpu.id}; measure on that GPU or drop the comm profile")
+    unknown = sorted(set(profile.gpu_overrides) - set(GpuSpec.model_fields))
+    if unknown:
+        raise InputError(f"comm profile {where}: gpu_overrides has unknown GpuSpec field {unknown[0]!r}; "
+                         f"regenerate it with `autoplan profile-comm`")
+    return _gpu_from_mapping({**gpu.model_dump(), **profile.gpu_overrides}, f"comm profile {where} gpu_overrides")
 
 
 def _gpu_of(value: Any, where: str) -> GpuSpec:
@@ -120,13 +172,21 @@ def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
     if not ref or not ref.strip():
         raise InputError(f"cluster is empty; pass a GPU id ({', '.join(gpu_ids())}) or a cluster YAML")
     name = None
-    if ref.endswith((".yaml", ".yml")) or "/" in ref or "\\" in ref:
+    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref:
         path = Path(ref).expanduser()
-        data = _read_cluster_file(path)
-        gpu = _gpu_of(data["gpu"], f"cluster file {str(path)!r}")
-        name = data.get("name") or path.stem
-        if num_gpus is None:
-            num_gpus = data.get("num_gpus")
+        data = _read_yaml_mapping(path)
+        if is_comm_profile(data):  # `autoplan profile-comm` output: the GPU it ran on, with its measured links
+            gpu = apply_comm_profile(load_gpu(gpu_id_of_device(data.get("device_name"), str(path))), data, str(path))
+            name = path.stem
+        else:
+            data = _read_cluster_file(path, data)
+            gpu = _gpu_of(data["gpu"], f"cluster file {str(path)!r}")
+            if data.get("comm_profile"):
+                comm_path = (path.parent / str(data["comm_profile"])).expanduser()
+                gpu = apply_comm_profile(gpu, _read_yaml_mapping(comm_path), str(comm_path))
+            name = data.get("name") or path.stem
+            if num_gpus is None:
+                num_gpus = data.get("num_gpus")
     else:
         gpu = load_gpu(ref)
     if gpu.id == CPU_ID:

@@ -21,7 +21,8 @@ def estimate_cmd(
     gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences."),
     mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro batch, sequences (fills a ds_config's \"auto\")."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile JSON (autoplan profile)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
+                                          "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
     from_megatron: Optional[str] = typer.Option(None, "--from-megatron", help="Megatron-LM args or script."),
     from_deepspeed: Optional[str] = typer.Option(None, "--from-deepspeed", help="ds_config.json (with --model)."),
     engine: str = typer.Option("megatron", "--engine", help="Engine whose rules complete a partial strategy."),
@@ -31,6 +32,7 @@ def estimate_cmd(
     """Predict the step time and per-GPU memory of a strategy."""
     from autoplan.complete import complete_strategy
     from autoplan.costmodel.estimate import estimate
+    from autoplan.costmodel.measured import resolve_profiles
     from autoplan.errors import InputError
 
     given, notes = read_strategy(strategy), []
@@ -54,7 +56,9 @@ def estimate_cmd(
     if engine == "deepspeed":
         _check_deepspeed_runs(m, given, user_keys, imported_keys)
     notes += list(m.notes)  # what reading the model's config assumed
-    prof = _load_profile(profile, c, m)
+    profiles = resolve_profiles(profile, m, c)
+    c, prof = profiles.cluster, profiles.layers
+    notes += list(profiles.notes)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
     if (from_megatron or from_deepspeed) and not chosen:
         chosen = ["priced as written: no strategy key chosen (all from the imported config or --strategy)"]
@@ -67,14 +71,6 @@ def estimate_cmd(
     console.print(f"[bold]{m.name}[/bold] on {c.num_gpus} x {c.gpu.id}, seq {wl.seq_len}, gbs "
                   f"{wl.global_batch_size}: [cyan]{s.label()}[/cyan]")
     print_estimate(est)
-
-
-def _load_profile(path, cluster, model):
-    from autoplan.costmodel import measured
-
-    if path:
-        return measured.load_profile(path, model=model, gpu_id=cluster.gpu.id)
-    return measured.find_profile(cluster.gpu.id, model.name)
 
 
 def _overridden(imported: dict, given: dict) -> List[str]:

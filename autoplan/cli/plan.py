@@ -39,7 +39,8 @@ def plan_cmd(
     emit: Optional[str] = typer.Option(None, "--emit", help="Write launch files: megatron,deepspeed."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for plan.json and emitted files."),
     seed: int = typer.Option(0, "--seed", help="Seed for the stochastic solvers."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile JSON (autoplan profile)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
+                                          "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
     as_json: bool = typer.Option(False, "--json", help="Print {'plans': [...]} as JSON (stable keys)."),
 ) -> None:
     """Find the fastest strategies that fit in memory."""
@@ -51,16 +52,12 @@ def plan_cmd(
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    prof, c = _profiles(profile, m, c, quiet=as_json)
     fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
                       engine=engine, mem_headroom=mem_headroom)
-    prof = None
-    if profile:
-        from autoplan.costmodel.measured import load_profile
-
-        prof = load_profile(profile)
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -161,6 +158,19 @@ def why_nothing_is_legal(problem) -> Optional[str]:
         return (f"--fix {key}={value}: no legal candidate of this layout space can carry it "
                 f"(with {problem.engine}); relax --fix {key}")
     return None
+
+
+def _profiles(spec, model, cluster, quiet):
+    """--profile: the check estimate uses (costmodel.measured.resolve_profiles); (layer profile, cluster)."""
+    import sys
+
+    from autoplan.costmodel.measured import resolve_profiles
+
+    resolved = resolve_profiles(spec, model, cluster)
+    if not quiet:
+        for note in resolved.notes:
+            print(f"note: {note}", file=sys.stderr)
+    return resolved.layers, resolved.cluster
 
 
 def _run(problem, solver, top, seed, prof, quiet):

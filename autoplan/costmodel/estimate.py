@@ -147,9 +147,15 @@ def estimate_from(ev: Evaluation, i: int, model: ModelSpec, cluster: ClusterSpec
                 stage=s, num_layers=int(layers[s]), total_gib=float(ev.stage_memory[i, s]) / GIB,
                 breakdown_gib={k: float(v[i, s]) / GIB for k, v in ev.stage_terms.items()}))
     bottleneck = max(time_breakdown, key=time_breakdown.get)
-    source = "analytic" if profile is None else f"measured:{getattr(profile, 'path', None) or 'profile'}"
     sources = {k: "analytic" for k in time_breakdown}
-    sources["compute"] = source
+    if profile is not None:  # "measured" only where a measured point priced a layer of this candidate
+        from autoplan.costmodel.measured import measured_compute
+
+        if measured_compute(profile, model, lay.take(np.array([i])), workload.seq_len)[0]:
+            source = f"measured:{getattr(profile, 'path', None) or 'profile'}"
+            sources["compute"] = source
+            if time_breakdown.get("recompute", 0.0) > 0:
+                sources["recompute"] = source  # the recomputed forward passes use the same layer times
     return Estimate(
         step_time_s=step, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
         model_tflops_per_gpu=flops_per_gpu / 1e12, mfu=flops_per_gpu / peak,

@@ -8,18 +8,21 @@ of `mbs` sequences of `seq` tokens on one rank."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterator, List, Optional, Tuple, Union
 
+import numpy as np
 from pydantic import ValidationError
 
 from autoplan.errors import InputError
+from autoplan.cluster import ClusterSpec
 from autoplan.model import ModelSpec
 from autoplan.profiler.schema import LAYER_KINDS, PASSES, SCHEMA_VERSION, MeasuredProfile
 
 __all__ = ["MeasuredProfile", "LAYER_KINDS", "PASSES", "SCHEMA_VERSION", "load_profile", "find_profile",
-           "shipped_profiles", "check_matches"]
+           "shipped_profiles", "check_matches", "Profiles", "resolve_profiles", "measured_compute"]
 
 
 def _first_error(e: ValidationError) -> str:
@@ -111,3 +114,82 @@ def find_profile(gpu_id: str, model_name: str) -> Optional[MeasuredProfile]:
                 and profile.model.name.lower() == model_name.lower()):
             return profile
     return None
+
+
+# ---------------------------------------------------------------- --profile for estimate and plan
+
+@dataclass(frozen=True)
+class Profiles:
+    """What --profile gave the cost model: measured layer times and a cluster whose GPU carries the measured
+    collective latency/bandwidth, with one note per source used."""
+
+    layers: Optional[MeasuredProfile]
+    cluster: ClusterSpec
+    notes: Tuple[str, ...]
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise InputError(f"measured profile {path}: file not found; pass a file written by `autoplan profile --out` "
+                         f"or `autoplan profile-comm --out`")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"measured profile {path} is not valid JSON ({e.msg} at line {e.lineno}); regenerate it") \
+            from None
+    if not isinstance(data, dict):
+        raise InputError(f"measured profile {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def resolve_profiles(spec: Optional[str], model: ModelSpec, cluster: ClusterSpec) -> Profiles:
+    """--profile FILE[,FILE]: layer profiles (`autoplan profile`) and comm profiles (`autoplan profile-comm`), each
+    checked against the model and the cluster's GPU — the one check `estimate` and `plan` share. With no --profile,
+    the shipped layer profile of this GPU and model is used when its layer shapes match."""
+    from autoplan.clusterio import apply_comm_profile, is_comm_profile
+
+    layers, notes = None, []
+    for item in [p.strip() for p in (spec or "").split(",") if p.strip()]:
+        path = Path(item).expanduser()
+        data = _read_json(path)
+        if is_comm_profile(data):
+            gpu = apply_comm_profile(cluster.gpu, data, str(path))
+            cluster = cluster.model_copy(update={"gpu": gpu})
+            changed = ", ".join(f"{k}={v:g}" for k, v in sorted(data["gpu_overrides"].items()))
+            notes.append(f"collectives from comm profile {path}: {changed or 'no overrides (see its notes)'}")
+            continue
+        if layers is not None:
+            raise InputError(f"--profile names two layer profiles ({layers.path} and {path}); pass one")
+        layers = load_profile(path, model=model, gpu_id=cluster.gpu.id)
+        notes.append(f"layer times measured in {path} where they cover the strategy")
+    if spec is None:
+        layers = _shipped(cluster.gpu.id, model, notes)
+    return Profiles(layers=layers, cluster=cluster, notes=tuple(notes))
+
+
+def _shipped(gpu_id: str, model: ModelSpec, notes: List[str]) -> Optional[MeasuredProfile]:
+    profile = find_profile(gpu_id, model.name)
+    if profile is None:
+        return None
+    try:
+        check_matches(profile, str(profile.path), model, gpu_id)
+    except InputError as e:
+        notes.append(f"shipped profile not used: {e}")
+        return None
+    notes.append(f"layer times measured in shipped {profile.path} where they cover the strategy")
+    return profile
+
+
+def measured_compute(profile: MeasuredProfile, model: ModelSpec, lay, seq_len: int) -> np.ndarray:
+    """Per candidate of `lay` (costmodel.layout.Layouts): True where the profile priced at least one layer pass —
+    the lookups of costmodel/evaluate.py apply_profile (attention + MLP or MoE per pass, in the candidate's
+    precision, at seq / cp tokens), finite where a measured point covers them."""
+    seq = np.full(len(lay), float(seq_len)) / lay.cp
+    used = np.zeros(len(lay), dtype=bool)
+    for mlp_kind in ("mlp", "moe") if model.is_moe else ("mlp",):
+        for pass_ in PASSES:
+            for dtype, rows in (("bf16", ~np.asarray(lay.fp8, bool)), ("fp8", np.asarray(lay.fp8, bool))):
+                t = (profile.layer_time("attention", pass_, lay.tp, lay.mbs, seq, dtype, ep=lay.ep)
+                     + profile.layer_time(mlp_kind, pass_, lay.tp, lay.mbs, seq, dtype, ep=lay.ep))
+                used |= rows & np.isfinite(t)
+    return used
