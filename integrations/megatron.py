@@ -73,6 +73,7 @@ def check_megatron_plan(plan: Plan) -> None:
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
         _pipeline_split_problem(m, s),
         _window_problem(m),
+        _inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (integrations/engines.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
     )
@@ -99,6 +100,21 @@ def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
                 f"{middle_stages} middle stages x vpp={s.vpp}")
     if any(x % s.vpp for x in given):
         return f"first/last stage layers {given} must be divisible by vpp={s.vpp}"
+    return None
+
+
+def _inexpressible_problem(m: ModelSpec) -> Optional[str]:
+    """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py at the verified commit): the
+    files would train a different model, so they are refused, never written without them."""
+    missing = [what for what, present in (
+        (f"a {m.gate_activation}-gated MLP (GeGLU; gate_activation={m.gate_activation})",
+         m.activation == "swiglu" and m.gate_activation != "silu" and not m.swiglu_limit),
+        ("post-attention/post-MLP norms (sandwich_norm=true)", m.sandwich_norm),
+        (f"final-logit soft-capping (logit_softcapping={_num(m.logit_softcapping)})", m.logit_softcapping),
+    ) if present]
+    if missing:
+        return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "
+                f"Megatron-Bridge's recipe for the family with this plan's parallel settings")
     return None
 
 
@@ -165,10 +181,13 @@ def _position_args(m: ModelSpec) -> List[str]:
     if m.rope_scaling == "yarn" and not m.multi_latent_attention:
         a = ["--position-embedding-type", "yarn", "--rotary-base", _num(m.rotary_base),
              "--rotary-scaling-factor", _num(m.rope_scaling_factor)]
+        a += ["--rotary-percent", _num(m.rotary_percent)] if m.rotary_percent != 1.0 else []
         if m.rope_original_max_position_embeddings:
             a += ["--yarn-original-max-position-embeddings", str(m.rope_original_max_position_embeddings)]
         return a
     a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
+    if m.rotary_percent != 1.0:  # partial rotary (NeoX rotary_pct, HF partial_rotary_factor)
+        a += ["--rotary-percent", _num(m.rotary_percent)]
     if m.rope_scaling == "llama3":
         a += ["--use-rope-scaling", "--rope-scaling-factor", _num(m.rope_scaling_factor)]
     return a

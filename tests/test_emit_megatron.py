@@ -258,3 +258,19 @@ def test_interleaved_schedule_needs_whole_groups_of_pp_micro_batches():
         megatron_args(make_plan(LLAMA_70B, 64, 8192, 12, tp=8, pp=4, vpp=5, sp=True))
     assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 16, tp=8, pp=4, vpp=5, sp=True))
     assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 4, tp=8, pp=4, sp=True))  # 1F1B takes any count
+
+
+def test_partial_rotary_is_emitted():
+    neox = LLAMA_8B.model_copy(update={"rotary_percent": 0.25})
+    assert flags(make_plan(neox, 8, 4096, 32))["--rotary-percent"] == "0.25"
+    assert "--rotary-percent" not in flags(make_plan(LLAMA_8B, 8, 4096, 32))
+
+
+@pytest.mark.parametrize("update, word", [
+    (dict(gate_activation="gelu_tanh"), "gelu_tanh-gated MLP"),
+    (dict(sandwich_norm=True), "sandwich_norm=true"),
+    (dict(logit_softcapping=30.0), "logit_softcapping=30"),
+])
+def test_features_pretrain_gpt_cannot_express_are_refused(update, word):
+    with pytest.raises(InputError, match=f"pretrain_gpt.py has no argument for .*{re.escape(word)}"):
+        emit_megatron(make_plan(LLAMA_8B.model_copy(update=update), 8, 4096, 32))
