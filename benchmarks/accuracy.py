@@ -224,7 +224,7 @@ def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
           f"{s['setups_rho_at_least_0.8']}; pairs ordered as measured {s['pairs_ordered']}/{s['pairs']}", file=out)
 
 
-FIT_NAMES = ("gemm_scale", "gemm_half_dim", "attention_eff_fwd", "grouped_gemm_eff", "grouped_gemm_half_tokens",
+FIT_NAMES = ("gemm_scale", "gemm_half_dim", "attention_eff_fwd", "grouped_gemm_eff",
              "kernel_overhead_s", "tp_overlap_hidden", "a2a_overlap_hidden", "fp4_overhead")
 
 

@@ -33,7 +33,6 @@ PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
     ("gemm_half_dim", 0.0, 400.0),
     ("attention_eff_fwd", 0.25, 0.85),
     ("grouped_gemm_eff", 0.3, 1.0),
-    ("grouped_gemm_half_tokens", 0.0, 4096.0),
     ("kernel_overhead_s", 0.0, 3e-5),
     ("tp_overlap_hidden", 0.0, 0.95),
     ("a2a_overlap_hidden", 0.0, 0.95),

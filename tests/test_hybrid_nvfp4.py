@@ -117,3 +117,21 @@ def test_megatron_emits_fp4_flags_for_nvfp4():
                            cluster=load_cluster("b200", 8))
     args = _precision_args(plan)
     assert args[args.index("--fp4-format") + 1] == "e2m1" and "--fp8-format" not in args
+
+
+def test_grouped_gemm_half_tokens_follows_the_published_microbenchmark():
+    """calibration.grouped_gemm_half_tokens is the least-squares fit to DeepGEMM's grouped-GEMM tables, not a
+    constant fitted to the published runs."""
+    import sys
+    sys.path.insert(0, str(MODELS.parent.parent))
+    from autoplan.costmodel.calibration import DEFAULT
+    from benchmarks.microbench import fit_half_tokens, grouped_gemm_half_tokens
+
+    assert grouped_gemm_half_tokens() == DEFAULT.grouped_gemm_half_tokens
+    # The fit recovers m0 from rates generated with it (shape term included).
+    from benchmarks.microbench import REFERENCE_M, size_efficiency
+    pts = []
+    for m in (256.0, 512.0, 1024.0):
+        shape = size_efficiency(m, 4096, 7168, 384.0) / size_efficiency(REFERENCE_M, 4096, 7168, 384.0)
+        pts.append((m, 4096.0, 7168.0, shape * (m / (m + 300.0)) / (REFERENCE_M / (REFERENCE_M + 300.0))))
+    assert fit_half_tokens(pts, 384.0) == 300.0
