@@ -14,6 +14,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload
 from autoplan.integrations import megatron_flags as MF
+from autoplan.integrations.megatron_model_args import megatron_model
 from autoplan.integrations.engines import check_deepspeed_keys
 
 
@@ -65,7 +66,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     if seq_len is None:
         raise InputError("Megatron arguments lack --seq-length; add it")
     tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
-    model = MF.megatron_model(flags, seq_len, tp, parse_overrides(overrides), notes)
+    model = megatron_model(flags, seq_len, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
     if MF.expandable_segments(env):
         strategy["expandable_segments"] = True

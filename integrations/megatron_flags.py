@@ -1,5 +1,6 @@
 """Megatron-LM command lines: the `pretrain_*.py` arguments of a launch script (read with
-`autoplan.integrations.shell`, never run) or of a plain argument list, as the model, layout and batch they set.
+`autoplan.integrations.shell`, never run) or of a plain argument list, and the layout and batch they set (the model:
+`autoplan.integrations.megatron_model_args`).
 
 Defaults for arguments that are absent are Megatron-LM's own (megatron/training/arguments.py [V] and
 TransformerConfig [TC]): tied embeddings, biases on, LayerNorm, GELU, learned absolute positions, ffn = 4h,
@@ -9,15 +10,10 @@ from __future__ import annotations
 
 import ast
 import itertools
-import math
 import re
-from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from pydantic import ValidationError
-
 from autoplan.errors import InputError
-from autoplan.model import ModelSpec
 from autoplan.integrations.shell import command_words, read_script
 
 _LIST_FLAGS = {"recompute-modules"}  # nargs="+" arguments this reader uses
@@ -27,7 +23,8 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce", "overlap-param-gather",
     "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
     "moe-enable-deepep", "fp8-param-gather", "recompute-activations", "moe-permute-fusion", "log-throughput",
-    "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading",
+    "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
+    "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -50,26 +47,18 @@ READ_FLAGS = frozenset({
     "overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "overlap-moe-expert-parallel-comm",
     "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep", "cpu-offloading-num-layers",
     "micro-batch-size", "global-batch-size", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
+    "use-rope-scaling", "rope-scaling-factor", "rotary-scaling-factor", "yarn-original-max-position-embeddings",
+    "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
-    "moe-permute-fusion", "moe-router-load-balancing-type", "moe-aux-loss-coeff", "train-iters", "lr", "min-lr",
+    "moe-permute-fusion", "moe-router-load-balancing-type", "train-iters", "lr", "min-lr", "glu-linear-offset",
+    "no-bias-gelu-fusion", "no-rope-fusion", "moe-router-dtype",
     "lr-decay-style", "lr-warmup-iters", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "log-interval",
     "log-throughput", "log-memory-interval", "eval-iters", "save", "load", "save-interval", "data-path",
 })
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 _ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
-
-# Megatron's own tokenizers with a fixed vocabulary: GPT-2 BPE (gpt2-vocab.json, 50257 tokens) and the Llama-2
-# SentencePiece model (32000 pieces) [megatron/core/tokenizers/utils/build_tokenizer.py].
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
-# Hugging Face tokenizers by repository id prefix (lower case): the embedding rows of the model's config.json
-# (vocab_size), which is len(tokenizer) for Llama 3 / Mistral and an upper bound of it for DeepSeek-V3 / gpt-oss,
-# so memory is never under-counted.
-HF_TOKENIZER_VOCAB = {"meta-llama/meta-llama-3": 128256, "meta-llama/llama-3": 128256,
-                      "deepseek-ai/deepseek-v3": 129280, "deepseek-ai/deepseek-r1": 129280,
-                      "mistralai/mixtral-8x7b": 32000, "mistralai/mistral-7b": 32000, "openai/gpt-oss": 201088}
-
 
 # ---------------------------------------------------------------------------------------------- reading words
 def launch_words(text: str) -> Tuple[List[str], List[str], List[str], Dict[str, str]]:
@@ -179,7 +168,7 @@ def pos_int(raw: str) -> int:
     return value
 
 
-def _eval_pattern(raw: str, flag: str) -> List[int]:
+def eval_pattern(raw: str, flag: str) -> List[int]:
     """Megatron's list-expression patterns ('[0]*3+[1]*58', '([1]*3+[0])*2') without eval: lists, + and *."""
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
@@ -200,151 +189,6 @@ def _eval_pattern(raw: str, flag: str) -> List[int]:
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise InputError(f"--{flag} {raw!r} must give a list of 0 and 1")
     return value
-
-
-# ---------------------------------------------------------------------------------------------- model
-def _moe_layout(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]:
-    """(first_k_dense_layers, moe_layer_freq) from --moe-layer-freq."""
-    raw = flags.get("moe-layer-freq")
-    if raw is None:
-        return 0, 1
-    if "[" not in raw:
-        return 0, typed(flags, "moe-layer-freq", pos_int)  # [V] integer N: layer i is MoE when i % N == 0
-    pattern = _eval_pattern(raw, "moe-layer-freq")
-    if len(pattern) != num_layers or 1 not in pattern:
-        raise InputError(f"--moe-layer-freq pattern has {len(pattern)} entries and "
-                         f"{sum(pattern)} MoE layers; it needs {num_layers} entries with at least one 1")
-    first = pattern.index(1)
-    ones = [i for i, v in enumerate(pattern) if v]
-    freq = ones[1] - ones[0] if len(ones) > 1 else num_layers - first
-    expected = [int(i >= first and (i - first) % freq == 0) for i in range(num_layers)]
-    if expected != pattern:
-        raise InputError(f"--moe-layer-freq {raw!r} is not 'k dense layers, then every n-th layer MoE'; "
-                         f"autoplan models only that shape")
-    return first, freq
-
-
-def _window(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]:
-    """(sliding_window, num_sliding_window_layers) from --window-size and --window-attn-skip-freq."""
-    raw = flags.get("window-size")
-    if raw is None:
-        return 0, 0
-    try:
-        left = int(raw.strip("()").split(",")[0])
-    except ValueError:
-        raise InputError(f"--window-size expects 'left,right' integers, got {raw!r}") from None
-    skip = flags.get("window-attn-skip-freq")
-    if skip is None:
-        return left, num_layers
-    # core/transformer/utils.py is_layer_window_attention: int N -> layer_number % N != 0; list -> entry != 0.
-    pattern = _eval_pattern(skip, "window-attn-skip-freq") if "[" in skip else \
-        [int((i + 1) % typed(flags, "window-attn-skip-freq", pos_int) != 0) for i in range(num_layers)]
-    return left, sum(pattern)
-
-
-def _tokenizer_vocab(f: Dict[str, Optional[str]]) -> Tuple[Optional[int], str]:
-    """(vocabulary of the tokenizer before padding, where it came from) or (None, why it is unknown)."""
-    kind = f.get("tokenizer-type")
-    if kind is None and f.get("vocab-file") and f.get("merge-file"):
-        # A vocab file with BPE merges and no type: the GPT-2 BPE files (gpt2-vocab.json, gpt2-merges.txt).
-        return TOKENIZER_VOCAB["GPT2BPETokenizer"], "--vocab-file/--merge-file without --tokenizer-type (GPT-2 BPE)"
-    if kind in TOKENIZER_VOCAB:
-        return TOKENIZER_VOCAB[kind], f"--tokenizer-type {kind}"
-    model = (f.get("tokenizer-model") or "").lower()
-    if kind == "HuggingFaceTokenizer":
-        for prefix, size in HF_TOKENIZER_VOCAB.items():
-            if model.startswith(prefix) or PurePosixPath(model).name.startswith(prefix.split("/")[1]):
-                return size, f"--tokenizer-model {f['tokenizer-model']}"
-    if kind is None:
-        return None, "the arguments (no --vocab-size, no --tokenizer-type)"
-    return None, f"--tokenizer-type {kind}" + (f" --tokenizer-model {f['tokenizer-model']}" if model else "")
-
-
-def padded_vocab(vocab: int, f: Dict[str, Optional[str]], tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (default 128) x tp
-    [megatron/core/tokenizers/utils/build_tokenizer.py vocab_size_with_padding]."""
-    multiple = typed(f, "make-vocab-size-divisible-by", pos_int, 128) * tp
-    return int(math.ceil(vocab / multiple) * multiple)
-
-
-def vocab_size(f: Dict[str, Optional[str]], tp: int, override: Optional[int], notes: List[str]) -> int:
-    """The embedding rows the run allocates: --vocab-size or the tokenizer's size, padded as Megatron does."""
-    if override is not None:
-        return override
-    given = typed(f, "vocab-size", pos_int)
-    source = "--vocab-size"
-    if given is None:
-        given, source = _tokenizer_vocab(f)
-        if given is None:
-            raise InputError(f"cannot tell the vocabulary size from {source}; pass "
-                             f"--set vocab_size=N (the tokenizer's size)")
-    padded = padded_vocab(given, f, tp)
-    if source != "--vocab-size":
-        notes.append(f"vocab {given} from {source}")
-    if padded != given:
-        notes.append(f"vocab {given} padded to {padded} rows as Megatron does (make-vocab-size-divisible-by x tp)")
-    return padded
-
-
-def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides: Dict[str, Any],
-                   notes: List[str]) -> ModelSpec:
-    """The ModelSpec the arguments build; `overrides` (--set) replace fields, vocab_size included."""
-    layers = overrides.get("num_layers", typed(f, "num-layers", pos_int))
-    hidden = overrides.get("hidden_size", typed(f, "hidden-size", pos_int))
-    heads = overrides.get("num_attention_heads", typed(f, "num-attention-heads", pos_int))
-    for name, value in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
-        if value is None:
-            raise InputError(f"Megatron arguments lack --{name}; add it (the model cannot be built without it)")
-    gated = "swiglu" in f or "quick-geglu" in f  # [TC] gated_linear_unit: both have three MLP matrices
-    # [V] ffn default: 4h, or 2/3 of that rounded down to a multiple of 64 with SwiGLU.
-    default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden
-    ffn = typed(f, "ffn-hidden-size", pos_int, default_ffn)
-    first_dense, freq = _moe_layout(f, layers)
-    window, window_layers = _window(f, layers)
-    experts = typed(f, "num-experts", int, 0) or 0
-    mla = "multi-latent-attention" in f
-    position = typed(f, "position-embedding-type", str, "learned_absolute")
-    values: Dict[str, Any] = dict(
-        name="imported-megatron", num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn,
-        num_attention_heads=heads,
-        num_query_groups=typed(f, "num-query-groups", pos_int, 1) if "group-query-attention" in f else heads,
-        kv_channels=typed(f, "kv-channels", pos_int, hidden // heads),
-        vocab_size=vocab_size(f, tp, overrides.get("vocab_size"), notes),
-        max_position_embeddings=typed(f, "max-position-embeddings", pos_int, seq_len),
-        activation="swiglu" if gated else "gelu",
-        normalization="rmsnorm" if typed(f, "normalization", str, "LayerNorm") == "RMSNorm" else "layernorm",
-        position_embedding="rope" if position in ("rope", "yarn", "mrope") else "learned",
-        rotary_base=typed(f, "rotary-base", float, 10000.0), rotary_percent=typed(f, "rotary-percent", float, 1.0),
-        hidden_dropout=typed(f, "hidden-dropout", float, 0.1),  # default: transformer_config.py
-        tie_embeddings="untie-embeddings-and-output-weights" not in f,
-        add_bias_linear="disable-bias-linear" not in f, add_qkv_bias="add-qkv-bias" in f,
-        qk_layernorm="qk-layernorm" in f, multi_latent_attention=mla,
-        num_experts=experts, sliding_window=window, num_sliding_window_layers=window_layers)
-    if mla:  # defaults from MLATransformerConfig
-        values.update(q_lora_rank=typed(f, "q-lora-rank", pos_int), kv_lora_rank=typed(f, "kv-lora-rank", int, 512),
-                      qk_head_dim=typed(f, "qk-head-dim", int, 128),
-                      qk_pos_emb_head_dim=typed(f, "qk-pos-emb-head-dim", int, 64),
-                      v_head_dim=typed(f, "v-head-dim", int, 128))
-    if experts:
-        values.update(moe_router_topk=typed(f, "moe-router-topk", pos_int, 2),
-                      moe_ffn_hidden_size=typed(f, "moe-ffn-hidden-size", pos_int, ffn),
-                      shared_expert_ffn_hidden_size=typed(f, "moe-shared-expert-intermediate-size", int, 0),
-                      first_k_dense_layers=first_dense, moe_layer_freq=freq)
-    _unpriced_notes(f, notes)
-    values.update(overrides)
-    try:
-        return ModelSpec(**values)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"Megatron arguments give an invalid model: {err['msg']}") from None
-
-
-def _unpriced_notes(f: Dict[str, Optional[str]], notes: List[str]) -> None:
-    """Say which read arguments change the model in ways the cost model does not price."""
-    mtp = typed(f, "mtp-num-layers", int, 0)
-    if mtp:
-        notes.append(f"--mtp-num-layers {mtp}: the multi-token-prediction layers are not priced (time and memory "
-                     f"of {mtp} extra layer(s) on the last stage are missing)")
 
 
 # ---------------------------------------------------------------------------------------------- strategy
@@ -408,6 +252,8 @@ def _recompute(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
 
 
 def _precision(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
+    if "fp4-format" in f:  # NVFP4 GEMMs: the Strategy's fp8 with recipe nvfp4 (what the emitter writes back)
+        return {"fp8": "hybrid", "fp8_recipe": typed(f, "fp4-recipe", str, "nvfp4")}
     fp8 = typed(f, "fp8-format", str)
     if not fp8:
         return {"fp8": "none"}  # bf16 / fp16 as written: no FP8 GEMMs

@@ -4,11 +4,12 @@ import pytest
 from autoplan.errors import InputError
 from autoplan.integrations.importers import ImportedConfig, from_megatron_args
 from autoplan.integrations.megatron import emit_megatron
-from autoplan.integrations.megatron_flags import NOT_PRICED_FLAGS, READ_FLAGS, padded_vocab
+from autoplan.integrations.megatron_flags import NOT_PRICED_FLAGS, READ_FLAGS
+from autoplan.integrations.megatron_model_args import padded_vocab
 from autoplan.strategy import strategy_from_mapping
 from autoplan.validate import effective_fp8_recipe
-from engine_checks.plans import (DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, golden_plans,
-                                 make_plan)
+from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE,
+                                 golden_plans, make_plan)
 
 ROUND_TRIP = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
 ROUND_TRIP.update({
@@ -25,6 +26,15 @@ ROUND_TRIP.update({
     "fp8_param_gather": make_plan(LLAMA_8B, 8, 8192, 128, fp8="hybrid", fp8_param=True, zero=1,
                                   grad_reduce_bf16=True),
     "cpu_offload": make_plan(LLAMA_8B, 8, 4096, 64, tp=2, sp=True, cpu_offload_layers=8),
+    "llama31_rope_scaling": make_plan(LLAMA_8B.model_copy(update={"rope_scaling": "llama3",
+                                                                  "rope_scaling_factor": 8.0}), 8, 8192, 64),
+    "yarn": make_plan(LLAMA_8B.model_copy(update={"rope_scaling": "yarn", "rope_scaling_factor": 4.0,
+                                                  "rope_original_max_position_embeddings": 8192}), 8, 8192, 64),
+    "gpt_oss_like": make_plan(TINY_MOE.model_copy(update={
+        "attention_sinks": True, "swiglu_limit": 7.0, "moe_aux_loss_coeff": 0.9, "add_bias_linear": True,
+        "add_qkv_bias": True, "sliding_window": 64, "num_sliding_window_layers": 4, "first_k_dense_layers": 0}),
+        8, 128, 8, ep=4),
+    "nvfp4": make_plan(LLAMA_8B, 8, 4096, 64, gpu=B200, fp8="hybrid", fp8_recipe="nvfp4"),
     "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
                                                       "add_qkv_bias": True, "qk_layernorm": True}),
                               8, 128, 8, recompute="full", recompute_method="block", recompute_layers=2),
@@ -45,10 +55,13 @@ def test_round_trip(case, tmp_path):
     imported = from_megatron_args(str(path))
     assert isinstance(imported, ImportedConfig) and imported.source == "megatron"
     # Megatron pads the vocabulary to a multiple of 128 x tp; the imported model holds the rows the run allocates.
+    # With biases on every linear layer the QKV bias is implied (add_qkv_bias is then not written).
     padded = padded_vocab(plan.model.vocab_size, {}, plan.strategy.tp)
+    qkv_bias = plan.model.add_qkv_bias and not plan.model.add_bias_linear
     assert imported.model.model_copy(update={"name": plan.model.name}) == \
-        plan.model.model_copy(update={"vocab_size": padded})
-    assert effective(strategy_from_mapping(imported.strategy)) == effective(plan.strategy)
+        plan.model.model_copy(update={"vocab_size": padded, "add_qkv_bias": qkv_bias})
+    assert effective(strategy_from_mapping(imported.strategy), plan.cluster.gpu.id) == \
+        effective(plan.strategy, plan.cluster.gpu.id)
     assert imported.workload == plan.workload
 
 

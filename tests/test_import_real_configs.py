@@ -36,13 +36,15 @@ MEGATRON = {
         (8192, 128, 8)),
     "train_mixtral_8x7b_distributed.sh": (
         ["--gpus", "32"],
-        dict(num_layers=32, num_experts=8, moe_router_topk=2, vocab_size=32000, max_position_embeddings=32768),
+        dict(num_layers=32, num_experts=8, moe_router_topk=2, vocab_size=32000, max_position_embeddings=32768,
+             moe_aux_loss_coeff=0.01),
         dict(tp=1, pp=4, ep=8, etp=1, zero=1, fp8="none", recompute="none", sp=False),
         (4096, 256, 8)),
     "gptoss_02_train.sh": (
         ["--strategy", "pp=4"],
         dict(num_layers=12, hidden_size=512, num_attention_heads=64, num_experts=4, activation="swiglu",
-             sliding_window=127, num_sliding_window_layers=6, vocab_size=128256),
+             sliding_window=127, num_sliding_window_layers=6, vocab_size=128256, attention_sinks=True,
+             swiglu_limit=7.0, moe_aux_loss_coeff=0.001),
         dict(tp=1, pp=8, ep=1, zero=1, fp8="hybrid", fp8_param=True, recompute="selective"),
         (8192, 128, 8)),
     "sbatch_mfsdp_deepseek_v3.sh": (
