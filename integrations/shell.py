@@ -3,17 +3,19 @@
 Launch scripts (Megatron-LM's `examples/*/train_*.sh` and their descendants) assign variables and arrays
 (`NUM_LAYERS=32`, `GPT_MODEL_ARGS=( ... )`, `ARGS+=( ... )`, `${VAR:-default}`, `$((A*B))`), branch on them
 (`if [[ "$DTYPE" == "fp8" ]]; then ... fi`) and finally run `torchrun ... pretrain_gpt.py "${ARGS[@]}"`. This module
-reads that subset of bash: assignments, `[`/`[[`/`test` conditions, `if`/`elif`/`else`, and the expansions above.
-Loops, `case` and function bodies are skipped, command substitutions `$(...)` and sourced files stay unknown, and
-nothing is ever executed. The environment is taken as empty: an unset variable is "" in a condition and its default
-in `${VAR:-default}`; a variable never assigned keeps its `$NAME` text in a command so that the caller can name it."""
+reads that subset of bash: assignments, `[`/`[[`/`test` conditions, `if`/`elif`/`else`, `case` on a value, and the
+expansions above. Loops (with any `case` inside them) and function bodies are skipped, command substitutions
+`$(...)` and sourced files stay unknown, and nothing is ever executed. The environment is taken as empty: an unset
+variable is "" in a condition and its default in `${VAR:-default}`; a variable never assigned keeps its `$NAME` text
+in a command so that the caller can name it."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 Value = Union[str, List[str]]
 
@@ -324,6 +326,7 @@ class _Reader:
         self.tests = _Expander(self.script, empty_unset=True)
         self.branches: List[Tuple[bool, bool]] = []  # (running this branch, some branch already ran)
         self.skip: List[str] = []  # closing keywords of blocks being skipped
+        self.case: Optional[Dict[str, Any]] = None  # the `case` being read: its word, clause state, a match seen
 
     @property
     def active(self) -> bool:
@@ -331,6 +334,47 @@ class _Reader:
 
     def statement(self, line: str) -> None:
         first = line.split(None, 1)[0].rstrip(";")
+        if self.case is not None and not self.skip:
+            self._case_clause(line, first)
+            return
+        if not self.skip and first == "case" and self.active and self._case_start(line):
+            return
+        self._statement(line, first)
+
+    def _case_start(self, line: str) -> bool:
+        """`case WORD in`: the clauses that follow run only when their pattern matches WORD."""
+        m = re.match(r"^case\s+(.*?)\s+in$", line)
+        if not m:
+            return False
+        words = _words(self.tests.expand(m.group(1)))
+        self.case = {"word": words[0] if words else "", "state": "seek", "taken": False}
+        return True
+
+    def _case_clause(self, line: str, first: str) -> None:
+        """One statement inside `case`: a `pattern)` starts a clause (the first match runs, glob patterns joined by
+        |), `;;` ends it, `esac` ends the case."""
+        case = self.case
+        if first == "esac":
+            self.case = None
+            return
+        if case["state"] == "seek":
+            m = re.match(r"^\(?\s*([^)]*?)\s*\)\s*(.*)$", line)
+            if not m:
+                return
+            patterns = [" ".join(_words(self.tests.expand(p))) for p in m.group(1).split("|")]
+            matched = not case["taken"] and any(fnmatch.fnmatchcase(case["word"], p) for p in patterns)
+            case["state"], case["taken"] = ("run" if matched else "skip"), case["taken"] or matched
+            line = m.group(2).strip()
+        ends = line.endswith(";;")
+        body = line[:-2].strip() if ends else line
+        if body and case["state"] == "run":
+            self.case = None  # the clause's own statements run as ordinary ones
+            self._statement(body, body.split(None, 1)[0].rstrip(";"))
+            self.case = case
+        if ends:
+            case["state"] = "seek"
+
+    def _statement(self, line: str, first: str) -> None:
         if self.skip:
             if first in _BLOCKS:
                 self.skip.append(_BLOCKS[first])

@@ -72,3 +72,19 @@ def test_unassigned_variables_are_kept_and_named():
     s = read_script("run --seq $SEQ ${TP} $1\n")
     assert command_words(s.commands[0]) == ["run", "--seq", "$SEQ", "${TP}", "$1"]
     assert s.unresolved == {"SEQ", "TP"}
+
+
+def test_case_on_a_value_runs_the_first_matching_clause():
+    text = """SCALE=8B
+case "${SCALE}" in
+    "800M") TP=1 ;;
+    8B|16B)
+        TP=4
+        HIDDEN=4096
+        ;;
+    *) TP=99 ;;
+esac
+"""
+    s = read_script(text)
+    assert (s.variables["TP"], s.variables["HIDDEN"]) == ("4", "4096")
+    assert read_script(text.replace("SCALE=8B", "SCALE=2B")).variables["TP"] == "99"
