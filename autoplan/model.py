@@ -62,6 +62,9 @@ class ModelSpec(BaseModel):
     rope_scaling_factor: float = Field(1.0, ge=1.0, description="RoPE scaling factor (context extension ratio).")
     rope_original_max_position_embeddings: int = Field(0, ge=0, description=(
         "YaRN: context length before scaling, tokens (HF rope_scaling.original_max_position_embeddings); 0 = unset."))
+    rope_mscale: float = Field(1.0, ge=0.0, description="YaRN attention-scale factor (HF rope_scaling.mscale).")
+    rope_mscale_all_dim: float = Field(0.0, ge=0.0, description=(
+        "YaRN mscale_all_dim (HF rope_scaling.mscale_all_dim; DeepSeek-V3 1.0, Megatron's MLA default 0.0)."))
     moe_aux_loss_coeff: float = Field(0.001, ge=0.0, description=(
         "Load-balancing loss weight (HF router_aux_loss_coef / aux_loss_alpha, default 0.001 as in transformers' "
         "MixtralConfig; Megatron --moe-aux-loss-coeff)."))

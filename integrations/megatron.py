@@ -178,7 +178,17 @@ def _position_args(m: ModelSpec) -> List[str]:
     --rotary-scaling-factor and --yarn-original-max-position-embeddings onto the config)."""
     if m.position_embedding != "rope":
         return ["--position-embedding-type", "learned_absolute"]
-    if m.rope_scaling == "yarn" and not m.multi_latent_attention:
+    if m.multi_latent_attention:
+        # MLA reads its own RoPE settings (MLATransformerConfig rope_type, rotary_scaling_factor, mscale,
+        # mscale_all_dim; arguments.py --rope-type, --rotary-scaling-factor, --mscale, --mscale-all-dim).
+        a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
+        if m.rope_scaling == "yarn":
+            a += ["--rope-type", "yarn", "--rotary-scaling-factor", _num(m.rope_scaling_factor),
+                  "--mscale", _num(m.rope_mscale), "--mscale-all-dim", _num(m.rope_mscale_all_dim)]
+        else:
+            a += ["--rope-type", "rope"]
+        return a
+    if m.rope_scaling == "yarn":
         a = ["--position-embedding-type", "yarn", "--rotary-base", _num(m.rotary_base),
              "--rotary-scaling-factor", _num(m.rope_scaling_factor)]
         a += ["--rotary-percent", _num(m.rotary_percent)] if m.rotary_percent != 1.0 else []

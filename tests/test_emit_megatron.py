@@ -274,3 +274,13 @@ def test_partial_rotary_is_emitted():
 def test_features_pretrain_gpt_cannot_express_are_refused(update, word):
     with pytest.raises(InputError, match=f"pretrain_gpt.py has no argument for .*{re.escape(word)}"):
         emit_megatron(make_plan(LLAMA_8B.model_copy(update=update), 8, 4096, 32))
+
+
+def test_mla_yarn_settings_are_the_models():
+    v3_rope = dict(rope_scaling="yarn", rope_scaling_factor=40.0, rope_original_max_position_embeddings=4096,
+                   rope_mscale=1.0, rope_mscale_all_dim=1.0)
+    f = flags(make_plan(DEEPSEEK_V2_LITE.model_copy(update=v3_rope), 32, 4096, 256, tp=2, ep=8, sp=True))
+    assert f["--rope-type"] == "yarn" and f["--rotary-scaling-factor"] == "40"
+    assert f["--mscale"] == "1" and f["--mscale-all-dim"] == "1"
+    plain = flags(make_plan(DEEPSEEK_V2_LITE, 32, 4096, 256, tp=2, ep=8, sp=True))
+    assert plain["--rope-type"] == "rope" and "--mscale" not in plain

@@ -102,7 +102,9 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
     if "multi-latent-attention" in flags:
         kw.update(multi_latent_attention=True, q_lora_rank=num("q-lora-rank"), kv_lora_rank=num("kv-lora-rank"),
                   qk_head_dim=num("qk-head-dim"), qk_pos_emb_head_dim=num("qk-pos-emb-head-dim"),
-                  v_head_dim=num("v-head-dim"), rope_type=flags.get("position-embedding-type", "rope"))
+                  v_head_dim=num("v-head-dim"), rope_type=flags.get("rope-type", "yarn"),
+                  rotary_scaling_factor=num("rotary-scaling-factor", float, 40.0),
+                  mscale=num("mscale", float, 1.0), mscale_all_dim=num("mscale-all-dim", float, 0.0))
     return kw
 
 
