@@ -141,6 +141,9 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
      lambda s, m: f"DeepSpeed has no per-module selective recompute "
                   f"(recompute_modules={'+'.join(s.recompute_modules or ())}); use recompute=full or the megatron "
                   f"engine"),
+    (lambda v, m: m.is_hybrid,
+     lambda s, m: f"ds_train.py builds decoder layers of attention + MLP, not {m.name}'s Mamba / attention hybrid "
+                  f"pattern; use --engine megatron"),
     (lambda v, m: (v.pp > 1) & v.full & v.block,
      lambda s, m: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, "
                   f"pp={s.pp}); use recompute_method=uniform"),

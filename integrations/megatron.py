@@ -111,6 +111,8 @@ def _inexpressible_problem(m: ModelSpec) -> Optional[str]:
          m.activation == "swiglu" and m.gate_activation != "silu" and not m.swiglu_limit),
         ("post-attention/post-MLP norms (sandwich_norm=true)", m.sandwich_norm),
         (f"final-logit soft-capping (logit_softcapping={_num(m.logit_softcapping)})", m.logit_softcapping),
+        (f"a Mamba / attention hybrid layer pattern (hybrid_layer_pattern={m.hybrid_layer_pattern!r}; Megatron-LM "
+         "trains it with pretrain_mamba.py --hybrid-override-pattern)", m.is_hybrid),
     ) if present]
     if missing:
         return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "

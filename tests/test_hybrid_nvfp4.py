@@ -135,3 +135,15 @@ def test_grouped_gemm_half_tokens_follows_the_published_microbenchmark():
         shape = size_efficiency(m, 4096, 7168, 384.0) / size_efficiency(REFERENCE_M, 4096, 7168, 384.0)
         pts.append((m, 4096.0, 7168.0, shape * (m / (m + 300.0)) / (REFERENCE_M / (REFERENCE_M + 300.0))))
     assert fit_half_tokens(pts, 384.0) == 300.0
+
+
+def test_engines_refuse_hybrid_models_instead_of_writing_a_transformer():
+    from integrations.engines import deepspeed_unsupported
+    from integrations.megatron import _inexpressible_problem
+
+    m = nano()
+    assert "pretrain_mamba.py" in _inexpressible_problem(m)
+    assert _inexpressible_problem(load_model("llama3-8b")) is None
+    s = Strategy(tp=1, pp=1, mbs=1, zero=1)
+    assert "hybrid" in deepspeed_unsupported(s, m)
+    assert deepspeed_unsupported(s, load_model("llama3-8b")) is None
