@@ -157,8 +157,9 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
         if key not in seen and s.pp > 1 and problem.engine == "megatron":  # DeepSpeed: even stages only
             seen.add(key)
             distinct.append(s)
-    lay = layouts_from_strategies([p.strategy for p in base.plans], problem.cluster.num_gpus, problem.engine)
-    targets = layouts_from_strategies(distinct[:4], problem.cluster.num_gpus, problem.engine) if distinct else None
+    gpu = problem.cluster.gpu.id
+    lay = layouts_from_strategies([p.strategy for p in base.plans], problem.cluster.num_gpus, problem.engine, gpu)
+    targets = layouts_from_strategies(distinct[:4], problem.cluster.num_gpus, problem.engine, gpu) if distinct else None
     per_call = 2.0 if budget_s is None else max(0.2, budget_s / 4)
     refined = [lay]
     for i in range(len(targets) if targets is not None else 0):

@@ -360,7 +360,8 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
         # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl
         # te, PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
         te_cross_entropy=np.full(n, problem.engine != "deepspeed"),
-        expandable_segments=np.full(n, problem.engine != "deepspeed"))
+        expandable_segments=np.full(n, problem.engine != "deepspeed"),
+        fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)

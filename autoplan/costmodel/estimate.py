@@ -120,7 +120,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, workloa
              notes: Optional[List[str]] = None, engine: str = "megatron") -> Estimate:
     """Predict one strategy, pricing every pipeline rank. `engine` matters where engines lay out the same
     strategy differently (DeepSpeed AutoTP replicates the vocabulary)."""
-    lay = layouts_from_strategies([strategy], cluster.num_gpus, engine=engine)
+    lay = layouts_from_strategies([strategy], cluster.num_gpus, engine=engine, gpu_id=cluster.gpu.id)
     ev = evaluate(model, cluster, workload, lay, cal, profile, every_rank=True)
     return estimate_from(ev, 0, model, cluster, workload, lay, headroom=headroom, notes=notes,
                          profile=profile)

@@ -50,10 +50,15 @@ class Layouts:
     te_cross_entropy: np.ndarray  # bool: TransformerEngine fused cross entropy (gradient written into the logits)
     expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (no fragmentation allowance)
     fp4: Optional[np.ndarray] = None  # bool: NVFP4 GEMMs (fp8_recipe nvfp4); None = none (filled in __post_init__)
+    # bool: FP8 with the delayed-scaling recipe (the effective one: the pre-Blackwell default when the recipe is left
+    # out); None = none. Set where the GPU is known: layouts_from_strategies(gpu_id=...) and the search space.
+    fp8_delayed: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         if self.fp4 is None:
             object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
+        if self.fp8_delayed is None:
+            object.__setattr__(self, "fp8_delayed", np.zeros(len(self.tp), dtype=bool))
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -93,7 +98,8 @@ def _modules_field(recompute: str, bits: int):
     return R.names_of(bits)
 
 
-def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engine: str = "megatron") -> Layouts:
+def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engine: str = "megatron",
+                            gpu_id: Optional[str] = None) -> Layouts:
     """Stack strategies; dp is derived as world / (tp * pp * cp) when a strategy leaves it out. `engine` decides
     whether the vocabulary is sharded over tp (Megatron's VocabParallelEmbedding) or replicated (DeepSpeed AutoTP
     keeps embedding and LM head whole: deepspeed module_inject/auto_tp.py shards Linear layers only)."""
@@ -127,4 +133,13 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         te_cross_entropy=col(lambda s: s.te_cross_entropy, bool),
         expandable_segments=col(lambda s: s.expandable_segments, bool),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
+        fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
     )
+
+
+def _recipe(s: Strategy, gpu_id: Optional[str]) -> Optional[str]:
+    """The FP8 recipe a strategy runs with on `gpu_id` (validate.effective_fp8_recipe); without a GPU, the one it
+    names."""
+    from autoplan.validate import effective_fp8_recipe
+
+    return effective_fp8_recipe(s.fp8_recipe, gpu_id) if gpu_id else s.fp8_recipe

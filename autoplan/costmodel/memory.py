@@ -58,12 +58,24 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
         # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
         latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
         qkv = mla_qkv_bytes(m, sh) + latents
-        out = BF16 * sh.tokens * sh.heads * m.v_head_dim
     else:
         qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
-        out = BF16 * sh.tokens * sh.heads * m.kv_channels
     dropout_mask = dropout_mask_bytes(m, region)  # after the output projection
-    return norm_in + qkv_in + qkv + out + softmax_stats_bytes(sh) + dropout_mask
+    return norm_in + qkv_in + qkv + attention_output_bytes(m, sh, lay) + softmax_stats_bytes(sh) + dropout_mask
+
+
+def attention_output_elements(m: ModelSpec, sh: Shard):
+    """Elements of core attention's output for one layer and micro batch (heads x value dim per token)."""
+    return sh.tokens * sh.heads * (m.v_head_dim if m.multi_latent_attention else m.kv_channels)
+
+
+def attention_output_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """Core attention's output: saved bf16 by flash attention for its backward and, as linear_proj's input, once
+    more as linear_proj's own FP8 copy under delayed scaling: Megatron makes linear_proj save the original input
+    only for the other FP8 recipes (megatron/core/transformer/attention.py and multi_latent_attention.py
+    `set_save_original_input(self.linear_proj)` when `fp8_recipe != 'delayed'`, TE >= 2.6: "linear_proj also
+    saves the quantized tensor of this output")."""
+    return (BF16 + np.where(lay.fp8_delayed, FP8, 0.0)) * attention_output_elements(m, sh)
 
 
 def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards):
@@ -107,7 +119,9 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     # still saved as the input of linear_proj (megatron/core/transformer/attention.py
     # `_checkpointed_attention_forward`), so with flash attention only the softmax statistics are dropped
     # (Korthikanti Table 2 also keeps 11sbh of attention under selective).
-    dropped = np.where(on("core_attn"), softmax_stats_bytes(sh), 0.0)
+    # Under delayed-scaling FP8, linear_proj keeps its own FP8 copy, so the checkpoint drops the bf16 output too.
+    dropped = np.where(on("core_attn"), softmax_stats_bytes(sh) + np.where(lay.fp8_delayed, BF16, 0.0)
+                       * attention_output_elements(m, sh), 0.0)
     dropped = dropped + np.where(on("layernorm"), g_in * region, 0.0)  # input-norm output = QKV input
     if m.multi_latent_attention:
         dropped = dropped + np.where(on("mla_up_proj"), mla_qkv_bytes(m, sh), 0.0)
