@@ -10,14 +10,12 @@ variable is "" in a condition and its default in `${VAR:-default}`; a variable n
 in a command so that the caller can name it."""
 from __future__ import annotations
 
-import ast
 import fnmatch
 import re
 import shlex
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
-Value = Union[str, List[str]]
+from autoplan.integrations.shell_expand import Expander, ShellScript, condition, matching
 
 _ASSIGN = re.compile(r"^(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
 _IF = re.compile(r"^(if|elif)\s+(.*?)\s*(?:;\s*then)?\s*$", re.S)
@@ -26,14 +24,7 @@ _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 _FUNCTION = re.compile(r"^(?:function\s+\w+|\w+\s*\(\s*\))\s*\{?\s*$")
 
 
-@dataclass
-class ShellScript:
-    """What reading a script found: its variables, the commands it would run (expanded), unknown names."""
-
-    variables: Dict[str, Value] = field(default_factory=dict)
-    commands: List[str] = field(default_factory=list)
-    unresolved: Set[str] = field(default_factory=set)
-    notes: List[str] = field(default_factory=list)
+__all__ = ["ShellScript", "read_script", "command_words", "logical_lines", "split_statements"]
 
 
 # ---------------------------------------------------------------------------------------------- logical lines
@@ -94,198 +85,6 @@ def logical_lines(text: str) -> List[str]:
     return [line for line in lines if line]
 
 
-# ---------------------------------------------------------------------------------------------- expansion
-def _matching(text: str, start: int, open_: str, close: str) -> int:
-    """Index just past the bracket that closes the one opened at `start`."""
-    depth, i = 0, start
-    while i < len(text):
-        if text[i] == open_:
-            depth += 1
-        elif text[i] == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return len(text)
-
-
-def _arith(expr: str) -> Optional[int]:
-    """Integer value of a `$(( ))` expression of literals, + - * / %, or None."""
-    def ev(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.BinOp):
-            ops = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-                   ast.FloorDiv: lambda a, b: a // b, ast.Div: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
-            if type(node.op) in ops:
-                return ops[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(expr)
-
-    try:
-        return ev(ast.parse(expr.strip(), mode="eval"))
-    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
-        return None
-
-
-class _Expander:
-    def __init__(self, script: ShellScript, empty_unset: bool):
-        self.script, self.empty_unset = script, empty_unset
-        self.in_double = False
-
-    def _lookup(self, name: str, index: Optional[str]) -> Optional[str]:
-        value = self.script.variables.get(name)
-        if value is None:
-            return None
-        if isinstance(value, list):
-            if index == "@" and self.in_double:  # "${A[@]}": one word per element, as bash expands it
-                return '" "'.join(self._literal(e) for e in value)
-            if index in ("@", "*"):
-                return self._literal(" ".join(value))
-            pos = int(index) if index and index.isdigit() else 0
-            return self._literal(value[pos]) if pos < len(value) else ""
-        return self._literal(value) if index in (None, "@", "*", "0") else ""
-
-    def _literal(self, value: str) -> str:
-        """A variable's value as text that later word splitting reads back verbatim: bash splits an unquoted
-        expansion at blanks but never re-reads its quotes, backslashes or operators."""
-        special = r'(["\\$`])' if self.in_double else r"""(["'\\;&|<>])"""
-        return re.sub(special, r"\\\1", value)
-
-    def _names_to_values(self, expr: str) -> str:
-        """Bare variable names in an arithmetic expression replaced by their values; an unknown one is left in
-        (the expression then stays unevaluated)."""
-        def value(m: "re.Match[str]") -> str:
-            v = self.script.variables.get(m.group(0))
-            return v if isinstance(v, str) and v.lstrip("-").isdigit() else m.group(0)
-
-        return re.sub(r"[A-Za-z_]\w*", value, expr)
-
-    def _unset(self, name: str, original: str) -> str:
-        if self.empty_unset:
-            return ""
-        if not name.isdigit() and name not in "@*#?$!":
-            self.script.unresolved.add(name)
-        return original
-
-    def _braced(self, body: str, original: str) -> str:
-        m = re.match(r"^(#?)([A-Za-z_]\w*|\d+|[@*#?])(?:\[([^\]]*)\])?(?:(:?)([-=+?])(.*))?$", body, re.S)
-        if not m:
-            return original
-        length, name, index, colon, op, word = m.groups()
-        value = self._lookup(name, index)
-        if length:
-            return str(len(value)) if value is not None else self._unset(name, original)
-        unset = value is None or (colon and value == "")
-        if op in ("-", "="):
-            if unset:
-                value = self.expand(word)
-                if op == "=":
-                    self.script.variables[name] = value
-            return value
-        if op == "+":
-            return "" if unset else self.expand(word)
-        return self._unset(name, original) if value is None else value
-
-    def expand(self, text: str) -> str:
-        """`text` with parameter and arithmetic expansions done; single-quoted parts kept verbatim."""
-        out, i, outer = [], 0, self.in_double
-        self.in_double = False
-        while i < len(text):
-            ch = text[i]
-            if ch == "'" and not self.in_double:
-                end = text.find("'", i + 1)
-                end = len(text) if end < 0 else end + 1
-                out.append(text[i:end])
-                i = end
-                continue
-            if ch == "\\" and i + 1 < len(text):
-                out.append(text[i:i + 2])
-                i += 2
-                continue
-            if ch == '"':
-                self.in_double = not self.in_double
-            if ch != "$" or i + 1 >= len(text):
-                out.append(ch)
-                i += 1
-                continue
-            i = self._dollar(text, i, out)
-        self.in_double = outer
-        return "".join(out)
-
-    def _dollar(self, text: str, i: int, out: List[str]) -> int:
-        nxt = text[i + 1]
-        if text.startswith("$((", i):
-            end = _matching(text, i + 1, "(", ")")
-            value = _arith(self._names_to_values(self.expand(text[i + 3:end - 2])))
-            out.append(str(value) if value is not None else text[i:end])
-            return end
-        if nxt == "(":
-            end = _matching(text, i + 1, "(", ")")
-            out.append(text[i:end])  # command substitution: never run
-            return end
-        if nxt == "{":
-            end = _matching(text, i + 1, "{", "}")
-            out.append(self._braced(text[i + 2:end - 1], text[i:end]))
-            return end
-        m = re.match(r"[A-Za-z_]\w*|\d|[@*#?$!]", text[i + 1:])
-        if not m:
-            out.append("$")
-            return i + 1
-        name = m.group(0)
-        value = "0" if name == "#" else self._lookup(name, None)
-        out.append(self._unset(name, "$" + name) if value is None else value)
-        return i + 1 + len(name)
-
-
-# ---------------------------------------------------------------------------------------------- conditions
-def _test(words: List[str]) -> Optional[bool]:
-    """One `[ ... ]` / `[[ ... ]]` / `test ...` over expanded words; None when it cannot be decided (file tests)."""
-    if words and words[0] == "!":
-        inner = _test(words[1:])
-        return None if inner is None else not inner
-    if len(words) == 1:
-        return words[0] != ""
-    if len(words) == 2:
-        op, arg = words
-        return {"-z": arg == "", "-n": arg != ""}.get(op)
-    if len(words) == 3:
-        a, op, b = words
-        if op in ("=", "=="):
-            return a == b
-        if op == "!=":
-            return a != b
-        ints = {"-eq": int.__eq__, "-ne": int.__ne__, "-gt": int.__gt__, "-lt": int.__lt__, "-ge": int.__ge__,
-                "-le": int.__le__}
-        if op in ints and a.lstrip("-").isdigit() and b.lstrip("-").isdigit():
-            return ints[op](int(a), int(b))
-    return None
-
-
-def _condition(text: str, expander: _Expander) -> bool:
-    """An `if` condition: tests joined by || and &&, left to right as bash does; undecidable counts as false."""
-    try:
-        lexer = shlex.shlex(expander.expand(text), posix=True, punctuation_chars="|&;")
-        lexer.whitespace_split = True
-        words = list(lexer)
-    except ValueError:
-        return False
-    result: Optional[bool] = None
-    joiner, current = None, []
-    for word in words + ["||"]:
-        if word not in ("||", "&&"):
-            if word not in ("[", "]", "[[", "]]", "test", ";"):
-                current.append(word)
-            continue
-        value = bool(_test(current))
-        result = value if joiner is None else (result or value) if joiner == "||" else (result and value)
-        joiner, current = word, []
-    return bool(result)
-
-
 # ---------------------------------------------------------------------------------------------- statements
 def _words(text: str) -> List[str]:
     try:
@@ -322,8 +121,8 @@ def _raw_words(text: str) -> List[str]:
 class _Reader:
     def __init__(self) -> None:
         self.script = ShellScript()
-        self.values = _Expander(self.script, empty_unset=False)
-        self.tests = _Expander(self.script, empty_unset=True)
+        self.values = Expander(self.script, empty_unset=False)
+        self.tests = Expander(self.script, empty_unset=True)
         self.branches: List[Tuple[bool, bool]] = []  # (running this branch, some branch already ran)
         self.skip: List[str] = []  # closing keywords of blocks being skipped
         self.case: Optional[Dict[str, Any]] = None  # the `case` being read: its word, clause state, a match seen
@@ -397,11 +196,11 @@ class _Reader:
     def _control(self, line: str, first: str) -> bool:
         m = _IF.match(line)
         if m and m.group(1) == "if":
-            taken = self.active and _condition(m.group(2), self.tests)
+            taken = self.active and condition(m.group(2), self.tests)
             self.branches.append((taken, taken))
         elif m:  # elif
             _, done = self.branches.pop()
-            taken = not done and all(r for r, _ in self.branches) and _condition(m.group(2), self.tests)
+            taken = not done and all(r for r, _ in self.branches) and condition(m.group(2), self.tests)
             self.branches.append((taken, done or taken))
         elif first == "else" and self.branches:
             _, done = self.branches.pop()
@@ -446,7 +245,7 @@ class _Reader:
     def _assign(self, name: str, append: bool, raw: str) -> None:
         raw = raw.strip()
         if raw.startswith("("):
-            inner = raw[1:_matching(raw, 0, "(", ")") - 1]
+            inner = raw[1:matching(raw, 0, "(", ")") - 1]
             elements = _words(self.values.expand(inner))
             old = self.script.variables.get(name, [])
             old = old if isinstance(old, list) else [old]
