@@ -127,6 +127,8 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
     world = gpus or imp.world_size
     if not world:
         raise InputError("the world size is not in the imported config; pass --gpus N")
+    notes = [f"--gpus {gpus} replaces the launcher's {imp.world_size}"] if gpus and imp.world_size not in (None, gpus) \
+        else []
     c = load_cluster(cluster, world)
     wl = imp.workload
     if wl is None and not seq:
@@ -135,4 +137,4 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
         from autoplan.workload import Workload
 
         wl = Workload(seq_len=seq or wl.seq_len, global_batch_size=gbs or wl.global_batch_size)
-    return m, c, wl, dict(imp.strategy), [f"read from {source}"] + list(imp.notes)
+    return m, c, wl, dict(imp.strategy), [f"read from {source}"] + list(imp.notes) + notes
