@@ -8,6 +8,7 @@ rules run after the world size is known to tile). Sources, cited at each rule:
   [PS] initialize_model_parallel, megatron/core/parallel_state.py
   [TB] get_num_layers_to_build, megatron/core/transformer/transformer_block.py
   [MB] megatron/core/num_microbatches_calculator.py
+  [SC] forward_backward_pipelining_with_interleaving, megatron/core/pipeline_parallel/schedules.py
   [TL] divide() in ColumnParallelLinear / RowParallelLinear, megatron/core/tensor_parallel/layers.py
   [TM] _split_along_first_dim, megatron/core/tensor_parallel/mappings.py
   [TE] TransformerEngine's FP8 GEMM shape check (transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec)
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
+
+import numpy as np
 
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
@@ -285,6 +288,41 @@ def _batch(c: Case) -> Optional[str]:
             f"valid gbs near {gbs}: {vv.join(vv.gbs_near(gbs, step))}{mbs_fix}")
 
 
+def interleaved_schedule_problem(pp: int, vpp: int, num_microbatches: int) -> Optional[str]:
+    """[SC] Why Megatron's interleaved 1F1B schedule refuses `num_microbatches` per pipeline, or None. The schedule
+    runs the micro-batches in groups of microbatch_group_size_per_vp_stage (default pp, model_parallel_config.py
+    __post_init__) and raises when that group exceeds the micro-batch count ("should range in [PP, M]") or when the
+    last group is shorter than pp ("The remainder of M ... should be 0, or larger than or equal to the
+    pipeline-parallel size"): the count must be a positive multiple of pp. Older releases raised on the same
+    condition ("number of microbatches is not divisible by pipeline-model-parallel-size")."""
+    if vpp <= 1 or pp <= 1 or (num_microbatches >= pp and num_microbatches % pp == 0):
+        return None
+    return (f"vpp={vpp} (Megatron's interleaved schedule) needs the micro-batches per pipeline "
+            f"gbs/(mbs*dp) to be a multiple of pp={pp}, got {num_microbatches}")
+
+
+def interleaving_blocked(pp, vpp, num_microbatches) -> np.ndarray:
+    """Vectorised `interleaved_schedule_problem`: True where the interleaved schedule refuses the count."""
+    pp, vpp, m = (np.asarray(x) for x in (pp, vpp, num_microbatches))
+    return (vpp > 1) & (pp > 1) & ((m < pp) | (m % np.maximum(pp, 1) != 0))
+
+
+def _interleaved_schedule(c: Case) -> Optional[str]:
+    """[SC] interleaving needs a whole number of micro-batch groups of pp per pipeline (runs after `_batch`)."""
+    s, gbs = c.strategy, c.workload.global_batch_size
+    micro = gbs // (s.mbs * c.dp)
+    problem = interleaved_schedule_problem(s.pp, s.vpp, micro)
+    if problem is None:
+        return None
+    group = s.pp * c.dp
+    mbs_ok = [b for b in vv.divisors(gbs) if gbs % (b * group) == 0 and b <= 16]
+    fixes = ["use vpp=1", f"a gbs that is a multiple of mbs*dp*pp={s.mbs * group}"
+             f" (e.g. {vv.join(vv.gbs_near(gbs, s.mbs * group))})"]
+    if mbs_ok:
+        fixes.append(f"mbs {vv.join(mbs_ok)}")
+    return f"{problem}; " + ", or ".join(fixes)
+
+
 # ---- optimizer sharding and overlap ------------------------------------------------------------------------
 
 def _optimizer(c: Case) -> Optional[str]:
@@ -436,7 +474,7 @@ RULES: Tuple[Rule, ...] = (
     _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,
     _experts, _moe_runtime,
     _pipeline_split, _virtual_pipeline,
-    _sequence, _sequence_parallel, _batch,
+    _sequence, _sequence_parallel, _batch, _interleaved_schedule,
     _optimizer, _fp8, _recompute, _recompute_modules,
 )
 

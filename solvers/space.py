@@ -19,7 +19,7 @@ from autoplan.costmodel.layout import Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy, coerce_strategy_value
-from autoplan.validate import effective_fp8_recipe
+from autoplan.validate import effective_fp8_recipe, interleaving_blocked
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -368,10 +368,9 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
     if not keep.all():
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if len(lay):
-        # Megatron's interleaved schedule takes the micro-batches in groups of pp (integrations/engines.py).
-        from autoplan.integrations.engines import interleaving_blocked
-
-        keep = ~interleaving_blocked(lay, problem.workload.global_batch_size)
+        # Megatron's interleaved schedule runs whole groups of pp micro-batches (validate._interleaved_schedule).
+        micro = problem.workload.global_batch_size // np.maximum(lay.mbs * lay.dp, 1)
+        keep = ~interleaving_blocked(lay.pp, lay.vpp, micro)
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if problem.engine == "deepspeed" and n:
         # What the DeepSpeed emitter writes: the one rule list of integrations/engines.py (deepspeed_unsupported).

@@ -12,6 +12,7 @@ from autoplan.costmodel.evaluate import MEMORY_KEYS, TIME_KEYS, num_microbatches
 from autoplan.costmodel.flops import model_flops_per_token
 from autoplan.costmodel.hardware import GIB, hardware_of
 from autoplan.costmodel.layout import Layouts, layouts_from_strategies
+from autoplan.costmodel.schedule import pipeline_bubble
 from autoplan.costmodel.stages import middle_layers
 from autoplan.model import ModelSpec
 from autoplan.results import Estimate, StageMemory
@@ -79,7 +80,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
     t_max = per_mb[np.arange(n), crit]
     t_sum = (per_mb * weights).sum(axis=1)
     m_micro = num_microbatches(workload, lay).astype(float)
-    bubble = np.maximum(t_sum - t_max, 0.0) / lay.vpp
+    bubble = pipeline_bubble(t_sum, t_max, lay.pp, lay.vpp, m_micro)  # costmodel/schedule.py
     tail = grid(rc.dp_exposed) + grid(rc.optimizer)
     tail_idx = np.argmax(np.where(valid, tail, -np.inf), axis=1)
     pick = np.arange(n)
