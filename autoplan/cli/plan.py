@@ -68,7 +68,8 @@ def plan_cmd(
         _no_plan(result, problem, as_json)
         raise typer.Exit(1)
     if out:
-        _write_out(result, problem, out, emit, lambda engine: _engine_best(problem, engine, solver, seed, prof))
+        _write_out(result, problem, out, emit,
+                   lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster))
     if as_json:
         payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
                               "num_gpus": p.cluster.num_gpus} for p in result.plans],
@@ -299,14 +300,14 @@ def _no_plan(result, problem, as_json):
     print(f"autoplan: {msg}", file=sys.stderr)
 
 
-def _engine_best(problem, engine, solver, seed, prof):
-    """The best plan of the same search for another engine, or None (what `--emit` writes for that engine when it
-    cannot run the winner)."""
+def _engine_best(problem, engine, solver, seed, prof, cluster):
+    """The best plan of the same search for another engine on the winner's cluster (with --objective cost, the
+    size it chose), or None: what `--emit` writes for that engine when it cannot run the winner."""
     from dataclasses import replace as dc_replace
 
     if engine == problem.engine:
         return None
-    r = _run(dc_replace(problem, engine=engine), solver, 1, seed, prof, quiet=True)
+    r = _run(dc_replace(problem, engine=engine, cluster=cluster), solver, 1, seed, prof, quiet=True)
     return r.plans[0] if r.plans else None
 
 
