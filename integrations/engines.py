@@ -165,21 +165,3 @@ def deepspeed_blocked(layouts: Any, model: ModelSpec) -> np.ndarray:
     for test, _ in _DEEPSPEED_RULES:
         blocked |= np.broadcast_to(np.asarray(test(view, model), dtype=bool), blocked.shape)
     return blocked
-
-
-def interleaved_schedule_problem(pp: int, vpp: int, num_microbatches: int) -> Optional[str]:
-    """Why Megatron's interleaved 1F1B schedule refuses `num_microbatches` per pipeline, or None. megatron-core
-    pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving takes micro-batches in groups of
-    microbatch_group_size_per_vp_stage (default pp, model_parallel_config.py): it raises when the group is larger
-    than the micro-batch count or when the last group is shorter than pp, so the count must be a multiple of pp."""
-    if vpp <= 1 or (num_microbatches >= pp and num_microbatches % pp == 0):
-        return None
-    return (f"Megatron's interleaved schedule needs the micro-batches per pipeline to be a multiple of pp "
-            f"(got {num_microbatches} with pp={pp}, vpp={vpp}); use vpp=1, a smaller mbs, or a global batch "
-            f"that gives a multiple of {pp} micro-batches")
-
-
-def interleaving_blocked(layouts: Any, global_batch_size: int) -> np.ndarray:
-    """Per candidate of `layouts`: True where `interleaved_schedule_problem` refuses it (the search drops these)."""
-    micro = global_batch_size // np.maximum(layouts.mbs * layouts.dp, 1)
-    return (layouts.vpp > 1) & ((micro < layouts.pp) | (micro % layouts.pp != 0))

@@ -13,8 +13,8 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
 from autoplan.strategy import Strategy
-from autoplan.validate import effective_fp8_recipe
-from autoplan.integrations.engines import interleaved_schedule_problem, is_blackwell_or_newer
+from autoplan.validate import effective_fp8_recipe, interleaved_schedule_problem
+from autoplan.integrations.engines import is_blackwell_or_newer
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
 DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--train-iters N` to train.sh to override
@@ -74,7 +74,7 @@ def check_megatron_plan(plan: Plan) -> None:
         _pipeline_split_problem(m, s),
         _window_problem(m),
         _inexpressible_problem(m),
-        # [RT] the interleaved schedule's micro-batch groups (integrations/engines.py, shared with the search).
+        # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
     )
     first = next((p for p in problems if p), None)

@@ -252,9 +252,9 @@ def test_llama2_7b_args_file_reads_with_shlex(tmp_path):
 
 def test_interleaved_schedule_needs_whole_groups_of_pp_micro_batches():
     # 64 GPUs, tp8 pp4 -> dp2; gbs 4 at mbs 1 gives 2 micro-batches, fewer than pp.
-    with pytest.raises(InputError, match=r"interleaved schedule needs .* \(got 2 with pp=4, vpp=5\)"):
+    with pytest.raises(InputError, match=r"vpp=5 \(Megatron's interleaved schedule\) needs .* pp=4, got 2"):
         megatron_args(make_plan(LLAMA_70B, 64, 8192, 4, tp=8, pp=4, vpp=5, sp=True))
-    with pytest.raises(InputError, match=r"got 6 with pp=4"):
+    with pytest.raises(InputError, match=r"pp=4, got 6"):
         megatron_args(make_plan(LLAMA_70B, 64, 8192, 12, tp=8, pp=4, vpp=5, sp=True))
     assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 16, tp=8, pp=4, vpp=5, sp=True))
     assert megatron_args(make_plan(LLAMA_70B, 64, 8192, 4, tp=8, pp=4, sp=True))  # 1F1B takes any count
