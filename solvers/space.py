@@ -15,7 +15,7 @@ import numpy as np
 
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
-from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy, coerce_strategy_value
@@ -223,6 +223,8 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     opts.append((2, False, 1, 0))
     names = {0: "none", 1: "selective", 2: "full"}
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
+    if "recompute_modules" in problem.fixed:
+        allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]
@@ -361,7 +363,8 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
         # te, PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
         te_cross_entropy=np.full(n, problem.engine != "deepspeed"),
         expandable_segments=np.full(n, problem.engine != "deepspeed"),
-        fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem))
+        fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem),
+        quant_bytes=np.full(n, QUANTISED_BYTES[_effective_recipe(problem)]))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)
@@ -381,10 +384,15 @@ def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
     return Grid(lay, g, lv)
 
 
-def _delayed_fp8(problem: Problem) -> bool:
+def _effective_recipe(problem: Problem) -> str:
+    """The FP8 recipe every FP8 candidate runs: the one fixed, else the GPU's default (validate.py)."""
     recipe = problem.fixed.get("fp8_recipe")
     recipe = recipe[0] if isinstance(recipe, list) else recipe
-    return effective_fp8_recipe(recipe, problem.cluster.gpu.id) == "delayed"
+    return effective_fp8_recipe(recipe, problem.cluster.gpu.id)
+
+
+def _delayed_fp8(problem: Problem) -> bool:
+    return _effective_recipe(problem) == "delayed"
 
 
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot

@@ -97,24 +97,3 @@ def test_ring_latency_mixes_network_and_nvlink_hops():
     assert np.isclose(one, 63 * hw.network_latency_s)
     assert np.isclose(eight, 63 * (hw.network_latency_s / 8 + hw.nvlink_latency_s * 7 / 8))
 
-
-def test_te_cross_entropy_holds_a_third_of_the_logits_and_expandable_segments_no_fragmentation(dense):
-    wl = workload(2048, 8)
-    plain = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
-    te = estimate(dense, cluster(8), Strategy(te_cross_entropy=True), wl).memory_breakdown
-    exp = estimate(dense, cluster(8), Strategy(expandable_segments=True), wl).memory_breakdown
-    assert np.isclose(te["logits"], plain["logits"] / 3)  # 2 of 6 bytes per logit
-    assert plain["fragmentation"] > 0 and exp["fragmentation"] == 0
-
-
-def test_delayed_fp8_keeps_linear_proj_own_copy_of_the_attention_output(dense):
-    """Megatron makes linear_proj save its bf16 input only for non-delayed FP8 recipes (attention.py
-    set_save_original_input); under delayed scaling its FP8 copy is held beside flash attention's bf16 output."""
-    wl = workload(2048, 8)
-    h100 = cluster(8)
-    delayed = estimate(dense, h100, Strategy(fp8="hybrid", fp8_recipe="delayed"), wl).memory_breakdown
-    current = estimate(dense, h100, Strategy(fp8="hybrid", fp8_recipe="tensorwise"), wl).memory_breakdown
-    default = estimate(dense, h100, Strategy(fp8="hybrid"), wl).memory_breakdown  # H100 default recipe: delayed
-    out_bytes = 2048 * dense.num_attention_heads * dense.kv_channels * dense.num_layers  # 1 byte each
-    assert np.isclose((delayed["activations"] - current["activations"]) * GIB, out_bytes)
-    assert default["activations"] == delayed["activations"]

@@ -12,6 +12,14 @@ from autoplan import recompute as R
 from autoplan.strategy import Strategy
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+# Bytes per element of a quantised tensor, scales included, per FP8/FP4 recipe: delayed and per-tensor current
+# scaling keep one fp32 scale per tensor (1 byte per element); blockwise keeps an fp32 scale per 1x128 tile
+# (DeepSeek-V3 report arXiv:2412.19437 sec. 3.3.1; TransformerEngine Float8BlockScaling); MXFP8 one E8M0 byte per
+# 32 elements (OCP Microscaling Formats spec v1.0; TransformerEngine MXFP8Tensor scale_inv); NVFP4 two E2M1 values
+# per byte and an E4M3 scale per 16 (TransformerEngine NVFP4Tensor). Weights' 2-D blocks need fewer scales: the
+# 1-D figure bounds them from above.
+QUANTISED_BYTES = {"delayed": 1.0, "tensorwise": 1.0, "blockwise": 1.0 + 4 / 128, "mxfp8": 1.0 + 1 / 32,
+                   "nvfp4": 0.5 + 1 / 16}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
 
 
@@ -53,12 +61,17 @@ class Layouts:
     # bool: FP8 with the delayed-scaling recipe (the effective one: the pre-Blackwell default when the recipe is left
     # out); None = none. Set where the GPU is known: layouts_from_strategies(gpu_id=...) and the search space.
     fp8_delayed: Optional[np.ndarray] = None
+    # float: bytes per element of one quantised copy (a saved GEMM input, an FP8/FP4 weight copy) under the
+    # effective recipe, scales included (QUANTISED_BYTES); None = 1 (filled in __post_init__).
+    quant_bytes: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         if self.fp4 is None:
             object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
         if self.fp8_delayed is None:
             object.__setattr__(self, "fp8_delayed", np.zeros(len(self.tp), dtype=bool))
+        if self.quant_bytes is None:
+            object.__setattr__(self, "quant_bytes", np.ones(len(self.tp)))
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -134,6 +147,7 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         expandable_segments=col(lambda s: s.expandable_segments, bool),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
+        quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),
     )
 
 

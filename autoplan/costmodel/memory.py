@@ -24,10 +24,10 @@ FP8 = 1
 
 def gemm_input_bytes(lay: Layouts):
     """Bytes per element of a saved GEMM input: TransformerEngine's Linear / LayerNormLinear / GroupedLinear save
-    the FP8-quantised input (not the bf16 one) for the weight-gradient GEMM when FP8 is on
-    (transformer_engine/pytorch/module/linear.py `ctx.save_for_backward(inputmat, ...)` after quantisation;
-    MXFP8 adds 1 scale byte per 32 elements, ignored here)."""
-    return np.where(lay.fp8, FP8, BF16)
+    the quantised input (not the bf16 one) for the weight-gradient GEMM when FP8/FP4 is on
+    (transformer_engine/pytorch/module/linear.py `ctx.save_for_backward(inputmat, ...)` after quantisation), its
+    scales included (`lay.quant_bytes`: 1 for per-tensor scaling, + 1/32 for MXFP8, 0.5625 for NVFP4)."""
+    return np.where(lay.fp8, lay.quant_bytes, BF16)
 
 
 def dropout_mask_bytes(m: ModelSpec, elements):
@@ -186,12 +186,12 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     grad_size = np.where(lay.grad_bf16, BF16, FP32)  # main-grad buffer dtype
     grads = np.where(lay.zero >= 2, grad_size * (params_dense / dp + params_expert / edp), grad_size * total)
     optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
-    # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8: row- and
-    # column-wise copies). Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
+    # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8 / NVFP4:
+    # row- and column-wise copies), each `lay.quant_bytes` per element with its scales. Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
     # FP8 primary weights (--fp8-param-gather) make those FP8 tensors the parameters themselves: no bf16 copy is
     # kept (megatron/core/fp8_utils.py `get_fp8_context(is_init=True)` builds the TE modules under TE's quantized
     # model init when `config.fp8_param` is set; the
     # distributed optimizer's fp32 main params are the only high-precision copy, counted in `optimizer`).
     local = np.where(lay.zero >= 3, params_dense / dp + params_expert / edp, total)
-    weights = np.where(fp8 & lay.fp8_param, 0.0, weights) + np.where(fp8, 2.0 * local, 0.0)
+    weights = np.where(fp8 & lay.fp8_param, 0.0, weights) + np.where(fp8, 2.0 * lay.quant_bytes * local, 0.0)
     return weights, grads, optimizer

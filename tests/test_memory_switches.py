@@ -1,0 +1,43 @@
+"""Memory switches priced by the cost model (TE fused cross entropy, expandable segments) and the FP8/FP4 recipe's
+saved-tensor sizes."""
+import numpy as np
+import pytest
+
+from autoplan.costmodel import memory as M
+from autoplan.costmodel.estimate import estimate
+from autoplan.costmodel.hardware import GIB
+from autoplan.costmodel.layout import QUANTISED_BYTES, layouts_from_strategies
+from autoplan.strategy import Strategy
+
+from conftest import cluster, workload
+
+
+def test_te_cross_entropy_holds_a_third_of_the_logits_and_expandable_segments_no_fragmentation(dense):
+    wl = workload(2048, 8)
+    plain = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
+    te = estimate(dense, cluster(8), Strategy(te_cross_entropy=True), wl).memory_breakdown
+    exp = estimate(dense, cluster(8), Strategy(expandable_segments=True), wl).memory_breakdown
+    assert np.isclose(te["logits"], plain["logits"] / 3)  # 2 of 6 bytes per logit
+    assert plain["fragmentation"] > 0 and exp["fragmentation"] == 0
+
+
+def test_delayed_fp8_keeps_linear_proj_own_copy_of_the_attention_output(dense):
+    """Megatron makes linear_proj save its bf16 input only for non-delayed FP8 recipes (attention.py
+    set_save_original_input); under delayed scaling its FP8 copy is held beside flash attention's bf16 output."""
+    wl = workload(2048, 8)
+    h100 = cluster(8)
+    delayed = estimate(dense, h100, Strategy(fp8="hybrid", fp8_recipe="delayed"), wl).memory_breakdown
+    current = estimate(dense, h100, Strategy(fp8="hybrid", fp8_recipe="tensorwise"), wl).memory_breakdown
+    default = estimate(dense, h100, Strategy(fp8="hybrid"), wl).memory_breakdown  # H100 default recipe: delayed
+    out_bytes = 2048 * dense.num_attention_heads * dense.kv_channels * dense.num_layers  # 1 byte each
+    assert np.isclose((delayed["activations"] - current["activations"]) * GIB, out_bytes)
+    assert default["activations"] == delayed["activations"]
+
+
+@pytest.mark.parametrize("recipe, gpu, per_element", [("tensorwise", "h100", 1.0), ("delayed", "h100", 1.0),
+                                                      ("mxfp8", "b200", 1 + 1 / 32), ("nvfp4", "b200", 0.5625),
+                                                      (None, "b200", 1 + 1 / 32), (None, "h100", 1.0)])
+def test_saved_gemm_inputs_carry_the_recipe_scales(recipe, gpu, per_element):
+    lay = layouts_from_strategies([Strategy(fp8="hybrid", fp8_recipe=recipe)], 8, gpu_id=gpu)
+    assert np.isclose(M.gemm_input_bytes(lay)[0], per_element)
+    assert QUANTISED_BYTES["nvfp4"] < QUANTISED_BYTES["tensorwise"] < QUANTISED_BYTES["mxfp8"]
