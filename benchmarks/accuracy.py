@@ -194,11 +194,13 @@ def print_report(rep: Report, results: Sequence[RowResult], excluded, found, out
         print(f"  {name:22s} {'':18s} | {v['held']:4d} {_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
     print("Naive bar on held-out rows, level used: " + ", ".join(f"{k} {v}" for k, v in rep.naive_levels.items()),
           file=out)
-    print("Hybrid / NVFP4 rows (in-sample):", file=out)
-    for name, pick in (("hybrid (Mamba) models", lambda r: r.model.is_hybrid if hasattr(r.model, "is_hybrid")
-                        else False), ("nvfp4", lambda r: precision_of(r) == "nvfp4")):
-        errs = [res.error for res in results if pick(res.run)]
-        print(f"  {name:22s} {len(errs):4d} {_pct(mape(errs))}", file=out)
+    print("Rows the model could not price before (a row can be both):", file=out)
+    for name, pick in (("hybrid (Mamba) models", lambda r: r.model.is_hybrid),
+                       ("nvfp4", lambda r: precision_of(r) == "nvfp4")):
+        v = dict(rep.table(lambda r: "yes" if pick(r) else "no")).get("yes")
+        if v:
+            print(f"  {name:22s} {v['rows']:4d} {_pct(v['model_in'])} {_pct(v['naive_in'])} | {v['held']:4d} "
+                  f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
     print(f"Predicted not to fit: {sum(not r.fits for r in results)} of {len(results)}", file=out)
     print("Constants refitted on the training rows: " + ", ".join(
         f"{n} {getattr(rep.fitted, n):.4g}" for n in FIT_NAMES), file=out)
