@@ -225,6 +225,8 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
+    if "recompute_modules" in problem.fixed:
+        allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]

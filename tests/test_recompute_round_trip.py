@@ -84,3 +84,31 @@ def test_completion_never_strips_the_given_set():
     s = json.loads(out)["strategy"]
     assert tuple(s["recompute_modules"]) == ("core_attn", "layernorm", "moe_act")
     assert s["fp8"] == "none" or s.get("fp8_recipe") not in (None, "delayed")
+
+
+def plan_json(*args):
+    out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", *args], capture_output=True, text=True,
+                         timeout=300)
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_search_keeps_a_fixed_module_set_on_every_plan():
+    rc, out, err = plan_json(*MIXTRAL, "--fix", "recompute_modules=layernorm+mlp", "--top", "5", "--json")
+    assert rc == 0, err
+    plans = json.loads(out)["plans"]
+    assert len(plans) == 5
+    for p in plans:
+        s = p["strategy"]
+        assert s["recompute"] == "selective" and tuple(s["recompute_modules"]) == ("layernorm", "mlp")
+        assert s["fp8"] == "none" or s.get("fp8_recipe") not in (None, "delayed")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--fix", "recompute=full"], "--fix recompute_modules=layernorm+mlp: the modules apply only to "
+                                  "recompute=selective (got --fix recompute=full)"),
+    (["--engine", "deepspeed"], "--fix recompute_modules=layernorm+mlp: DeepSpeed has no per-module selective "
+                                "recompute"),
+])
+def test_a_fixed_module_set_the_search_cannot_keep_is_refused_with_the_rule(extra, message):
+    rc, _, err = plan_json(*LLAMA, "--fix", "recompute_modules=layernorm+mlp", *extra)
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -140,25 +140,41 @@ def why_nothing_is_legal(problem) -> Optional[str]:
     from autoplan.solvers.space import enumerate_grid
     from autoplan.validate import validate
 
+    recompute = problem.fixed.get("recompute")
+    if "recompute_modules" in problem.fixed and recompute and "selective" not in recompute:
+        modules = "+".join(problem.fixed["recompute_modules"][0])
+        return (f"--fix recompute_modules={modules}: the modules apply only to recompute=selective "
+                f"(got --fix recompute={recompute[0]}); drop one of the two")
+    generic = None
     for key, values in problem.fixed.items():
         relaxed = dc_replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != key})
         grid = enumerate_grid(relaxed)
         if not len(grid.layouts):
             continue
         value = values[0] if isinstance(values, (list, tuple)) else values
+        shown = "+".join(value) if isinstance(value, tuple) else value  # a module set as the user writes it
         base = grid.layouts.strategy(0).model_dump(exclude={"dp"})
         if key == "recompute":
             base.pop("recompute_method", None), base.pop("recompute_layers", None), base.pop("recompute_modules", None)
+        if key == "recompute_modules":  # a module set is selective recompute
+            base.update(recompute="selective", recompute_method=None, recompute_layers=None)
         try:
             candidate = type(grid.layouts.strategy(0))(**{**base, key: value})
             validate(problem.model, problem.cluster, problem.workload, candidate)
         except InputError as e:
-            return f"--fix {key}={value}: {e}"
-        except ValueError as e:
-            return f"--fix {key}={value}: {str(e).splitlines()[-1].strip()}"
-        return (f"--fix {key}={value}: no legal candidate of this layout space can carry it "
-                f"(with {problem.engine}); relax --fix {key}")
-    return None
+            return f"--fix {key}={shown}: {e}"
+        except ValueError as e:  # pydantic's ValidationError: its first error's message
+            errors = getattr(e, "errors", None)
+            return f"--fix {key}={shown}: {errors()[0]['msg'] if callable(errors) else str(e).splitlines()[0]}"
+        if problem.engine == "deepspeed":
+            from autoplan.integrations.engines import deepspeed_unsupported
+
+            reason = deepspeed_unsupported(candidate, problem.model)
+            if reason:
+                return f"--fix {key}={shown}: {reason}"
+        generic = generic or (f"--fix {key}={shown}: no legal candidate of this layout space can carry it "
+                              f"(with {problem.engine}); relax --fix {key}")
+    return generic  # a key with a named rule wins over one without
 
 
 def _profiles(spec, model, cluster, quiet):
