@@ -223,14 +223,15 @@ def fp8_setting(row: Dict[str, str], gpu: str) -> Tuple[str, Optional[str]]:
 
 def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
                   facts: Optional[RecipeFacts] = None) -> Strategy:
-    tp, pp, cp = _int(row["tp"], 1), _int(row["pp"], 1), _int(row["cp"], 1)
+    layout = dict(facts.layout) if facts else {}  # the release's config where the table prints another
+    tp, pp, cp = _int(row["tp"], 1), layout.get("pp", _int(row["pp"], 1)), _int(row["cp"], 1)
     fp8, recipe = fp8_setting(row, gpu)
     fsdp = row["zero_or_distopt"].startswith("fsdp")
     a2a = facts.moe_a2a_overlap if facts else row["model"].startswith("DeepSeekV3")
     return Strategy(
-        tp=tp, pp=pp, vpp=_int(row["vpp"], 1) or 1, cp=cp,
+        tp=tp, pp=pp, vpp=layout.get("vpp", _int(row["vpp"], 1) or 1), cp=cp,
         ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
-        mbs=_int(row["mbs"], 1), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
+        mbs=layout.get("mbs", _int(row["mbs"], 1)), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
         tp_comm_overlap=tp > 1, moe_a2a_overlap=a2a and model.is_moe,
         grad_reduce_bf16=bool(facts.grad_reduce_bf16) if facts else row["id"].startswith(NEMO_BF16_GRADS),
         fp8_param=bool(facts and facts.fp8_param and fp8 != "none" and recipe != "nvfp4"),  # bf16 weights kept

@@ -51,7 +51,7 @@ credits (`memory_credit`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 # Container release -> Megatron-Bridge tag (tag dates 2026-02-26, 04-16, 06-16, 08-19).
 RELEASE_TAG = {"26.02": "v0.3.0", "26.02.01": "v0.3.0", "26.04": "v0.4.0", "26.04.01": "v0.4.0",
@@ -74,6 +74,8 @@ class RecipeFacts:
     no_dropout: bool = False  # hidden/attention dropout 0: no dropout masks are stored
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     te_cross_entropy: bool = False  # TransformerEngine fused cross entropy (gradient written into the logits)
+    # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
+    layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
 
 
@@ -92,6 +94,23 @@ def _at_least(release: str, tag: str) -> bool:
     return _tag(release) >= tag
 
 
+def config_layout(row: Dict[str, str], gpu: str) -> Tuple[Tuple[str, int], ...]:
+    """The layout a release's config runs where the table prints one no config of any tag has (a transcription
+    slip of the summary page); () elsewhere.
+    - Llama3-70B on GB300 in MXFP8 / NVFP4 without Megatron-FSDP: pp 4, vpp 5, micro batch 1
+      (scripts/performance/configs/llama/llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_*
+      and _NVFP4_*, micro_batch_size left at its default 1); rows printing no vpp.
+    - GPT-OSS-120B on H100: micro batch 1 (gpt_oss_workload_base_configs.py BASE_GPT_OSS_120B_CONFIG
+      micro_batch_size=1, kept by GPT_OSS_120B_PRETRAIN_CONFIG_H100_*); rows printing another."""
+    model, fsdp = row["model"], row["zero_or_distopt"].startswith("fsdp")
+    mx_or_fp4 = row["precision"] == "nvfp4" or (row["precision"] == "fp8" and "FP8-CS" not in row["notes"])
+    if model.startswith("LLAMA3_70B") and gpu == "gb300" and mx_or_fp4 and not fsdp and not row["vpp"]:
+        return (("pp", 4), ("vpp", 5), ("mbs", 1))
+    if model.startswith("GPT OSS") and gpu == "h100" and (row["mbs"] or "1") != "1":
+        return (("mbs", 1),)
+    return ()
+
+
 def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFacts]:
     """The recipe facts of a Megatron-Bridge row, or None for rows from other sources."""
     release = release_of(row["id"])
@@ -104,6 +123,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         (model.startswith("DeepSeekV3") and gpu in ("h100", "gb200"))
     common = dict(fp8_param=fp8, grad_reduce_bf16=True, expandable_segments=expandable, te_cross_entropy=True,
                   no_dropout=model.startswith(("LLAMA", "DeepSeek", "Qwen")),
+                  layout=config_layout(row, gpu),
                   source=f"Megatron-Bridge {tag}" + ("" if release in RELEASE_TAG else f" (nearest to {release})"))
     if model.startswith("LLAMA"):
         offload = 0
@@ -129,4 +149,26 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         modules = "layernorm/moe_act" if gpu in ("b200", "gb200", "h100") else ""
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
                            moe_a2a_overlap=a2a, **common)
+    if model.startswith("Nemotron_3"):
+        modules = nemotron3_modules(model, gpu, row["precision"])
+        return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
+                           moe_flex_dispatcher=True, **common)
     return RecipeFacts(**common)
+
+
+def nemotron3_modules(model: str, gpu: str, precision: str) -> str:
+    """Selective recompute modules of the Nemotron-3 perf presets
+    (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py): Super on B200 moe_act, layernorm,
+    core_attn (BASE_NEMOTRON_3_SUPER_CONFIG_B200), on GB200 in bf16 / MXFP8 those and moe
+    (BASE_NEMOTRON_3_SUPER_CONFIG_GB200; its NVFP4 preset is the plain base), none elsewhere; Nano on H100 moe and
+    layernorm in bf16, moe, layernorm, core_attn and moe_act in FP8, none elsewhere. Every preset sets a flex
+    dispatcher backend (hybridep, deepep on B300)."""
+    if model.startswith("Nemotron_3_Super"):
+        if gpu == "b200":
+            return "moe_act/layernorm/core_attn"
+        if gpu == "gb200" and precision != "nvfp4":
+            return "moe_act/layernorm/core_attn/moe"
+        return ""
+    if model.startswith("Nemotron_3_Nano") and gpu == "h100":
+        return "moe/layernorm" if precision == "bf16" else "moe/layernorm/core_attn/moe_act"
+    return ""
