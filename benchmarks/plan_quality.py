@@ -9,7 +9,7 @@ setup where autoplan claims more than 1.3x, with both time breakdowns side by si
 Fairness: the search keeps the published precision (fp8 fixed to what the run used) and both sides use the same
 switches: the run's own gradient precision and FP8 primary weights (from its recipe, `benchmarks/recipes.py`), TP
 overlap with SP, no MoE a2a overlap and no CPU offload (the search does not vary those). The published strategy
-gets the least recompute that fits under the plain cost model (no benchmark memory credits) among the search's own
+gets the least recompute that fits under the plain cost model among the search's own
 recompute options (none, selective module sets, full block n, full uniform), as the search's candidates do.
 Run: python -m benchmarks.plan_quality [--solver enumerate] [--limit N]"""
 from __future__ import annotations

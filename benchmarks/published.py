@@ -256,7 +256,7 @@ def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None, mo
 
 def least_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Workload,
                     cal: Calibration = DEFAULT) -> Tuple[Strategy, Estimate]:
-    """The first setting that fits (no credits) among the search's own recompute options, in its order: none,
+    """The first setting that fits among the search's own recompute options, in its order: none,
     selective with each module set of `autoplan.recompute.ladder`, full block n (ascending), full uniform."""
     ladder = [("none", None, "")] + [("selective", None, "/".join(mods))
                                      for mods in R.ladder(model.is_moe, model.multi_latent_attention)]

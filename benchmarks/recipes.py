@@ -42,11 +42,11 @@ Facts read there, per family (config names are those files' constants / function
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
-CPU activation offload, FP8 primary weights and per-module selective recompute are Strategy switches
-(`cpu_offload_layers`, `fp8_param`, `recompute_modules`); dropout 0 is the model's `hidden_dropout` (set to 0 for
-the rows whose providers do so). autoplan has no switch for expandable segments or the TE fused cross entropy
-(Megatron-LM's arguments.py rejects `--cross-entropy-fusion-impl te`); `published.py` turns those into memory
-credits (`memory_credit`).
+CPU activation offload, FP8 primary weights, per-module selective recompute, the TE fused cross entropy and
+expandable segments are Strategy switches (`cpu_offload_layers`, `fp8_param`, `recompute_modules`,
+`te_cross_entropy`, `expandable_segments`) priced by the cost model; dropout 0 is the model's `hidden_dropout` (set
+to 0 for the rows whose providers do so). Where the summary table prints a layout no config has, `config_layout`
+gives the config's.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Published Megatron-Bridge recipes that plain `estimate` predicts not to fit, priced with each recipe's own
 switches (recompute and its modules, CPU offload, FP8 primary weights, TE fused cross entropy, expandable
-segments, bf16 gradient reduction: `benchmarks/recipes.py`) and no escalation, no credit.
+segments, bf16 gradient reduction: `benchmarks/recipes.py`) and no escalation.
 
     python -m benchmarks.recipes_fit          # count and list
 """
