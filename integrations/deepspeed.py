@@ -160,7 +160,8 @@ def _multi_node_launch(plan: Plan) -> str:
     """Several nodes: the hostfile lists them (slots per node); DeepSpeed's runner reaches them over ssh (pdsh)."""
     slots = node_slots(plan)
     nodes, full, last = len(slots), slots[0], slots[-1]
-    return f"""# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+    return f"""# Usage: bash launch.sh [extra training-script args]
+# HOSTFILE, MASTER_ADDR and MASTER_PORT come from the environment when set.
 # The hostfile's nodes must reach each other with passwordless ssh (DeepSpeed's pdsh launcher).
 set -euo pipefail
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"

@@ -53,7 +53,8 @@ def test_megatron_core_accepts_emitted_layouts(tmp_path):
     dense = pairs[0][1].read_text()
     assert "--global-batch-size 128\n" in dense and "--num-virtual-stages-per-pipeline-rank 5\n" in dense
     for name, gbs in (("few_microbatches", 4), ("batch_not_divisible", 5)):
-        (tmp_path / f"{name}.txt").write_text(dense.replace("--global-batch-size 128\n", f"--global-batch-size {gbs}\n"))
+        text = dense.replace("--global-batch-size 128\n", f"--global-batch-size {gbs}\n")
+        (tmp_path / f"{name}.txt").write_text(text)
         pairs.append((64, tmp_path / f"{name}.txt"))
     lines = run_check("megatron_check.py", pairs)
     assert len(lines) == len(pairs)

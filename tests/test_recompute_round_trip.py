@@ -63,8 +63,8 @@ def test_module_set_round_trips(inputs, given):
 def test_mla_up_proj_round_trips_with_fp8_that_runs_it():
     # Blockwise FP8 runs norm and expert-activation recompute; the set stays as given.
     given = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
-    chosen, _, imported = round_trip(DEEPSEEK, f"tp=1,pp=16,first_stage_layers=2,last_stage_layers=3,ep=64,mbs=1,fp8=hybrid,fp8_recipe=blockwise,"
-                                               f"recompute=selective,recompute_modules={'+'.join(given)}")
+    layout = "tp=1,pp=16,first_stage_layers=2,last_stage_layers=3,ep=64,mbs=1,fp8=hybrid,fp8_recipe=blockwise"
+    chosen, _, imported = round_trip(DEEPSEEK, f"{layout},recompute=selective,recompute_modules={'+'.join(given)}")
     assert chosen.recompute_modules == given and chosen.fp8_recipe == "blockwise"
     assert tuple(imported["recompute_modules"]) == given
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # autoplan training run: llama3-8b on 16 x h100, seq 4096, global batch 64
 # strategy: tp1 pp1 mbs2 z3 rc-full1u
-# Usage: bash launch.sh [extra training-script args]   (HOSTFILE, MASTER_ADDR, MASTER_PORT from the environment)
+# Usage: bash launch.sh [extra training-script args]
+# HOSTFILE, MASTER_ADDR and MASTER_PORT come from the environment when set.
 # The hostfile's nodes must reach each other with passwordless ssh (DeepSpeed's pdsh launcher).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
