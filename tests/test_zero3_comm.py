@@ -2,6 +2,7 @@
 import numpy as np
 
 from autoplan.costmodel import evaluate as E
+from autoplan.costmodel.calibration import DEFAULT
 from autoplan.costmodel.collectives import collective_time
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.hardware import GIB, hardware_of
@@ -97,3 +98,20 @@ def test_ring_latency_mixes_network_and_nvlink_hops():
     assert np.isclose(one, 63 * hw.network_latency_s)
     assert np.isclose(eight, 63 * (hw.network_latency_s / 8 + hw.nvlink_latency_s * 7 / 8))
 
+
+
+
+def test_fsdp_rebuilds_fp8_weight_transposes_every_micro_batch(dense):
+    """Megatron-FSDP makes the transpose of its gathered FP8 primary weights after every backward gather (per-tensor
+    scaling); the distributed optimizer keeps it for the step, MXFP8 gathers no transpose to make."""
+    fp8 = dict(fp8="hybrid", fp8_recipe="tensorwise", fp8_param=True)
+    hw = hardware_of(cluster(8))
+    lay = layouts_from_strategies([Strategy(zero=3, **fp8), Strategy(zero=1, **fp8),
+                                   Strategy(zero=3, fp8="hybrid", fp8_recipe="mxfp8", fp8_param=True)], 8,
+                                  gpu_id="h100")
+    st = stage_layers(dense, lay, np.zeros(3, int))
+    params, _, _ = E._rank_params(dense, hw, lay, st)
+    per_micro = E._fp8_transpose_per_micro(lay, DEFAULT, hw, params - E._vocab_params(dense, lay, st))
+    assert per_micro[0] > 0 and per_micro[1] == 0 and per_micro[2] == 0
+    est = estimate(dense, cluster(8), Strategy(zero=3, **fp8), workload(2048, 64))
+    assert est.time_breakdown["dp_comm"] >= est.num_microbatches * per_micro[0]

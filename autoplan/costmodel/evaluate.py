@@ -371,9 +371,21 @@ def _sharded_dp(lay: Layouts, cal: Calibration, cpt: _Compute, recompute, g: _Dp
     bwd_comm = np.maximum(bwd_gather - first_bwd_wait, 0.0) + rs_layers + rs_vocab
     bwd_exposed = first_bwd_wait + np.maximum(bwd_comm - bwd_window, 0.0)
     epilogue = np.where(lay.deepspeed, ds_bucket, 0.0)
-    zero3 = m_micro * (fwd_exposed + bwd_exposed + epilogue) + np.where(lay.deepspeed, 0.0, ag_vocab + rs_unit)
+    transpose = _fp8_transpose_per_micro(lay, cal, g.hw, layer_dense + params_expert)
+    zero3 = m_micro * (fwd_exposed + bwd_exposed + epilogue + transpose) + \
+        np.where(lay.deepspeed, 0.0, ag_vocab + rs_unit)
     zero2 = m_micro * (np.maximum(rs_layers + rs_vocab - bwd_window, 0.0) + ds_bucket) + ag_step
     return np.where(lay.zero >= 3, zero3, zero2)
+
+
+def _fp8_transpose_per_micro(lay: Layouts, cal: Calibration, hw: Hardware, gathered_params):
+    """Seconds of the FP8 weight transposes a Megatron-FSDP backward rebuilds every micro batch: its gathered FP8
+    primary weights (per-tensor scaling, TE Float8Tensor) get their transpose made after each backward gather
+    (megatron_fsdp.py `all_gather_and_wait_parameters_ready`: `if bwd and is_float8tensor(param):
+    fp8_create_transpose_cache(param)`), one byte read and one written per parameter on the compute stream; the
+    distributed optimizer makes it once per step after its parameter gather (not counted)."""
+    per_tensor = (lay.zero >= 3) & lay.fp8 & lay.fp8_param & (lay.quant_bytes == 1.0) & ~lay.deepspeed
+    return np.where(per_tensor, 2.0 * gathered_params / (hw.hbm_bytes_per_s * cal.hbm_eff), 0.0)
 
 
 def _recomputed_layers(lay: Layouts, layers):
