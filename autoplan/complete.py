@@ -11,6 +11,7 @@ from autoplan.strategy import CONTRACT_KEYS, Strategy, strategy_from_mapping
 from autoplan.workload import Workload
 
 # Keys the search does not vary; a user value is kept as given.
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")
 PASS_THROUGH = ("fp8_recipe", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "recompute_method", "recompute_layers")
 
@@ -26,19 +27,25 @@ def default_completion(given: Dict[str, Any]) -> Strategy:
 
 def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given: Dict[str, Any],
                       engine: str = "megatron") -> Tuple[Strategy, List[str]]:
-    """(strategy, notes). A complete strategy is validated and returned as is."""
+    """(strategy, notes). A complete strategy is validated and returned as is. A pp (and vpp) whose layers Megatron
+    cannot split evenly gets the stage split Megatron-Bridge uses for the model, named in the notes."""
     from autoplan.validate import validate
 
+    given, split_notes = _with_bridge_split(model, given)
     missing = [k for k in CONTRACT_KEYS if k not in given]
     if not missing:
         try:
-            return validate(model, cluster, workload, strategy_from_mapping(given)), []
+            return validate(model, cluster, workload, strategy_from_mapping(given)), split_notes
         except InputError:
             # An uneven pipeline split the user left out is chosen for them; anything else is their error.
-            if "first_stage_layers" in given or "last_stage_layers" in given or given.get("pp", 1) == 1:
+            if any(k in given for k in SPLIT_KEYS) or given.get("pp", 1) == 1:
                 raise
             missing = ["first_stage_layers", "last_stage_layers"]
-    plain = default_completion(given)
+    plain, plain_notes = default_completion(given), []
+    if not any(k in given for k in SPLIT_KEYS):  # the plain defaults split the layers as Megatron-Bridge would
+        contract = {k: getattr(plain, k) for k in CONTRACT_KEYS}
+        plain_keys, plain_notes = _with_bridge_split(model, contract)
+        plain = strategy_from_mapping({**plain.model_dump(exclude_none=True, exclude={"dp"}), **plain_keys})
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
@@ -55,14 +62,49 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
         strategy = validate(model, cluster, workload, plain)
         return strategy, [f"no completion of the given keys fits in memory; showing defaults for: "
-                          f"{', '.join(missing)}"]
+                          f"{', '.join(missing)}"] + split_notes + plain_notes
     chosen = result.plans[0].strategy
     extra = {k: given[k] for k in PASS_THROUGH if k in given}
     if extra:
         chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
     chosen = validate(model, cluster, workload, chosen)
     picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
-    return chosen, [f"chosen for you (fastest that fits): {picked}"]
+    notes = split_notes + [f"chosen for you (fastest that fits): {picked}"]
+    if not split_notes and not any(k in given for k in SPLIT_KEYS):
+        notes += _split_note(chosen)
+    return chosen, notes
+
+
+def _with_bridge_split(model: ModelSpec, given: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str]]:
+    """`given` with vpp read from a layout string, and, when pp (and vpp, default 1 once every contract key is given)
+    are fixed without a stage split that Megatron can make evenly, the split Megatron-Bridge uses (pipeline_split)."""
+    from autoplan.pipeline_split import bridge_split, layout_vpp
+
+    given = dict(given)
+    if given.get("pipeline_layout") and "vpp" not in given and given.get("pp"):
+        try:
+            given["vpp"] = layout_vpp(given["pipeline_layout"], int(given["pp"])) or 1
+        except ValueError:
+            pass  # validate names the bad symbol
+    pp = int(given.get("pp", 1))
+    if pp < 2 or any(k in given for k in SPLIT_KEYS):
+        return given, []
+    if "vpp" not in given and any(k not in given for k in CONTRACT_KEYS):
+        return given, []  # the search chooses vpp and the split together
+    found = bridge_split(model, pp, int(given.get("vpp", 1)))
+    if found is None:
+        return given, []
+    keys, note = found
+    return {**given, **keys}, [note]
+
+
+def _split_note(s: Strategy) -> List[str]:
+    """How a chosen uneven split reaches Megatron."""
+    if s.pipeline_layout:
+        return [f"stage split: --pipeline-model-parallel-layout {s.pipeline_layout}"]
+    if s.account_for_embedding or s.account_for_loss:
+        return ["stage split: the embedding/loss count as layers (--account-for-embedding/loss-in-pipeline-split)"]
+    return []
 
 
 def _fmt(v) -> str:

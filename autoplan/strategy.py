@@ -19,7 +19,9 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # n
 # Keys that are part of the command-line contract, and the extras that plan output may carry.
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules", "fp8_recipe", "first_stage_layers",
-               "last_stage_layers")
+               "last_stage_layers", "pipeline_layout")
+# Megatron's other ways to split the layers over pipeline ranks (autoplan/pipeline_split.py); shown when set.
+SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
                 "expandable_segments")
@@ -52,6 +54,16 @@ class Strategy(BaseModel):
     fp8_recipe: Optional[Fp8Recipe] = Field(None, description="FP8 scaling recipe; default per GPU.")
     first_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the first pipeline stage (uneven).")
     last_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the last pipeline stage (uneven).")
+    account_for_embedding: bool = Field(False, description="The embedding counts as one layer in the pipeline split "
+                                                           "(Megatron --account-for-embedding-in-pipeline-split): "
+                                                           "the first virtual stage builds one decoder layer fewer.")
+    account_for_loss: bool = Field(False, description="The loss counts as one layer in the pipeline split (Megatron "
+                                                      "--account-for-loss-in-pipeline-split): the last virtual stage "
+                                                      "builds one decoder layer fewer.")
+    pipeline_layout: Optional[str] = Field(None, description="Layers of every virtual pipeline stage (Megatron "
+                                                             "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': "
+                                                             "E embedding, t decoder layer, m MTP layer, L loss, | "
+                                                             "between stages); sets vpp = stages / pp.")
     overlap_grad_reduce: bool = Field(True, description="Overlap DP gradient reduction with backward.")
     overlap_param_gather: bool = Field(True, description="Overlap distributed-optimizer param all-gather.")
     tp_comm_overlap: Optional[bool] = Field(None, description="Overlap TP communication with GEMMs (userbuffers); "
@@ -159,6 +171,11 @@ class Strategy(BaseModel):
             parts.append("fp8")
         if self.first_stage_layers is not None or self.last_stage_layers is not None:
             parts.append(f"stages[{self.first_stage_layers},{self.last_stage_layers}]")
+        if self.account_for_embedding or self.account_for_loss:
+            parts.append("split[" + "+".join(n for n, on in (("E", self.account_for_embedding),
+                                                              ("L", self.account_for_loss)) if on) + "]")
+        if self.pipeline_layout:
+            parts.append(f"layout[{self.pipeline_layout}]")
         return " ".join(parts)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -168,7 +185,7 @@ class Strategy(BaseModel):
             v = getattr(self, k)
             if v is not None:
                 out[k] = v
-        for k in OVERLAP_KEYS:
+        for k in OVERLAP_KEYS + SPLIT_SWITCHES:
             v = getattr(self, k)
             if v != Strategy.model_fields[k].default:
                 out[k] = v
@@ -179,7 +196,7 @@ _BOOL_TRUE = {"true", "1", "yes", "on"}
 _BOOL_FALSE = {"false", "0", "no", "off"}
 _INT_KEYS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_layers", "first_stage_layers",
              "last_stage_layers", "cpu_offload_layers"}
-_BOOL_KEYS = {"sp"} | (set(OVERLAP_KEYS) - _INT_KEYS)
+_BOOL_KEYS = {"sp"} | (set(OVERLAP_KEYS) - _INT_KEYS) | set(SPLIT_SWITCHES)
 ALL_KEYS = tuple(Strategy.model_fields)
 
 
@@ -209,6 +226,8 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
                 return "none"
         if key == "recompute" and low in _BOOL_FALSE:
             return "none"
+        if key == "pipeline_layout":  # case matters: E, t, m, L
+            return text
         if key == "recompute_modules":  # core_attn+moe_act (',' separates strategy keys)
             return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
         return low

@@ -20,6 +20,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from autoplan import pipeline_split as PS
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
@@ -206,12 +207,36 @@ def _moe_runtime(c: Case) -> Optional[str]:
 
 # ---- layers, pipeline, virtual pipeline --------------------------------------------------------------------
 
+def _split_methods(s: Strategy) -> List[str]:
+    """The pipeline-split methods a strategy sets (autoplan/pipeline_split.py)."""
+    return [name for name, on in (
+        ("first_stage_layers/last_stage_layers", s.first_stage_layers is not None or s.last_stage_layers is not None),
+        ("account_for_embedding/account_for_loss", s.account_for_embedding or s.account_for_loss),
+        ("pipeline_layout", bool(s.pipeline_layout))) if on]
+
+
 def _pipeline_split(c: Case) -> Optional[str]:
-    """[V][TB] layers divisible by PP, unless the first/last stages are sized explicitly; [TC] uneven rules."""
+    """[V][TB] layers divisible by PP, unless the split is given another way; [TC] one split method at a time, and
+    each method's rules: uneven first/last stages, account_for_* (num_layers + embedding + loss divisible by pp,
+    then vpp), a layout string (pipeline_parallel_layer_layout.py; what the cost model prices: equal middle ranks)."""
     m, s = c.model, c.strategy
     layers = m.num_layers
-    if c.uneven and s.pp == 1:
-        return "first_stage_layers/last_stage_layers need pp>1 (got pp=1); drop them or set pp>1"
+    methods = _split_methods(s)
+    if len(methods) > 1:
+        return (f"{methods[0]} and {methods[1]} cannot be combined (Megatron takes one pipeline split, "
+                f"transformer_config.py); keep one")
+    if methods and s.pp == 1:
+        return f"{methods[0]} need pp>1 (got pp=1); drop them or set pp>1"
+    if methods and c.engine == "deepspeed" and not c.uneven:
+        return (f"{methods[0]} is a Megatron-LM pipeline split; DeepSpeed partitions layers itself "
+                f"(use engine megatron, or first_stage_layers/last_stage_layers)")
+    if s.pipeline_layout:
+        problem = PS.layout_problem(s.pipeline_layout, s.pp, s.vpp, layers, m.mtp_num_layers)
+        problem = problem or PS.layout_pricing_problem(s.pipeline_layout, s.pp, s.vpp)
+        return None if problem is None else problem + _bridge_fix(c)
+    if s.account_for_embedding or s.account_for_loss:
+        problem = PS.account_problem(layers, s.pp, s.vpp, *PS.account_units(s))
+        return None if problem is None else problem + _bridge_fix(c)
     if c.uneven:
         problem = vv.uneven_split_problem(layers, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
         if problem is None:
@@ -221,7 +246,22 @@ def _pipeline_split(c: Case) -> Optional[str]:
     if layers % s.pp == 0:
         return None
     split = vv.layer_split_fix(layers, s.pp, s.vpp)
-    return f"num_layers={layers} must be divisible by pp={s.pp}; {_valid_pp(c)}" + (f", or {split}" if split else "")
+    other = _bridge_keys(c, skip_first_last=True)
+    return (f"num_layers={layers} must be divisible by pp={s.pp}; {_valid_pp(c)}" + (f", or {other}" if other else "")
+            + (f", or {split}" if split else ""))
+
+
+def _bridge_keys(c: Case, skip_first_last: bool = False) -> str:
+    """The stage split Megatron-Bridge would use at this pp and vpp, as strategy keys ('' when none)."""
+    found = PS.bridge_split(c.model, c.strategy.pp, c.strategy.vpp)
+    if not found or (skip_first_last and "first_stage_layers" in found[0]):
+        return ""
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in found[0].items())
+
+
+def _bridge_fix(c: Case) -> str:
+    keys = _bridge_keys(c)
+    return f"; e.g. {keys}" if keys else ""
 
 
 def _valid_pp(c: Case) -> str:
@@ -230,14 +270,14 @@ def _valid_pp(c: Case) -> str:
 
 def _virtual_pipeline(c: Case) -> Optional[str]:
     """[V][PS] VPP needs PP > 1 (p2p overlap on; PP > 2 without it); [TB] even stages: layers per rank % VPP.
-    The uneven case's VPP rules are in `_pipeline_split`."""
+    The other splits' VPP rules are in `_pipeline_split`."""
     m, s = c.model, c.strategy
     if s.vpp == 1:
         return None
     if s.pp == 1:
         return f"vpp={s.vpp} needs pp>1 (the interleaved schedule splits pipeline stages); use vpp=1 or pp>1"
     per_rank = m.num_layers // s.pp
-    if c.uneven or per_rank % s.vpp == 0:
+    if _split_methods(s) or per_rank % s.vpp == 0:
         return None
     return (f"vpp={s.vpp} must divide the layers per pipeline rank num_layers/pp={m.num_layers}/{s.pp}={per_rank}; "
             f"valid vpp: {vv.join(vv.divisors(per_rank))}")
@@ -409,7 +449,7 @@ def recompute_layer_limit(model: ModelSpec, strategy: Strategy) -> int:
     """The largest recompute_layers Megatron accepts: layers per pipeline rank, per model chunk for the block
     method with vpp > 1 (the most any rank holds when the first/last stages are sized explicitly)."""
     s = strategy
-    per_rank = max(vv.stage_layer_counts(model.num_layers, s.pp, s.first_stage_layers, s.last_stage_layers))
+    per_rank = max(PS.rank_layer_counts(s, model.num_layers))
     return per_rank // s.vpp if s.recompute_method == "block" and s.vpp > 1 else per_rank
 
 

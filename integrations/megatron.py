@@ -238,8 +238,14 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
 def _parallel_args(m: ModelSpec, s: Strategy) -> List[str]:
     a = ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
          "--context-parallel-size", str(s.cp)]
-    if s.vpp > 1:
+    if s.vpp > 1 and not s.pipeline_layout:  # [V] a layout sets vpp itself: at most one of the two flags
         a += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
+    if s.pipeline_layout:
+        a += ["--pipeline-model-parallel-layout", s.pipeline_layout]
+    if s.account_for_embedding:
+        a += ["--account-for-embedding-in-pipeline-split"]
+    if s.account_for_loss:
+        a += ["--account-for-loss-in-pipeline-split"]
     if s.first_stage_layers is not None:
         a += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
     if s.last_stage_layers is not None:

@@ -55,6 +55,8 @@ def _coefficients(problem: Problem, lay: Layouts, i: int, options, pp: int, vpp:
                 keys.append(("mid", k, mid))
     base = lay.take(np.full(len(rows), i))
     cols = {name: np.array([r[name] for r in rows]) for name in rows[0]}
+    # The rows are --decoder-first/last-pipeline-num-layers splits, whatever split the candidate came with.
+    cols.update(account=np.zeros(len(rows), np.int64), layout=np.full(len(rows), None, dtype=object))
     batch = Layouts(**{**base.__dict__, **cols})
     rc_ = rank_cost(problem.model, hardware_of(problem.cluster), problem.workload, batch, np.array(stages), DEFAULT)
     t = np.asarray(rc_.per_microbatch, dtype=float)
@@ -133,7 +135,7 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     f, la, mi = solver.Value(first), solver.Value(last), solver.Value(mid)
     even = pp > 2 and f == la == mi or pp == 2 and f == la and L % pp == 0
     new = _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl, recompute_modules=mods,
-               first=-1 if even else f, last=-1 if even else la)
+               first=-1 if even else f, last=-1 if even else la, account=0, layout=None)
     return new, solver.ObjectiveValue() / US / vpp
 
 

@@ -13,6 +13,7 @@ from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
+from autoplan import pipeline_split as PS
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
@@ -23,6 +24,7 @@ from autoplan.validate import effective_fp8_recipe, interleaving_blocked
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")
 ENGINES = ("megatron", "deepspeed")
 
 
@@ -106,7 +108,8 @@ def tp_choices(problem: Problem) -> List[int]:
 
 
 def stage_splits(num_layers: int, pp: int, vpp: int, uneven: bool) -> List[Tuple[int, int]]:
-    """(first, last) layer counts (-1 = even split) that Megatron accepts for pp ranks and vpp chunks."""
+    """(first, last) layer counts (-1 = even split) that Megatron accepts for pp ranks and vpp chunks through
+    --decoder-first/last-pipeline-num-layers."""
     out = []
     if pp == 1:
         return [(-1, -1)] if vpp == 1 else []
@@ -130,6 +133,82 @@ def stage_splits(num_layers: int, pp: int, vpp: int, uneven: bool) -> List[Tuple
     return out
 
 
+# A split: (first, last) end-rank layer counts (-1 = the middle ranks' count), account_for_* bits (1 embedding,
+# 2 loss), and a --pipeline-model-parallel-layout string or None (autoplan/pipeline_split.py).
+Split = Tuple[int, int, int, object]
+
+
+def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[Split]:
+    """Every way Megatron can place the layers at (pp, vpp), one per distinct pair of end-rank counts, in order of
+    preference: even, account_for_* (Megatron-Bridge's split for Llama-3.1-405B and Qwen3-235B), first/last rank
+    counts, then (vpp > 1) balanced layout strings as Megatron-Bridge writes them for DeepSeek-V3."""
+    L = model.num_layers
+    even = [(-1, -1, 0, None)] if pp == 1 or (L % pp == 0 and (L // pp) % vpp == 0) else []
+    if pp == 1 or not uneven:
+        return even if (pp > 1 or vpp == 1) else []
+    seen = {(L // pp, L // pp)} if even else set()
+    out: List[Split] = list(even)
+    for emb, loss in ((1, 1), (1, 0), (0, 1)):
+        if PS.account_problem(L, pp, vpp, emb, loss) is None:
+            per = (L + emb + loss) // pp
+            if (per - emb, per - loss) not in seen and per - max(emb, loss) >= 0:
+                seen.add((per - emb, per - loss))
+                out.append((per - emb, per - loss, emb + 2 * loss, None))
+    for first, last in stage_splits(L, pp, vpp, True):
+        if first >= 0 and (first, last) not in seen:
+            seen.add((first, last))
+            out.append((first, last, 0, None))
+    if vpp > 1:
+        for emb, loss in PS._unit_pairs(L, pp, vpp)[:2]:
+            text = PS.balanced_layout(L, pp, vpp, emb, loss, model.mtp_num_layers)
+            k = (L + emb + loss) // (pp * vpp)
+            ends = (vpp * k - emb, vpp * k - loss)
+            if text and ends not in seen:
+                seen.add(ends)
+                out.append((ends[0], ends[1], 0, text))
+    return out
+
+
+def split_vpps(model: ModelSpec, pp: int) -> List[int]:
+    """vpp values (<= 16) some Megatron split supports at pp: divisors of the layers per rank (even, or with the
+    embedding/loss counted), and any vpp whose virtual stages a balanced layout string can fill."""
+    L = model.num_layers
+    vals = set(divisors(L // pp if L % pp == 0 else L))
+    for extra in (1, 2):
+        if (L + extra) % pp == 0:
+            vals |= set(divisors((L + extra) // pp))
+    vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
+    return sorted(v for v in vals if v <= 16)
+
+
+def _fixed_split(problem: Problem, splits: List[Split], pp: int, vpp: int) -> List[Split]:
+    """The splits that match the split keys the user fixed (first/last stage layers, account_for_*, a layout)."""
+    f = problem.fixed
+
+    def one(key):
+        v = f.get(key)
+        return v[0] if isinstance(v, list) else v
+
+    if not any(k in f for k in SPLIT_KEYS):
+        return splits
+    m, L = problem.model, problem.model.num_layers
+    text = one("pipeline_layout")
+    if text is not None:  # exactly that layout, where Megatron takes it and the cost model prices it
+        if PS.layout_problem(text, pp, vpp, L, m.mtp_num_layers) or PS.layout_pricing_problem(text, pp, vpp):
+            return []
+        counts = PS.rank_layer_counts(Strategy(pp=pp, vpp=vpp, pipeline_layout=text), L)
+        return [(counts[0], counts[-1], 0, text)]
+    emb, loss = int(bool(one("account_for_embedding"))), int(bool(one("account_for_loss")))
+    if emb or loss:
+        if PS.account_problem(L, pp, vpp, emb, loss):
+            return []
+        per = (L + emb + loss) // pp
+        return [(per - emb, per - loss, emb + 2 * loss, None)]
+    first, last = one("first_stage_layers"), one("last_stage_layers")
+    return [(a, b, 0, None) for a, b in stage_splits(L, pp, vpp, True)
+            if a >= 0 and first in (None, a) and last in (None, b)]
+
+
 def structural_points(problem: Problem) -> List[Dict[str, int]]:
     """(tp, cp, pp, vpp, first, last, ep, etp, dp) combinations that satisfy the layout rules."""
     m, wl, world = problem.model, problem.workload, problem.cluster.num_gpus
@@ -150,21 +229,19 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 dp = world // (tp * cp * pp)
                 if wl.global_batch_size % dp:
                     continue  # gbs divisible by mbs*dp needs at least dp | gbs
-                vpps = [v for v in divisors(L // pp if L % pp == 0 else L) if v <= 16] if pp > 1 else [1]
+                vpps = split_vpps(m, pp) if pp > 1 else [1]
                 if problem.engine == "deepspeed":
                     vpps = [1]
                 for vpp in _choices(problem, "vpp", vpps):
-                    splits = stage_splits(L, pp, vpp, uneven=problem.engine == "megatron")
-                    if "first_stage_layers" in problem.fixed or "last_stage_layers" in problem.fixed:
-                        f = problem.fixed.get("first_stage_layers", [None])
-                        la = problem.fixed.get("last_stage_layers", [None])
-                        f, la = (f[0] if isinstance(f, list) else f), (la[0] if isinstance(la, list) else la)
-                        splits = [s for s in stage_splits(L, pp, vpp, True)
-                                  if (f is None or s[0] == f) and (la is None or s[1] == la)]
+                    splits = all_stage_splits(m, pp, vpp, uneven=problem.engine == "megatron")
+                    if problem.engine == "deepspeed" and ("first_stage_layers" in problem.fixed
+                                                          or "last_stage_layers" in problem.fixed):
+                        splits = all_stage_splits(m, pp, vpp, uneven=True)
+                    splits = _fixed_split(problem, splits, pp, vpp)
                     for ep, etp in _expert_choices(problem, tp, pp, cp, dp, domain):
-                        for first, last in splits:
+                        for first, last, account, text in splits:
                             points.append(dict(tp=tp, cp=cp, pp=pp, vpp=vpp, first=first, last=last, ep=ep,
-                                               etp=etp, dp=dp))
+                                               etp=etp, dp=dp, account=account, layout=text))
     return points
 
 
@@ -290,7 +367,9 @@ def enumerate_grid(problem: Problem) -> Grid:
     groups, levels = [], []
     knob_table: Dict[Tuple[int, int, bool], np.ndarray] = {}  # (chunk layers, pp, fp8) -> memory knobs
     delayed = _delayed_fp8(problem)
+    layout_ids: Dict[str, int] = {}  # layout strings, numbered for the integer grid
     for p in structural_points(problem):
+        p["layout"] = -1 if p["layout"] is None else layout_ids.setdefault(p["layout"], len(layout_ids))
         chunk = max((p["first"] if p["first"] >= 0 else problem.model.num_layers // p["pp"]) // p["vpp"], 1)
         for fp8 in fp8_choices(problem):
             knobs = knob_table.get((chunk, p["pp"], fp8))
@@ -303,7 +382,7 @@ def enumerate_grid(problem: Problem) -> Grid:
             if not len(knobs) or not len(outer):
                 continue
             group_base = _add_block(blocks, groups, levels, group_base, p, outer, knobs)
-    return _grid_from(problem, blocks, groups, levels)
+    return _grid_from(problem, blocks, groups, levels, sorted(layout_ids, key=layout_ids.get))
 
 
 def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
@@ -334,25 +413,27 @@ def _add_block(blocks, groups, levels, group_base: int, p, outer: np.ndarray, kn
     n_o, n_k = len(outer), len(knobs)
     o = np.repeat(outer, n_k, axis=0)
     k = np.tile(knobs, (n_o, 1))
-    fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"]],
-                     dtype=np.int64)
-    blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 9)), o, k]))
+    fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"],
+                      p["account"], p["layout"]], dtype=np.int64)
+    blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 11)), o, k]))
     groups.append(group_base + np.repeat(np.arange(n_o), n_k))
     levels.append(np.tile(np.arange(n_k), n_o))
     return group_base + n_o
 
 
-def _grid_from(problem: Problem, blocks, groups, levels) -> Grid:
-    a = np.vstack(blocks) if blocks else np.zeros((0, 17), dtype=np.int64)
+def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Grid:
+    a = np.vstack(blocks) if blocks else np.zeros((0, 19), dtype=np.int64)
     n = len(a)
-    col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "mbs", "fp8", "sp", "zero", "rc",
-                    "block", "rl", "mods"), a.T))
+    col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout", "mbs", "fp8",
+                    "sp", "zero", "rc", "block", "rl", "mods"), a.T))
+    names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
     lay = Layouts(
         tp=col["tp"], pp=col["pp"], vpp=col["vpp"], cp=col["cp"], ep=col["ep"], etp=col["etp"], dp=col["dp"],
         mbs=col["mbs"], sp=col["sp"].astype(bool), zero=col["zero"], recompute=col["rc"],
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
         fp8=col["fp8"].astype(bool),
-        first=col["first"], last=col["last"], overlap_grad_reduce=np.ones(n, bool),
+        first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
+        overlap_grad_reduce=np.ones(n, bool),
         overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
         moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool),
         # FP8 primary weights wherever legal (fp8 and the distributed optimizer, validate._optimizer): less memory

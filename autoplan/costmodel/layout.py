@@ -64,8 +64,18 @@ class Layouts:
     # float: bytes per element of one quantised copy (a saved GEMM input, an FP8/FP4 weight copy) under the
     # effective recipe, scales included (QUANTISED_BYTES); None = 1 (filled in __post_init__).
     quant_bytes: Optional[np.ndarray] = None
+    # int: how Megatron is told the stage split besides first/last (autoplan/pipeline_split.py): bit 1
+    # account_for_embedding, bit 2 account_for_loss (first/last stay -1; costmodel/stages.py derives the end ranks
+    # from the layer count); None = 0.
+    account: Optional[np.ndarray] = None
+    # object: a --pipeline-model-parallel-layout string or None; first/last then hold its end ranks' layer counts.
+    layout: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
+        if self.account is None:
+            object.__setattr__(self, "account", np.zeros(len(self.tp), dtype=np.int64))
+        if self.layout is None:
+            object.__setattr__(self, "layout", np.full(len(self.tp), None, dtype=object))
         if self.fp4 is None:
             object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
         if self.fp8_delayed is None:
@@ -80,6 +90,11 @@ class Layouts:
         """Rows `index` (an int array or boolean mask)."""
         return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    def _decoder_split(self, i: int) -> bool:
+        """Whether row i's first/last are --decoder-first/last-pipeline-num-layers (not a layout's or account_for_*'s
+        end ranks)."""
+        return self.layout[i] is None and not self.account[i]
+
     def strategy(self, i: int) -> Strategy:
         """Row i as a Strategy."""
         rc = RECOMPUTE_NAMES[int(self.recompute[i])]
@@ -92,8 +107,10 @@ class Layouts:
             recompute_layers=int(self.recompute_layers[i]) if full else None,
             recompute_modules=_modules_field(rc, int(self.recompute_modules[i])),
             fp8="hybrid" if self.fp8[i] else "none", fp8_recipe="nvfp4" if self.fp4[i] else None,
-            first_stage_layers=int(self.first[i]) if self.first[i] >= 0 else None,
-            last_stage_layers=int(self.last[i]) if self.last[i] >= 0 else None,
+            first_stage_layers=int(self.first[i]) if self.first[i] >= 0 and self._decoder_split(i) else None,
+            last_stage_layers=int(self.last[i]) if self.last[i] >= 0 and self._decoder_split(i) else None,
+            account_for_embedding=bool(self.account[i] & 1), account_for_loss=bool(self.account[i] & 2),
+            pipeline_layout=self.layout[i],
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_param_gather=bool(self.overlap_param_gather[i]),
             tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
@@ -130,8 +147,10 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         recompute_layers=col(lambda s: s.recompute_layers or 0),
         recompute_modules=col(lambda s: R.mask(s.recompute_modules)),
         fp8=col(lambda s: s.uses_fp8, bool),
-        first=col(lambda s: -1 if s.first_stage_layers is None else s.first_stage_layers),
-        last=col(lambda s: -1 if s.last_stage_layers is None else s.last_stage_layers),
+        first=col(lambda s: _end_ranks(s)[0]),
+        last=col(lambda s: _end_ranks(s)[1]),
+        account=col(lambda s: int(s.account_for_embedding) + 2 * int(s.account_for_loss)),
+        layout=col(lambda s: s.pipeline_layout, object),
         overlap_grad_reduce=col(lambda s: s.overlap_grad_reduce, bool),
         overlap_param_gather=col(lambda s: s.overlap_param_gather, bool),
         tp_comm_overlap=col(lambda s: s.tp_overlap_on and s.sp and s.tp > 1, bool),
@@ -149,6 +168,18 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
         quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),
     )
+
+
+def _end_ranks(s: Strategy):
+    """(first, last) layer counts Layouts holds: the explicit ones, a layout string's end ranks, else -1 (even, or
+    account_for_*, which costmodel/stages.py resolves with the model's layer count)."""
+    if s.pipeline_layout:
+        from autoplan.pipeline_split import layout_rank_stages
+
+        counts = [sum(st.count("t") for st in rank) for rank in layout_rank_stages(s.pipeline_layout, s.pp)]
+        return counts[0], counts[-1]
+    return (-1 if s.first_stage_layers is None else s.first_stage_layers,
+            -1 if s.last_stage_layers is None else s.last_stage_layers)
 
 
 def _recipe(s: Strategy, gpu_id: Optional[str]) -> Optional[str]:

@@ -1,6 +1,8 @@
 """Which layers each pipeline rank holds (vectorised). Megatron splits decoder layers evenly over pp ranks, or
 puts `--decoder-first/last-pipeline-num-layers` on the end ranks and splits the rest evenly
-(megatron/core/transformer/transformer_block.py `get_num_layers_to_build`). With interleaving a rank holds vpp
+(megatron/core/transformer/transformer_block.py `get_num_layers_to_build`), or counts the embedding and the loss as
+one layer each (account_for_*: the end ranks hold one layer fewer), or follows a layout string whose end ranks
+`Layouts.first/last` hold (autoplan/pipeline_split.py). With interleaving a rank holds vpp
 chunks; for counting layer kinds we take a rank's layers as one contiguous range, which is exact without
 interleaving and places the leading dense layers (first_k_dense) on rank 0 either way."""
 from __future__ import annotations
@@ -38,22 +40,36 @@ def layer_flags(m: ModelSpec):
     return moe, window
 
 
+def end_ranks(m: ModelSpec, lay: Layouts):
+    """(first, last) layer counts of the end ranks, -1 where they hold the middle ranks' count. account_for_*
+    (transformer_block.py): (num_layers + e + l) / pp per rank, the first rank e and the last l fewer."""
+    first, last = lay.first, lay.last
+    if np.any(lay.account):
+        e, loss = (lay.account & 1) > 0, (lay.account & 2) > 0
+        per = (m.num_layers + e + loss) // np.maximum(lay.pp, 1)
+        first = np.where(lay.account > 0, per - e, first)
+        last = np.where(lay.account > 0, per - loss, last)
+    return first, last
+
+
 def middle_layers(m: ModelSpec, lay: Layouts):
     """Layers per rank that is neither an explicitly sized first nor last rank (float; validated integral)."""
-    has_first = lay.first >= 0
-    has_last = (lay.last >= 0) & (lay.pp > 1)
+    first, last = end_ranks(m, lay)
+    has_first = first >= 0
+    has_last = (last >= 0) & (lay.pp > 1)
     n_mid = lay.pp - has_first - has_last
-    rest = m.num_layers - np.where(has_first, lay.first, 0) - np.where(has_last, lay.last, 0)
+    rest = m.num_layers - np.where(has_first, first, 0) - np.where(has_last, last, 0)
     return np.where(n_mid > 0, rest / np.maximum(n_mid, 1), 0.0)
 
 
 def stage_layers(m: ModelSpec, lay: Layouts, stage: np.ndarray) -> StageLayers:
     mid = middle_layers(m, lay)
+    first, last = end_ranks(m, lay)
     is_first = stage == 0
     is_last = stage == lay.pp - 1
-    layers = np.where(is_first & (lay.first >= 0), lay.first,
-                      np.where(is_last & (lay.last >= 0) & (lay.pp > 1), lay.last, mid))
-    first_size = np.where(lay.first >= 0, lay.first, mid)
+    layers = np.where(is_first & (first >= 0), first,
+                      np.where(is_last & (last >= 0) & (lay.pp > 1), last, mid))
+    first_size = np.where(first >= 0, first, mid)
     start = np.where(is_first, 0, first_size + (stage - 1) * mid)
     start_i = np.clip(np.rint(start).astype(np.int64), 0, m.num_layers)
     end_i = np.clip(np.rint(start + layers).astype(np.int64), 0, m.num_layers)
