@@ -6,14 +6,14 @@ Field names and defaults follow the `transformers` configuration classes of each
 autoplan/hf_families.py). Keys that change the shapes, the activation, the positions or the dropout are read or
 refused with a one-line error; what a family has that ModelSpec cannot express is named in `ModelSpec.notes`.
 Keys with no effect on time, memory or the emitted run (attention dropout, router jitter, `norm_topk_prob`,
-initialisation) are not read; DeepSeek's YaRN scaling (an MLA detail) and MTP layers are left out."""
+initialisation) are not read; DeepSeek's MTP layers are left out."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping
 
 from autoplan.errors import InputError
 from autoplan.hf_fields import Config as _Config
-from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like
+from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like, rope_scaling
 from autoplan.hf_fields import sliding_window_all_layers
 from autoplan.hf_families import FAMILIES
 
@@ -138,6 +138,7 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         moe_layer_freq=freq,
         gate_activation=gate_activation(c, "hidden_act"),
         **_aux_loss(c, "aux_loss_alpha"),
+        **rope_scaling(c),
     )
 
 

@@ -83,9 +83,11 @@ def rope_scaling(c: Config) -> Dict[str, Any]:
     factor = float(scaling.get("factor", 1.0))
     if kind == "llama3":
         return dict(rope_scaling="llama3", rope_scaling_factor=factor)
-    if kind == "yarn":
+    if kind == "yarn":  # mscale defaults as transformers' _compute_yarn_parameters: 1, and 0 = unused
         return dict(rope_scaling="yarn", rope_scaling_factor=factor,
-                    rope_original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 0)))
+                    rope_original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 0)),
+                    rope_mscale=float(scaling.get("mscale") or 1.0),
+                    rope_mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0))
     c.notes.append(f"rope_scaling {kind!r} is not carried: it changes no time or memory, and emitted launch files "
                    f"use RoPE without it")
     return {}

@@ -48,13 +48,13 @@ READ_FLAGS = frozenset({
     "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep", "cpu-offloading-num-layers",
     "micro-batch-size", "global-batch-size", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
     "use-rope-scaling", "rope-scaling-factor", "rotary-scaling-factor", "yarn-original-max-position-embeddings",
-    "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe",
+    "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
+    "mscale", "mscale-all-dim",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
     "moe-permute-fusion", "moe-router-load-balancing-type", "train-iters", "lr", "min-lr", "glu-linear-offset",
     "no-bias-gelu-fusion", "no-rope-fusion", "moe-router-dtype",
-    "rope-type", "mscale", "mscale-all-dim",  # MLA RoPE kind and YaRN scales: same weights and cost
     "lr-decay-style", "lr-warmup-iters", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "log-interval",
     "log-throughput", "log-memory-interval", "eval-iters", "save", "load", "save-interval", "data-path",
 })

@@ -34,6 +34,9 @@ ROUND_TRIP.update({
         "attention_sinks": True, "swiglu_limit": 7.0, "moe_aux_loss_coeff": 0.9, "add_bias_linear": True,
         "add_qkv_bias": True, "sliding_window": 64, "num_sliding_window_layers": 4, "first_k_dense_layers": 0}),
         8, 128, 8, ep=4),
+    "mla_yarn": make_plan(DEEPSEEK_V2_LITE.model_copy(update={
+        "rope_scaling": "yarn", "rope_scaling_factor": 40.0, "rope_original_max_position_embeddings": 4096,
+        "rope_mscale": 0.707, "rope_mscale_all_dim": 0.707}), 8, 1024, 32, ep=8),
     "nvfp4": make_plan(LLAMA_8B, 8, 4096, 64, gpu=B200, fp8="hybrid", fp8_recipe="nvfp4"),
     "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
                                                       "add_qkv_bias": True, "qk_layernorm": True}),

@@ -50,7 +50,8 @@ MEGATRON = {
     "sbatch_mfsdp_deepseek_v3.sh": (
         ["--gpus", "256", "--cluster", "b200"],
         dict(num_layers=61, multi_latent_attention=True, q_lora_rank=1536, num_experts=256, moe_router_topk=8,
-             first_k_dense_layers=3, shared_expert_ffn_hidden_size=2048, vocab_size=129280),
+             first_k_dense_layers=3, shared_expert_ffn_hidden_size=2048, vocab_size=129280, rope_scaling="yarn",
+             rope_scaling_factor=40.0, rope_mscale_all_dim=1.0),
         dict(tp=1, ep=8, etp=1, mbs=4, zero=3, fp8="none", recompute="selective", moe_flex_dispatcher=True,
              recompute_modules=("mlp", "moe", "mla_up_proj", "layernorm")),
         (4096, 2048, None)),
