@@ -71,7 +71,7 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
     notes = split_notes + [f"chosen for you (fastest that fits): {picked}"]
     if not split_notes and not any(k in given for k in SPLIT_KEYS):
-        notes += _split_note(chosen)
+        notes += _split_note(model, chosen)
     return chosen, notes
 
 
@@ -98,8 +98,13 @@ def _with_bridge_split(model: ModelSpec, given: Dict[str, Any]) -> Tuple[Dict[st
     return {**given, **keys}, [note]
 
 
-def _split_note(s: Strategy) -> List[str]:
-    """How a chosen uneven split reaches Megatron."""
+def _split_note(model: ModelSpec, s: Strategy) -> List[str]:
+    """How a chosen uneven split reaches Megatron, naming Megatron-Bridge's recipe when it makes the same split."""
+    from autoplan.pipeline_split import bridge_split
+
+    bridge = bridge_split(model, s.pp, s.vpp)
+    if bridge and all(getattr(s, k) == v for k, v in bridge[0].items()):
+        return [bridge[1]]
     if s.pipeline_layout:
         return [f"stage split: --pipeline-model-parallel-layout {s.pipeline_layout}"]
     if s.account_for_embedding or s.account_for_loss:
