@@ -24,7 +24,8 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
     "moe-enable-deepep", "fp8-param-gather", "recompute-activations", "moe-permute-fusion", "log-throughput",
     "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
-    "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss",
+    "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
+    "account-for-loss-in-pipeline-split",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -49,7 +50,8 @@ READ_FLAGS = frozenset({
     "micro-batch-size", "global-batch-size", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
     "use-rope-scaling", "rope-scaling-factor", "rotary-scaling-factor", "yarn-original-max-position-embeddings",
     "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
-    "mscale", "mscale-all-dim",
+    "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
+    "account-for-loss-in-pipeline-split",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -204,6 +206,7 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
     if per_virtual:  # [V] vpp = layers per pipeline rank / layers per virtual stage
         vpp = num_layers // pp // per_virtual
     s["vpp"] = vpp or 1
+    s.update(_pipeline_split(f, pp))
     s["ep"] = typed(f, "expert-model-parallel-size", pos_int, 1) if is_moe else 1
     s["etp"] = typed(f, "expert-tensor-parallel-size", pos_int, tp) if is_moe else 1  # [V] defaults to tp
     s["zero"] = _zero(f)
@@ -227,6 +230,28 @@ def expandable_segments(env: Dict[str, str]) -> bool:
     """PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set in the script (PyTorch's caching allocator option)."""
     options = env.get("PYTORCH_CUDA_ALLOC_CONF", "").replace(" ", "").split(",")
     return "expandable_segments:True" in options
+
+
+def _pipeline_split(f: Dict[str, Optional[str]], pp: int) -> Dict[str, Any]:
+    """--pipeline-model-parallel-layout (which sets vpp: [V] stages / pp) and the account-for flags."""
+    from autoplan.pipeline_split import layout_vpp
+
+    out: Dict[str, Any] = {}
+    layout = typed(f, "pipeline-model-parallel-layout", str)
+    if layout:
+        try:
+            vpp = layout_vpp(layout, pp)
+        except ValueError as e:
+            raise InputError(f"--pipeline-model-parallel-layout {layout!r}: {e}") from None
+        if vpp is None:
+            raise InputError(f"--pipeline-model-parallel-layout {layout!r}: its stage count is not a multiple of "
+                             f"pp={pp}; fix the layout or pp")
+        out.update(pipeline_layout=layout, vpp=vpp)
+    if "account-for-embedding-in-pipeline-split" in f:
+        out["account_for_embedding"] = True
+    if "account-for-loss-in-pipeline-split" in f:
+        out["account_for_loss"] = True
+    return out
 
 
 def _zero(f: Dict[str, Optional[str]]) -> int:

@@ -37,6 +37,10 @@ ROUND_TRIP.update({
     "mla_yarn": make_plan(DEEPSEEK_V2_LITE.model_copy(update={
         "rope_scaling": "yarn", "rope_scaling_factor": 40.0, "rope_original_max_position_embeddings": 4096,
         "rope_mscale": 0.707, "rope_mscale_all_dim": 0.707}), 8, 1024, 32, ep=8),
+    "account_for_embedding_and_loss": make_plan(LLAMA_8B.model_copy(update={"num_layers": 30}), 16, 4096, 64,
+                                                pp=2, tp=2, sp=True, account_for_embedding=True,
+                                                account_for_loss=True),
+    "pipeline_layout": make_plan(LLAMA_8B, 16, 4096, 64, pp=2, vpp=2, pipeline_layout="Et*7|t*9|t*8|t*8L"),
     "nvfp4": make_plan(LLAMA_8B, 8, 4096, 64, gpu=B200, fp8="hybrid", fp8_recipe="nvfp4"),
     "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
                                                       "add_qkv_bias": True, "qk_layernorm": True}),
