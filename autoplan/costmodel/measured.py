@@ -57,7 +57,7 @@ LAYER_SHAPE_FIELDS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "
                       "vocab_size", "activation", "normalization", "position_embedding", "add_bias_linear",
                       "add_qkv_bias", "qk_layernorm", "multi_latent_attention", "q_lora_rank", "kv_lora_rank",
                       "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk",
-                      "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size")
+                      "moe_ffn_hidden_size", "shared_expert_ffn_hidden_size", "sandwich_norm")
 
 
 def check_matches(profile: MeasuredProfile, origin: str, model: Optional[ModelSpec] = None,
