@@ -63,4 +63,11 @@ class ClusterSpec(BaseModel):
 
     @property
     def num_nodes(self) -> int:
+        """Nodes the job occupies: full nodes plus one partly used node when the count does not fill them."""
         return max(1, -(-self.num_gpus // self.gpu.gpus_per_node))
+
+    @property
+    def partial_node_gpus(self) -> int:
+        """GPUs on a last, partly used node (0 when every node is full or the job fits in one node)."""
+        per_node = self.gpu.gpus_per_node
+        return self.num_gpus % per_node if self.num_gpus > per_node else 0

@@ -146,14 +146,9 @@ def _check_positive(num_gpus: Any) -> int:
 
 
 def _check_count(gpu: GpuSpec, num_gpus: Any) -> int:
-    """num_gpus > 0 and, past one node, a whole number of nodes."""
-    num_gpus = _check_positive(num_gpus)
-    per_node = gpu.gpus_per_node
-    if num_gpus > per_node and num_gpus % per_node:
-        lower, upper = num_gpus // per_node * per_node, -(-num_gpus // per_node) * per_node
-        raise InputError(f"gpus={num_gpus} must be a multiple of gpus_per_node={per_node} for {gpu.id}; "
-                         f"try {lower} or {upper}")
-    return num_gpus
+    """num_gpus > 0. A count that does not fill whole nodes runs on full nodes plus a last node with the rest
+    (ClusterSpec.partial_node_gpus); the search keeps tensor-parallel groups inside one node."""
+    return _check_positive(num_gpus)
 
 
 def _cpu_node(gpu: GpuSpec, num_gpus: Optional[int]) -> tuple[GpuSpec, int]:

@@ -28,7 +28,24 @@ def default_completion(given: Dict[str, Any]) -> Strategy:
 def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given: Dict[str, Any],
                       engine: str = "megatron") -> Tuple[Strategy, List[str]]:
     """(strategy, notes). A complete strategy is validated and returned as is. A pp (and vpp) whose layers Megatron
-    cannot split evenly gets the stage split Megatron-Bridge uses for the model, named in the notes."""
+    cannot split evenly gets the stage split Megatron-Bridge uses for the model, named in the notes; a GPU count
+    that leaves the last node partly used is named too."""
+    strategy, notes = _complete(model, cluster, workload, given, engine)
+    return strategy, notes + _partial_node_note(cluster, strategy)
+
+
+def _partial_node_note(cluster: ClusterSpec, s: Strategy) -> List[str]:
+    extra = cluster.partial_node_gpus
+    if not extra:
+        return []
+    per_node = cluster.gpu.gpus_per_node
+    inside = "inside one node" if per_node % s.tp == 0 else f"crossing nodes (tp={s.tp} does not divide {per_node})"
+    return [f"{cluster.num_gpus} GPUs: {cluster.num_nodes - 1} full nodes and one with {extra} of its {per_node} GPUs; "
+            f"every tensor-parallel group of {s.tp} sits {inside}"]
+
+
+def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given: Dict[str, Any],
+              engine: str) -> Tuple[Strategy, List[str]]:
     from autoplan.validate import validate
 
     given, split_notes = _with_bridge_split(model, given)

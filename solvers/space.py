@@ -98,6 +98,8 @@ def tp_choices(problem: Problem) -> List[int]:
     for t in divisors(m.num_attention_heads):
         if t > limit or problem.cluster.num_gpus % t:
             continue
+        if not wide and limit % t:
+            continue  # a TP group crossing an NVLink domain (a node, or into a partly used last node) is slow
         g = m.num_query_groups
         if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
             continue  # query groups a multiple or divisor of tp (TransformerConfig)

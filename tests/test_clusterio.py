@@ -68,9 +68,14 @@ def test_cluster_from_id_defaults_to_one_node():
     assert load_cluster("gb200", 72).num_nodes == 18
 
 
+def test_counts_that_do_not_fill_whole_nodes():
+    c = load_cluster("a100-80g", 252)  # 31 full nodes and one with 4 GPUs
+    assert (c.num_gpus, c.num_nodes, c.partial_node_gpus) == (252, 32, 4)
+    assert load_cluster("gb200", 6).partial_node_gpus == 2
+    assert load_cluster("h100", 16).partial_node_gpus == 0
+
+
 @pytest.mark.parametrize("ref, gpus, expect", [
-    ("h100", 12, "gpus=12 must be a multiple of gpus_per_node=8 for h100; try 8 or 16"),
-    ("gb200", 6, "gpus=6 must be a multiple of gpus_per_node=4 for gb200; try 4 or 8"),
     ("h100", 0, "gpus=0 must be > 0"),
     ("h100", -8, "gpus=-8 must be > 0"),
 ])
