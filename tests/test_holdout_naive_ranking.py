@@ -110,3 +110,20 @@ def test_setups_average_releases_of_one_strategy_and_count_ordered_pairs():
     s = found[0]
     assert s.measured[s.strategies.index("64g gbs256 tp1")] == pytest.approx(200.0)  # geometric mean
     assert s.pairs() == (3, 3) and s.rho == pytest.approx(1.0)
+
+
+def test_report_fits_on_training_rows_and_scores_only_held_out_ones():
+    from benchmarks.accuracy import build_report, headline_runs, predict
+
+    runs, excluded, no_fit = headline_runs()
+    sides = holdout.split(runs)
+    pick = sides["train"][:6] + sides["family"][:3] + sides["source"][:3]
+    subset = [runs[i] for i in pick]
+    rep = build_report(subset, predict(subset), no_fit, max_evals=12)
+    assert rep.train_rows == 6 and len(rep.held) == 6
+    assert set(rep.held_side) == {"family", "source"}
+    assert np.all(np.isfinite(rep.model_out)) and np.all(np.isfinite(rep.naive_out))
+    table = dict(rep.table(lambda r: "all"))["all"]
+    assert table["rows"] == 12 and table["held"] == 6
+    # Every excluded row names its reason, and none of them is a regression judged from errors.
+    assert excluded and all(why and "weaker GPU" not in why for _, why in excluded)
