@@ -442,6 +442,7 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
         # and an FP8 parameter gather, the GEMMs unchanged (Megatron-Bridge's FP8 recipes all set fp8_param_gather).
         fp8_param=col["fp8"].astype(bool) & (col["zero"] >= 1) & (problem.engine != "deepspeed"),
         cpu_offload_layers=np.zeros(n, np.int64), moe_flex=np.zeros(n, bool),
+        fp4=col["fp8"].astype(bool) & (_effective_recipe(problem) == "nvfp4"),  # NVFP4 GEMMs when fixed so
         vocab_tp=np.full(n, problem.engine != "deepspeed"),
         fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"),
         # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl

@@ -147,3 +147,16 @@ def test_engines_refuse_hybrid_models_instead_of_writing_a_transformer():
     s = Strategy(tp=1, pp=1, mbs=1, zero=1)
     assert "hybrid" in deepspeed_unsupported(s, m)
     assert deepspeed_unsupported(s, load_model("llama3-8b")) is None
+
+
+
+def test_search_prices_a_fixed_nvfp4_recipe_at_fp4():
+    from autoplan.solvers.space import Problem, enumerate_grid
+
+    model = load_model("llama3-8b")
+    wl = Workload(seq_len=4096, global_batch_size=64)
+    grid = {}
+    for recipe in ("mxfp8", "nvfp4"):
+        problem = Problem(model, load_cluster("b200", 8), wl, fixed={"fp8": ["hybrid"], "fp8_recipe": [recipe]})
+        grid[recipe] = enumerate_grid(problem).layouts
+    assert grid["nvfp4"].fp4.all() and not grid["mxfp8"].fp4.any()
