@@ -143,7 +143,8 @@ Split = Tuple[int, int, int, object]
 def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[Split]:
     """Every way Megatron can place the layers at (pp, vpp), one per distinct pair of end-rank counts, in order of
     preference: even, account_for_* (Megatron-Bridge's split for Llama-3.1-405B and Qwen3-235B), first/last rank
-    counts, then (vpp > 1) balanced layout strings as Megatron-Bridge writes them for DeepSeek-V3."""
+    counts, then (vpp > 1, for the models whose Bridge recipes give layouts: DeepSeek-V3, Kimi-K2) balanced layout
+    strings as Megatron-Bridge writes them. Any other layout is taken when fixed (--fix pipeline_layout=...)."""
     L = model.num_layers
     even = [(-1, -1, 0, None)] if pp == 1 or (L % pp == 0 and (L // pp) % vpp == 0) else []
     if pp == 1 or not uneven:
@@ -160,7 +161,7 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
         if first >= 0 and (first, last) not in seen:
             seen.add((first, last))
             out.append((first, last, 0, None))
-    if vpp > 1:
+    if vpp > 1 and model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:  # layouts as Bridge writes them for its models
         for emb, loss in PS._unit_pairs(L, pp, vpp)[:2]:
             text = PS.balanced_layout(L, pp, vpp, emb, loss, model.mtp_num_layers)
             k = (L + emb + loss) // (pp * vpp)
@@ -173,13 +174,14 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
 
 def split_vpps(model: ModelSpec, pp: int) -> List[int]:
     """vpp values (<= 16) some Megatron split supports at pp: divisors of the layers per rank (even, or with the
-    embedding/loss counted), and any vpp whose virtual stages a balanced layout string can fill."""
+    embedding/loss counted), and, for the models searched with layouts, any vpp a balanced layout string can fill."""
     L = model.num_layers
     vals = set(divisors(L // pp if L % pp == 0 else L))
     for extra in (1, 2):
         if (L + extra) % pp == 0:
             vals |= set(divisors((L + extra) // pp))
-    vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
+    if model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:
+        vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
     return sorted(v for v in vals if v <= 16)
 
 

@@ -178,11 +178,22 @@ def test_every_split_of_a_small_odd_model_is_legal():
     strategies = legal_strategies(problem)
     kinds = {("layout" if s.pipeline_layout else "account" if s.account_for_embedding or s.account_for_loss
               else "ends" if s.first_stage_layers is not None else "even") for s in strategies}
-    assert {"layout", "account", "ends", "even"} <= kinds
+    assert {"account", "ends", "even"} <= kinds and "layout" not in kinds  # layouts: Bridge's layout models only
     for s in strategies[::7]:
         assert first_broken_rule(problem.model, problem.cluster, problem.workload, s) is None, s.label()
         counts = PS.rank_layer_counts(s, 13)
         assert sum(counts) == 13 and min(counts) >= 0
+
+
+def test_every_searched_deepseek_layout_is_legal():
+    m, c, wl = _setup("deepseek-v3", 1024, gbs=8192, seq=4096)
+    problem = Problem(m, c, wl, fixed={"tp": 2, "ep": 64, "cp": 1, "mbs": 1, "fp8": "hybrid", "zero": 1,
+                                       "recompute": "selective"})
+    layouts = [s for s in legal_strategies(problem) if s.pipeline_layout]
+    assert len({(s.pp, s.vpp) for s in layouts}) >= 6
+    for s in layouts:
+        assert first_broken_rule(m, c, wl, s) is None, s.label()
+        assert sum(PS.rank_layer_counts(s, 61)) == 61
 
 
 def test_deepspeed_takes_no_megatron_split():
