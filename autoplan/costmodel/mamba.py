@@ -86,7 +86,9 @@ def ssd_bytes_per_token(m: ModelSpec, heads, groups) -> np.ndarray:
     `_mamba_chunk_scan_combined_fwd`: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan): x read
     twice and y written (bf16); B and C read three times (bf16); the fp32 chunk states (heads x P x N per chunk
     of Q tokens) written by chunk_state, read and written by state_passing, read by chunk_scan; the fp32 C B^T
-    scores (groups x Q per token) written and read."""
+    scores (groups x Q per token) written and read. The unfused five-kernel SSD is bound by memory bandwidth and
+    launch latency rather than FLOPs (PyTorch blog, "Accelerating Mamba2 with kernel fusion", 2025), hence the
+    max(FLOPs, bytes) in `mamba_mixer_time` and one launch floor per kernel."""
     p, n, q = m.mamba_head_dim, m.mamba_state_dim, SSD_CHUNK
     x_y = 3 * C.BF16 * heads * p
     b_c = 3 * 2 * C.BF16 * groups * n
