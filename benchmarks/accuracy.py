@@ -253,6 +253,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         json.dump({"recompute_policy": args.recompute, "split": holdout.describe(),
                    "by_subset": dict(rep.table(subset)), "by_arch": dict(rep.table(lambda r: r.arch)),
                    "all": dict(rep.table(lambda r: "all")), "held_by_side": rep.held_by_side(),
+                   "hybrid": dict(rep.table(lambda r: "yes" if r.model.is_hybrid else "no")).get("yes"),
+                   "nvfp4": dict(rep.table(lambda r: "yes" if precision_of(r) == "nvfp4" else "no")).get("yes"),
                    "ranking": ranking.summary(found), "rows": records,
                    "excluded": [{"id": i, "reason": why} for i, why in excluded]}, sys.stdout, indent=1)
         print()
