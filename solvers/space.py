@@ -162,7 +162,8 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
             seen.add((first, last))
             out.append((first, last, 0, None))
     if vpp > 1 and model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:  # layouts as Bridge writes them for its models
-        for emb, loss in PS._unit_pairs(L, pp, vpp)[:2]:
+        units = PS.BRIDGE_DEEPSEEK_UNITS.get((pp, vpp))
+        for emb, loss in ([units] if units else PS._unit_pairs(L, pp, vpp)[:1]):
             text = PS.balanced_layout(L, pp, vpp, emb, loss, model.mtp_num_layers)
             k = (L + emb + loss) // (pp * vpp)
             ends = (vpp * k - emb, vpp * k - loss)
