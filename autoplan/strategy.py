@@ -5,7 +5,7 @@ rank, --num-virtual-stages-per-pipeline-rank), cp, ep, etp, mbs, sp, zero (0 DDP
 ZeRO-1, 2, 3), recompute, fp8."""
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -236,10 +236,22 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
     return raw
 
 
+def strategy_items(text: str) -> List[str]:
+    """'tp=8,pipeline_layout=Ettt|(tt|)*29,m|L' -> ['tp=8', 'pipeline_layout=Ettt|(tt|)*29,m|L']: items split at
+    commas, except the cosmetic commas a layout string may hold (Megatron ignores them)."""
+    items: List[str] = []
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in piece and items and items[-1].lower().replace("-", "_").startswith("pipeline_layout="):
+            items[-1] += "," + piece
+        else:
+            items.append(piece)
+    return items
+
+
 def parse_strategy_text(text: str) -> Dict[str, Any]:
     """'tp=8,pp=4,sp=true' -> {'tp': 8, 'pp': 4, 'sp': True}. Keys left out are absent (chosen later)."""
     out: Dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
+    for item in strategy_items(text):
         if "=" not in item:
             raise InputError(f"strategy item {item!r} must be key=value (e.g. tp=8,pp=4)")
         key, value = (s.strip() for s in item.split("=", 1))

@@ -19,7 +19,7 @@ from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
-from autoplan.strategy import Strategy, coerce_strategy_value
+from autoplan.strategy import Strategy, coerce_strategy_value, strategy_items
 from autoplan.validate import effective_fp8_recipe, interleaving_blocked
 from autoplan.workload import Workload
 
@@ -55,12 +55,13 @@ def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]
     """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values."""
     out: Dict[str, List[object]] = {}
     for item in items:
-        for part in filter(None, (p.strip() for p in item.split(","))):
+        for part in strategy_items(item):
             if "=" not in part:
                 raise InputError(f"{what} {part!r} must be key=value (e.g. {what} tp=8)")
             key, raw = (s.strip() for s in part.split("=", 1))
             key = key.lower().replace("-", "_")
-            out.setdefault(key, []).extend(coerce_strategy_value(key, v) for v in raw.split("|"))
+            alternatives = [raw] if key == "pipeline_layout" else raw.split("|")  # '|' separates a layout's stages
+            out.setdefault(key, []).extend(coerce_strategy_value(key, v) for v in alternatives)
     return out
 
 

@@ -203,3 +203,19 @@ def test_deepspeed_takes_no_megatron_split():
     assert msg and "Megatron-LM pipeline split" in msg
     with pytest.raises(InputError):
         validate(m, c, wl, s, engine="deepspeed")
+
+
+def test_layout_strings_survive_the_command_line():
+    from autoplan.solvers.space import parse_constraints
+
+    keys = parse_strategy_text("tp=2,pipeline_layout=Ettt|(tt|)*29,m|L,pp=16")
+    assert keys == {"tp": 2, "pipeline_layout": "Ettt|(tt|)*29,m|L", "pp": 16}
+    fixed = parse_constraints(["pp=8|16,pipeline_layout=Et|(tt|)*30,L"], "--fix")
+    assert fixed == {"pp": [8, 16], "pipeline_layout": ["Et|(tt|)*30,L"]}
+
+
+def test_vpp_is_read_from_a_layout_string():
+    m, c, wl = _setup("deepseek-v3", 1024, gbs=8192, seq=4096)
+    s, _ = complete_strategy(m, c, wl, parse_strategy_text("tp=2,pp=8,ep=64,pipeline_layout=Et|(tt|)*30,L"))
+    assert (s.pp, s.vpp, s.pipeline_layout) == (8, 4, "Et|(tt|)*30,L")
+    assert s.first_stage_layers is None and not s.account_for_embedding
