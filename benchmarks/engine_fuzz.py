@@ -50,6 +50,8 @@ SETUPS: List[Tuple[str, str, int, int, int]] = [
     ("qwen3-30b-a3b", "h100", 128, 4096, 64),
     ("mixtral-8x7b", "h100", 128, 4096, 128),
     ("llama3-70b", "h100", 256, 8192, 64),
+    # A GPU count that does not fill whole nodes (31 x 8 + 4 A100).
+    ("llama2-70b", "a100-80g", 252, 4096, 504),
 ]
 MEGATRON_TOP, DEEPSPEED_TOP = 10, 5
 

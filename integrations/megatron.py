@@ -13,7 +13,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
 from autoplan.strategy import Strategy
-from autoplan.validate import effective_fp8_recipe, interleaved_schedule_problem
+from autoplan.validate import effective_fp8_recipe, first_broken_rule, interleaved_schedule_problem
 from autoplan.integrations.engines import is_blackwell_or_newer
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
@@ -30,10 +30,20 @@ def world_layout(plan: Plan) -> Dict[str, int]:
         raise InputError(f"world size {world} must be divisible by tp*pp*cp = {s.tp}*{s.pp}*{s.cp} = {model_parallel};"
                          f" change the GPU count or the parallel sizes")
     nodes = plan.cluster.num_nodes
-    if world % nodes:
-        raise InputError(f"{world} GPUs cannot be split evenly over {nodes} nodes of "
-                         f"{plan.cluster.gpu.gpus_per_node}; use a multiple of {plan.cluster.gpu.gpus_per_node} GPUs")
-    return {"nodes": nodes, "gpus_per_node": world // nodes, "dp": world // model_parallel}
+    full = min(world, plan.cluster.gpu.gpus_per_node)
+    # A GPU count that does not fill whole nodes runs the rest on the last node (ClusterSpec.partial_node_gpus).
+    return {"nodes": nodes, "gpus_per_node": full, "last_node_gpus": plan.cluster.partial_node_gpus or full,
+            "dp": world // model_parallel}
+
+
+def _gpus_per_node_lines(layout: Dict[str, int]) -> str:
+    """train.sh's GPUS_PER_NODE: the same on every node, or the rest on the last one. torchrun ranks nodes of
+    different sizes in node-rank order (torch/distributed/elastic/agent/server/api.py _assign_worker_ranks)."""
+    full, last = layout["gpus_per_node"], layout["last_node_gpus"]
+    if last == full:
+        return f"GPUS_PER_NODE=${{GPUS_PER_NODE:-{full}}}"
+    return (f"# {layout['nodes'] - 1} nodes of {full} GPUs and a last node of {last}\n"
+            f"GPUS_PER_NODE=${{GPUS_PER_NODE:-$(( NODE_RANK == NNODES - 1 ? {last} : {full} ))}}")
 
 
 def check_megatron_plan(plan: Plan) -> None:
@@ -76,6 +86,8 @@ def check_megatron_plan(plan: Plan) -> None:
         _inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
+        # Every other Megatron-LM rule the search and `estimate` apply (pipeline splits and layouts included).
+        first_broken_rule(m, plan.cluster, w, s, engine="megatron"),
     )
     first = next((p for p in problems if p), None)
     if first:
@@ -85,6 +97,8 @@ def check_megatron_plan(plan: Plan) -> None:
 def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
     """[V][TC] layers per pipeline rank and per virtual stage must be whole numbers."""
     chunks = s.pp * s.vpp
+    if s.pipeline_layout or s.account_for_embedding or s.account_for_loss:
+        return None  # those splits' rules: autoplan/validate.py, checked last in check_megatron_plan
     if s.first_stage_layers is None and s.last_stage_layers is None:
         if m.num_layers % chunks:
             return f"num_layers={m.num_layers} must be divisible by pp*vpp = {s.pp}*{s.vpp}; change pp or vpp"
@@ -381,7 +395,7 @@ HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 : "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the folder holding pretrain_gpt.py)}}"
 NNODES=${{NNODES:-{layout['nodes']}}}
 NODE_RANK=${{NODE_RANK:-0}}
-GPUS_PER_NODE=${{GPUS_PER_NODE:-{layout['gpus_per_node']}}}
+{_gpus_per_node_lines(layout)}
 MASTER_ADDR=${{MASTER_ADDR:-localhost}}
 MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
 {connections}
@@ -410,6 +424,9 @@ def sbatch_script(plan: Plan, probe: bool = False) -> str:
     """Slurm batch script: one task per node, each running train.sh with its node rank."""
     layout = world_layout(plan)
     name = f"autoplan-{'probe-' if probe else ''}{plan.model.name}".replace(" ", "_")
+    # With a partly used last node train.sh picks each node's count from its node rank.
+    gpus_export = f"GPUS_PER_NODE={layout['gpus_per_node']} " if layout["last_node_gpus"] == layout["gpus_per_node"] \
+        else ""
     return f"""#!/usr/bin/env bash
 {_header(plan, probe)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name={name}
@@ -422,7 +439,7 @@ set -euo pipefail
 RUN_DIR="${{RUN_DIR:-$SLURM_SUBMIT_DIR}}"
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 export MASTER_PORT="${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}"
-export NNODES="$SLURM_JOB_NUM_NODES" GPUS_PER_NODE={layout['gpus_per_node']} RUN_DIR
+export NNODES="$SLURM_JOB_NUM_NODES" {gpus_export}RUN_DIR
 
 srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID" bash "$RUN_DIR/train.sh"'
 """

@@ -18,7 +18,7 @@ from autoplan.costmodel.evaluate import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.costmodel.layout import Layouts
 from autoplan.solvers.api import SolveResult, plans_from, price, register
-from autoplan.solvers.space import Problem, recompute_options
+from autoplan.solvers.space import Problem, delayed_fp8, fp8_recompute_options
 
 US = 1e6  # CP-SAT works in integer microseconds ...
 MIB = 2**20  # ... and integer MiB
@@ -84,7 +84,8 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     cap = problem.cluster.gpu.hbm_gib * 2**30 * (1 - problem.mem_headroom)
     m_micro = float(num_microbatches(problem.workload, lay.take(np.array([i])))[0])
     chunk = max(L // pp // vpp, 1)
-    options = recompute_options(problem, chunk)
+    # The recompute options this candidate runs: FP8 delayed scaling drops layernorm / moe_act (space.py).
+    options = fp8_recompute_options(problem, chunk, bool(lay.fp8[i]) and delayed_fp8(problem))
     model = cp_model.CpModel()
     # ---- variables: layer counts of the first, middle and last ranks (multiples of vpp), one recompute option
     first = model.NewIntVar(vpp, L, "first")

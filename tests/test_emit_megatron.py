@@ -284,3 +284,23 @@ def test_mla_yarn_settings_are_the_models():
     assert f["--mscale"] == "1" and f["--mscale-all-dim"] == "1"
     plain = flags(make_plan(DEEPSEEK_V2_LITE, 32, 4096, 256, tp=2, ep=8, sp=True))
     assert plain["--rope-type"] == "rope" and "--mscale" not in plain
+
+
+def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_path):
+    # 252 A100 = 31 nodes of 8 and one of 4 (a published run); torchrun ranks nodes of different sizes in order.
+    from autoplan.clusterio import load_gpu
+
+    plan = make_plan(LLAMA_70B, 252, 4096, 504, gpu=load_gpu("a100-80g"), tp=4, pp=1, sp=True)
+    files = emit_megatron(plan)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert "#SBATCH --nodes=32" in files["sbatch.sh"] and "GPUS_PER_NODE=8" not in files["sbatch.sh"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    for node_rank, nproc in (("0", "8"), ("30", "8"), ("31", "4")):
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "MEGATRON_LM": "/opt/mlm", "NODE_RANK": node_rank}
+        out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
+                             text=True).stdout.splitlines()
+        assert out[:6] == ["--nnodes", "32", "--node_rank", node_rank, "--nproc_per_node", nproc]

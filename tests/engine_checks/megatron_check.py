@@ -68,12 +68,24 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
         sequence_parallel="sequence-parallel" in flags,
         num_layers_in_first_pipeline_stage=num("decoder-first-pipeline-num-layers"),
         num_layers_in_last_pipeline_stage=num("decoder-last-pipeline-num-layers"),
+        account_for_embedding_in_pipeline_split="account-for-embedding-in-pipeline-split" in flags,
+        account_for_loss_in_pipeline_split="account-for-loss-in-pipeline-split" in flags,
+        pipeline_model_parallel_layout=flags.get("pipeline-model-parallel-layout"),
         bf16="bf16" in flags, params_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
         pipeline_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
         fp8=flags.get("fp8-format"), fp8_recipe=flags.get("fp8-recipe", "delayed"),
         recompute_granularity=flags.get("recompute-granularity"), recompute_method=flags.get("recompute-method"),
         recompute_num_layers=num("recompute-num-layers"), tp_comm_overlap="tp-comm-overlap" in flags,
     )
+    if kw["pipeline_model_parallel_layout"]:
+        # arguments.py validate_args: a layout sets vpp to its stage count / pp (None for one stage per rank).
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+        assert kw["virtual_pipeline_model_parallel_size"] is None, "a layout and a vpp flag cannot both be set"
+        stages = PipelineParallelLayerLayout.get_num_stages_from_str(kw["pipeline_model_parallel_layout"])
+        pp = kw["pipeline_model_parallel_size"]
+        assert stages % pp == 0, f"layout stages {stages} must be divisible by pp {pp}"
+        kw["virtual_pipeline_model_parallel_size"] = stages // pp if stages // pp > 1 else None
     if "swiglu" in flags:
         kw.update(gated_linear_unit=True, activation_func=F.silu)
     if "quick-geglu" in flags:  # arguments.py: quick_gelu inside a gated linear unit
