@@ -308,8 +308,6 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
-    if "recompute_modules" in problem.fixed:
-        allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]
@@ -397,6 +395,15 @@ def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarr
     autoplan/validate.py `_recompute_modules`), so FP8 candidates then drop those two from each module set (and the
     set, when nothing new is left). A set the user fixed is never changed: FP8-delayed candidates that cannot run
     it are left out instead."""
+    options = fp8_recompute_options(problem, chunk, delayed_fp8)
+    rows = [(z, rc, block, rl, mods) for (rc, block, rl, mods) in options for z in zero_choices(problem, pp)]
+    return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def fp8_recompute_options(problem: Problem, chunk: int, delayed_fp8: bool) -> List[Tuple[int, bool, int, int]]:
+    """`recompute_options` as a candidate with (delayed_fp8=True) or without FP8 delayed scaling can run them: the
+    module sets lose layernorm / moe_act, or are left out when the user fixed them (see `_knobs`). The CP-SAT
+    refinement draws from here too, so it never puts back a set the candidate cannot run."""
     unsupported = R.mask(("layernorm", "moe_act"))
     user_set = "recompute_modules" in problem.fixed
     options, seen = [], set()
@@ -409,8 +416,12 @@ def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarr
                 continue
             seen.add(mods)
         options.append((rc, block, rl, mods))
-    rows = [(z, rc, block, rl, mods) for (rc, block, rl, mods) in options for z in zero_choices(problem, pp)]
-    return np.array(rows, dtype=np.int64).reshape(-1, 5)
+    return options
+
+
+def delayed_fp8(problem: Problem) -> bool:
+    """Whether FP8 candidates of this search run delayed scaling (the recipe fixed, else the GPU's default)."""
+    return _delayed_fp8(problem)
 
 
 def _add_block(blocks, groups, levels, group_base: int, p, outer: np.ndarray, knobs: np.ndarray) -> int:
