@@ -116,6 +116,8 @@ def test_megatron_script_is_estimated_as_written(name):
     assert got == expected
     assert not any("chosen for you" in n for n in est["notes"])
     assert any("priced as written" in n for n in est["notes"])
+    if overridden:
+        assert any("--strategy overrides the imported config: pp=4 (config: 8)" in n for n in est["notes"])
 
 
 @pytest.mark.parametrize("name", sorted(DEEPSPEED))
