@@ -298,9 +298,13 @@ def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wo
                      cal: Calibration = DEFAULT) -> Tuple[Strategy, bool]:
     """(strategy with recompute, escalated). Policy "recipe" starts from the recipe's
     recompute (NeMo rows: from none) and moves along `escalation` only while the run is predicted not to fit;
-    "least" starts from none; "none" never recomputes."""
+    "least" starts from none; "none" never recomputes; "written" runs the recipe's recompute as it is, fitting or
+    not (benchmarks/recipes_fit.py)."""
     if policy == "none":
         return with_recompute(s, "none"), False
+    if policy == "written":
+        written = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if facts else ("none",)
+        return with_recompute(s, *written), False
     recipe = policy == "recipe" and facts is not None
     start = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if recipe else ("none", None, "")
     for k, (name, layers, modules) in enumerate(escalation(model, s, *start)):
@@ -318,7 +322,7 @@ def measured_tokens_per_gpu(row: Dict[str, str], model: ModelSpec) -> float:
     return value * 1e12 / model_flops_per_token(model, _int(row["seq_len"]))
 
 
-POLICIES = ("recipe", "least", "none")
+POLICIES = ("recipe", "least", "none", "written")
 
 
 def load_runs(path: Path = DATA, cal: Calibration = DEFAULT, policy: str = "recipe",

@@ -9,16 +9,14 @@ from __future__ import annotations
 import sys
 from typing import List, Tuple
 
-from autoplan.clusterio import load_cluster
 from autoplan.costmodel.estimate import estimate
-from autoplan.workload import Workload
-from benchmarks.published import (GPU_IDS, _int, base_strategy, build_model, exclusion_reason, read_rows,
-                                  stem, with_recompute)
-from benchmarks.recipes import recipe_facts, release_of
+from benchmarks.published import build_run, exclusion_reason, read_rows, stem
+from benchmarks.recipes import release_of
 
 
 def recipe_rows() -> List[Tuple[str, float, float]]:
-    """(row id, predicted peak GiB, capacity GiB) of every usable Megatron-Bridge row."""
+    """(row id, predicted peak GiB, capacity GiB) of every usable Megatron-Bridge run (its tokens row), built as the
+    accuracy benchmark builds it (`published.build_run`) with the recipe's recompute as written."""
     out, rows = [], read_rows()
     with_tokens = {stem(r["id"]) for r in rows if r["measured_metric_name"] == "tokens_per_sec_per_gpu"}
     for row in rows:
@@ -26,15 +24,8 @@ def recipe_rows() -> List[Tuple[str, float, float]]:
             continue
         if row["measured_metric_name"] != "tokens_per_sec_per_gpu" and stem(row["id"]) in with_tokens:
             continue  # one entry per run: its tokens row
-        gpu = GPU_IDS[row["gpu"]]
-        model, _ = build_model(row)
-        facts = recipe_facts(row, gpu, fp8=row["precision"] != "bf16")
-        if facts.no_dropout:
-            model = model.model_copy(update={"hidden_dropout": 0.0})
-        s = with_recompute(base_strategy(row, model, gpu, facts), facts.recompute, facts.recompute_layers,
-                           facts.recompute_modules)
-        est = estimate(model, load_cluster(gpu, _int(row["num_gpus"])), s,
-                       Workload(seq_len=_int(row["seq_len"]), global_batch_size=_int(row["gbs"])))
+        run = build_run(row, policy="written")
+        est = estimate(run.model, run.cluster, run.strategy, run.workload)
         out.append((row["id"], est.peak_mem_gib, est.capacity_gib))
     return out
 
