@@ -114,12 +114,21 @@ class ModelSpec(BaseModel):
     mtp_shared_weights: bool = Field(False, description=(
         "All MTP depths reuse one set of layer weights (Megatron mtp_use_repeated_layer)."))
 
+    # Layers kept in bf16 under an FP8/FP4 recipe (Megatron --first-last-layers-bf16 with
+    # --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16, megatron/core/fp8_utils.py): their GEMMs run in
+    # bf16 and save bf16 inputs.
+    bf16_first_layers: int = Field(0, ge=0, description="Leading layers whose GEMMs stay bf16 under FP8/FP4.")
+    bf16_last_layers: int = Field(0, ge=0, description="Trailing layers whose GEMMs stay bf16 under FP8/FP4.")
+
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
         if self.hybrid_layer_pattern:
             self._check_hybrid()
         if self.mtp_num_layers and not (self.is_hybrid and self.mtp_layer_pattern):
             raise ValueError("mtp_num_layers > 0 is modelled for hybrid models with an mtp_layer_pattern only")
+        if self.bf16_first_layers + self.bf16_last_layers > self.num_layers:
+            raise ValueError(f"bf16_first_layers + bf16_last_layers = {self.bf16_first_layers + self.bf16_last_layers}"
+                             f" cannot exceed num_layers={self.num_layers}")
         if set(self.mtp_layer_pattern) - set(HYBRID_SYMBOLS):
             raise ValueError(f"mtp_layer_pattern={self.mtp_layer_pattern!r} may use only M, *, -, E")
         if self.num_experts:
@@ -155,6 +164,11 @@ class ModelSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def bf16_layer_fraction(self) -> float:
+        """Share of the layers whose GEMMs stay bf16 under an FP8/FP4 recipe."""
+        return (self.bf16_first_layers + self.bf16_last_layers) / self.num_layers
 
     @property
     def is_hybrid(self) -> bool:

@@ -160,3 +160,16 @@ def test_search_prices_a_fixed_nvfp4_recipe_at_fp4():
         problem = Problem(model, load_cluster("b200", 8), wl, fixed={"fp8": ["hybrid"], "fp8_recipe": [recipe]})
         grid[recipe] = enumerate_grid(problem).layouts
     assert grid["nvfp4"].fp4.all() and not grid["mxfp8"].fp4.any()
+
+
+def test_layers_kept_in_bf16_cost_the_bf16_rate_and_never_less_memory():
+    m = load_model("llama3-8b")
+    tail = m.model_copy(update={"bf16_last_layers": 8})
+    assert tail.bf16_layer_fraction == pytest.approx(8 / 32)
+    fp4, fp4_tail = _estimate(m, fp8_recipe="nvfp4"), _estimate(tail, fp8_recipe="nvfp4")
+    bf16 = estimate(m, load_cluster("gb200", 8), Strategy(tp=1, pp=1, mbs=1, zero=1),
+                    Workload(seq_len=8192, global_batch_size=64))
+    assert fp4.step_time_s < fp4_tail.step_time_s < bf16.step_time_s
+    assert fp4_tail.peak_mem_gib >= fp4.peak_mem_gib
+    with pytest.raises(ValidationError, match="cannot exceed num_layers"):
+        ModelSpec.model_validate({**m.model_dump(), "bf16_first_layers": 20, "bf16_last_layers": 20})

@@ -6,7 +6,7 @@ tokens routed by all-to-all). Times: GEMMs at a shape-dependent efficiency, core
 efficiency, elementwise work at HBM bandwidth, plus a per-kernel launch floor."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -191,8 +191,25 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attentio
     return norms_and_residuals + rotary + act
 
 
+def without_low_precision(lay: Layouts) -> Layouts:
+    """`lay` with every GEMM in bf16 (the layers an FP8/FP4 recipe leaves in bf16)."""
+    return replace(lay, fp8=np.zeros_like(lay.fp8), fp4=np.zeros_like(lay.fp4))
+
+
 def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration, moe: bool,
                window: int = 0) -> LayerTime:
+    """Forward seconds of one layer. With `ModelSpec.bf16_first_layers/bf16_last_layers`, the model-wide share of
+    bf16 layers is mixed in (exact when a rank holds every layer; a pipeline stage's own share otherwise differs)."""
+    f = m.bf16_layer_fraction
+    low = _layer_time(m, sh, lay, seq_len, hw, cal, moe, window)
+    if not f or not np.any(lay.fp8):
+        return low
+    high = _layer_time(m, sh, without_low_precision(lay), seq_len, hw, cal, moe, window)
+    return LayerTime(*((1 - f) * getattr(low, k.name) + f * getattr(high, k.name) for k in fields(LayerTime)))
+
+
+def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration, moe: bool,
+                window: int = 0) -> LayerTime:
     if m.is_hybrid:
         from autoplan.costmodel.mamba import hybrid_layer_time  # mamba.py builds on this module
 

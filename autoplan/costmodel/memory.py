@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.costmodel.compute import BF16, Shard
+from autoplan.costmodel.compute import BF16, Shard, without_low_precision
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.mamba import hybrid_layer_activation_bytes
 from autoplan.model import ModelSpec
@@ -146,6 +146,8 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
+    if m.bf16_first_layers + m.bf16_last_layers:  # bf16 layers save 2-byte GEMM inputs: priced so for all (upper bound)
+        lay = without_low_precision(lay)
     if m.is_hybrid:  # Mamba / attention hybrids: per layer kind, autoplan/costmodel/mamba.py
         return hybrid_layer_activation_bytes(m, sh, lay, moe)
     attn_none = attention_activation_bytes(m, sh, lay)
