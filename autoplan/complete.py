@@ -86,6 +86,10 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
         chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
     chosen = validate(model, cluster, workload, chosen)
     picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
+    # Memory switches the search turns on where legal (solvers/space.py) are chosen too: name them.
+    switched = [k for k in ("fp8_param", "te_cross_entropy", "expandable_segments") if k not in given
+                and getattr(chosen, k)]
+    picked += "".join(f", {k}=true" for k in switched)
     notes = split_notes + [f"chosen for you (fastest that fits): {picked}"]
     if not split_notes and not any(k in given for k in SPLIT_KEYS):
         notes += _split_note(model, chosen)
