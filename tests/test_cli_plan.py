@@ -61,7 +61,7 @@ def test_bad_strategy_is_one_line_exit_2(args, words):
 
 
 @pytest.mark.parametrize("args", [
-    ["--model", "llama9-70b"], ["--cluster", "h1000"], ["--gpus", "12"], ["--gpus", "0"], ["--seq", "-5"],
+    ["--model", "llama9-70b"], ["--cluster", "h1000"], ["--gpus", "-3"], ["--gpus", "0"], ["--seq", "-5"],
     ["--model", "/nonexistent/config.json"],
 ])
 def test_bad_inputs_are_clean_errors(args):
