@@ -306,6 +306,10 @@ def _precision_args(plan: Plan) -> List[str]:
         a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s.fp8_recipe, plan.cluster.gpu.id)]
         if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
             a += ["--fp8-param-gather"]
+    m = plan.model
+    if s.uses_fp8 and (m.bf16_first_layers or m.bf16_last_layers):  # arguments.py: layers kept in bf16 under FP8/FP4
+        a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(m.bf16_first_layers),
+              "--num-layers-at-end-in-bf16", str(m.bf16_last_layers)]
     return a
 
 

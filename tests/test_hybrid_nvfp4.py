@@ -114,7 +114,7 @@ def test_megatron_emits_fp4_flags_for_nvfp4():
     from integrations.megatron import _precision_args
     from types import SimpleNamespace
     plan = SimpleNamespace(strategy=Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="nvfp4"),
-                           cluster=load_cluster("b200", 8))
+                           cluster=load_cluster("b200", 8), model=load_model("llama3-8b"))
     args = _precision_args(plan)
     assert args[args.index("--fp4-format") + 1] == "e2m1" and "--fp8-format" not in args
 
@@ -173,3 +173,15 @@ def test_layers_kept_in_bf16_cost_the_bf16_rate_and_never_less_memory():
     assert fp4_tail.peak_mem_gib >= fp4.peak_mem_gib
     with pytest.raises(ValidationError, match="cannot exceed num_layers"):
         ModelSpec.model_validate({**m.model_dump(), "bf16_first_layers": 20, "bf16_last_layers": 20})
+
+
+def test_megatron_emits_the_layers_kept_in_bf16():
+    from types import SimpleNamespace
+    from integrations.megatron import _precision_args
+    m = load_model("llama3-8b").model_copy(update={"bf16_last_layers": 4})
+    fp8 = Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="mxfp8")
+    args = _precision_args(SimpleNamespace(strategy=fp8, cluster=load_cluster("b200", 8), model=m))
+    assert args[args.index("--num-layers-at-end-in-bf16") + 1] == "4" and "--first-last-layers-bf16" in args
+    bf16 = Strategy(tp=1, pp=1, mbs=1, zero=1)
+    assert "--first-last-layers-bf16" not in _precision_args(SimpleNamespace(strategy=bf16, model=m,
+                                                                            cluster=load_cluster("b200", 8)))
