@@ -97,3 +97,11 @@ def test_cli_estimate_keeps_cpu_offload_layers():
                        "--gbs", "64", "--strategy", "tp=2,pp=1,cpu_offload_layers=8", "--json")
     assert rc == 0, err
     assert json.loads(out)["strategy"]["cpu_offload_layers"] == 8
+
+
+def test_fixing_a_full_recompute_detail_fixes_full_recompute():
+    problem, result = _plans(make_dense(), 8, fix=["recompute_method=block"])
+    assert result.plans and all(p.strategy.recompute == "full" and p.strategy.recompute_method == "block"
+                                for p in result.plans)
+    with pytest.raises(InputError, match="applies only to recompute=full"):
+        search_constraints({"recompute_layers": [2], "recompute": ["selective"]}, {})

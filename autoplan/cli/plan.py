@@ -110,7 +110,23 @@ def search_constraints(fixed: dict, excluded: dict):
         elif key in SWITCHES or key in LABELS[1:]:
             raise InputError(f"--exclude {key}: the search does not vary {key} (one value on every plan); "
                              f"use --fix {key}=VALUE")
+    _full_recompute_keys(fixed)
     return fixed, {k: v for k, v in excluded.items() if k not in SWITCHES}
+
+
+def _full_recompute_keys(fixed: dict) -> None:
+    """recompute_method / recompute_layers describe full recompute only (Strategy's rule), so fixing one fixes
+    recompute=full on every plan; with another recompute fixed it is a one-line error."""
+    from autoplan.errors import InputError
+
+    given = [k for k in ("recompute_method", "recompute_layers") if k in fixed]
+    if not given:
+        return
+    recompute = fixed.get("recompute")
+    if recompute and "full" not in recompute:
+        raise InputError(f"--fix {given[0]}={fixed[given[0]][0]}: it applies only to recompute=full (got --fix "
+                         f"recompute={recompute[0]}); drop one of the two")
+    fixed["recompute"] = ["full"]
 
 
 def _check_labels(problem, result) -> None:
@@ -128,6 +144,10 @@ def _check_labels(problem, result) -> None:
     except InputError as e:
         fixed = ", ".join(f"--fix {k}={problem.fixed[k][0]}" for k in given)
         raise InputError(f"{fixed}: {e}") from None
+
+
+PIPELINE_KEYS = ("first_stage_layers", "last_stage_layers", "pipeline_layout", "account_for_embedding",
+                 "account_for_loss")
 
 
 def why_nothing_is_legal(problem) -> Optional[str]:
@@ -153,7 +173,9 @@ def why_nothing_is_legal(problem) -> Optional[str]:
             continue
         value = values[0] if isinstance(values, (list, tuple)) else values
         shown = "+".join(value) if isinstance(value, tuple) else value  # a module set as the user writes it
-        base = grid.layouts.strategy(0).model_dump(exclude={"dp"})
+        # A stage-split key needs pipelining: judge it on the first pipelined candidate when there is one.
+        piped = [i for i in range(len(grid.layouts)) if grid.layouts.pp[i] > 1] if key in PIPELINE_KEYS else []
+        base = grid.layouts.strategy(piped[0] if piped else 0).model_dump(exclude={"dp"})
         if key == "recompute":
             base.pop("recompute_method", None), base.pop("recompute_layers", None), base.pop("recompute_modules", None)
         if key == "recompute_modules":  # a module set is selective recompute
