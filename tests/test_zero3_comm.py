@@ -115,3 +115,16 @@ def test_fsdp_rebuilds_fp8_weight_transposes_every_micro_batch(dense):
     assert per_micro[0] > 0 and per_micro[1] == 0 and per_micro[2] == 0
     est = estimate(dense, cluster(8), Strategy(zero=3, **fp8), workload(2048, 64))
     assert est.time_breakdown["dp_comm"] >= est.num_microbatches * per_micro[0]
+
+
+def test_zero3_overlaps_only_what_the_engine_overlaps(dense):
+    wl = workload(2048, 32)
+    on = estimate(dense, cluster(8), Strategy(zero=3), wl).time_breakdown["dp_comm"]
+    no_prefetch = estimate(dense, cluster(8), Strategy(zero=3, overlap_param_gather=False), wl)
+    no_overlap = estimate(dense, cluster(8), Strategy(zero=3, overlap_grad_reduce=False, overlap_param_gather=False),
+                          wl)
+    assert on < no_prefetch.time_breakdown["dp_comm"] < no_overlap.time_breakdown["dp_comm"]
+    ds_on = estimate(dense, cluster(8), Strategy(zero=2), wl, engine="deepspeed").time_breakdown["dp_comm"]
+    ds_off = estimate(dense, cluster(8), Strategy(zero=2, overlap_grad_reduce=False), wl,
+                      engine="deepspeed").time_breakdown["dp_comm"]
+    assert ds_on < ds_off

@@ -367,14 +367,21 @@ def _sharded_dp(lay: Layouts, cal: Calibration, cpt: _Compute, recompute, g: _Dp
     bwd_gather = (1.0 - kept) * (ag_layers + np.where(lay.deepspeed, ag_vocab, 0.0))
     first_bwd_wait = np.where(kept * layers >= 1.0, 0.0, ag_unit)
     fwd_gather = ag_layers + np.where(lay.deepspeed, ag_vocab, 0.0)
-    fwd_exposed = ag_unit + np.maximum(fwd_gather - ag_unit - fwd_window, 0.0)
-    bwd_comm = np.maximum(bwd_gather - first_bwd_wait, 0.0) + rs_layers + rs_vocab
-    bwd_exposed = first_bwd_wait + np.maximum(bwd_comm - bwd_window, 0.0)
+    # Overlap only where the engine overlaps: gathers are prefetched with overlap_param_gather (Megatron-FSDP) and
+    # always by DeepSpeed (stage3_prefetch_bucket_size); reductions run beside the backward with overlap_grad_reduce
+    # (DeepSpeed overlap_comm, the emitted setting); otherwise each waits in line.
+    prefetch = lay.overlap_param_gather | lay.deepspeed
+    rs_all = rs_layers + rs_vocab
+    rs_hidden = np.where(lay.overlap_grad_reduce, rs_all, 0.0)
+    fwd_exposed = np.where(prefetch, ag_unit + np.maximum(fwd_gather - ag_unit - fwd_window, 0.0), fwd_gather)
+    bwd_comm = np.where(prefetch, np.maximum(bwd_gather - first_bwd_wait, 0.0), 0.0) + rs_hidden
+    bwd_exposed = np.where(prefetch, first_bwd_wait, bwd_gather) + np.maximum(bwd_comm - bwd_window, 0.0) + \
+        (rs_all - rs_hidden)
     epilogue = np.where(lay.deepspeed, ds_bucket, 0.0)
     transpose = _fp8_transpose_per_micro(lay, cal, g.hw, layer_dense + params_expert)
     zero3 = m_micro * (fwd_exposed + bwd_exposed + epilogue + transpose) + \
         np.where(lay.deepspeed, 0.0, ag_vocab + rs_unit)
-    zero2 = m_micro * (np.maximum(rs_layers + rs_vocab - bwd_window, 0.0) + ds_bucket) + ag_step
+    zero2 = m_micro * (np.maximum(rs_hidden - bwd_window, 0.0) + (rs_all - rs_hidden) + ds_bucket) + ag_step
     return np.where(lay.zero >= 3, zero3, zero2)
 
 
