@@ -5,13 +5,8 @@ from pathlib import Path
 from benchmarks.recipes_fit import recipe_rows
 
 # DeepSeek-V3 GB300 MXFP8 mbs 2 (26.02-26.04.01): the config lays the 61 layers and the MTP block out by
-# pp_layout "Et*4|(t*4|)*14tmL", which autoplan does not price; Nemotron-3 Super B200 MXFP8 ep64; Nemotron-3 Super
-# B300 NVFP4: the recipe keeps its last 14 layers in bf16, which the memory model prices as every layer's GEMM inputs
-# in bf16 (an upper bound, memory.layer_activation_bytes).
+# pp_layout "Et*4|(t*4|)*14tmL", which autoplan does not price; Nemotron-3 Super B200 MXFP8 ep64.
 KNOWN_GAPS = {
-    "mb_26.04_pre-training_nemotron_3_super_b300_64g_nvfp4_tp1pp1cp1vpep8_gbs512_tok",
-    "mb_26.04.01_pre-training_nemotron_3_super_b300_64g_nvfp4_tp1pp1cp1vpep8_gbs512_tok",
-    "mb_26.06_pre-training_nemotron_3_super_b300_64g_nvfp4_tp1pp1cp1vpep8_gbs512_tok",
     "mb_26.02_pre-training_deepseekv3_gb300_256g_mxfp8_tp1pp2cp1vp8ep32_gbs4096_tok",
     "mb_26.02.01_pre-training_deepseekv3_gb300_256g_mxfp8_tp1pp2cp1vp8ep32_gbs4096_tok",
     "mb_26.04_pre-training_deepseekv3_gb300_256g_mxfp8_tp1pp2cp1vp8ep32_gbs4096_tok",

@@ -196,6 +196,16 @@ def without_low_precision(lay: Layouts) -> Layouts:
     return replace(lay, fp8=np.zeros_like(lay.fp8), fp4=np.zeros_like(lay.fp4))
 
 
+def mix_bf16_layers(m: ModelSpec, lay: Layouts, per_layer):
+    """`per_layer(layouts)` (a tuple of per-candidate arrays) averaged over the layers an FP8/FP4 recipe runs in low
+    precision and those `ModelSpec.bf16_first_layers/bf16_last_layers` keep in bf16, by their share of the model.
+    That is exact on a rank holding every layer (pp = 1); a pipeline stage's own share is not known here, so there
+    the larger of the two is taken (for memory, an upper bound)."""
+    low, high = per_layer(lay), per_layer(without_low_precision(lay))
+    f = m.bf16_layer_fraction
+    return tuple(np.where(lay.pp == 1, (1 - f) * a + f * b, np.maximum(a, b)) for a, b in zip(low, high))
+
+
 def layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration, moe: bool,
                window: int = 0) -> LayerTime:
     """Forward seconds of one layer. With `ModelSpec.bf16_first_layers/bf16_last_layers`, the model-wide share of

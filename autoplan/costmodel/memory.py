@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autoplan.costmodel.compute import BF16, Shard, without_low_precision
+from autoplan.costmodel.compute import BF16, Shard, mix_bf16_layers
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.mamba import hybrid_layer_activation_bytes
 from autoplan.model import ModelSpec
@@ -146,8 +146,12 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
-    if m.bf16_first_layers + m.bf16_last_layers:  # bf16 layers save 2-byte GEMM inputs: priced so for all (upper bound)
-        lay = without_low_precision(lay)
+    if m.bf16_first_layers + m.bf16_last_layers:  # layers kept in bf16 save 2-byte GEMM inputs (compute.py)
+        return mix_bf16_layers(m, lay, lambda low: _layer_activation_bytes(m, sh, low, moe))
+    return _layer_activation_bytes(m, sh, lay, moe)
+
+
+def _layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     if m.is_hybrid:  # Mamba / attention hybrids: per layer kind, autoplan/costmodel/mamba.py
         return hybrid_layer_activation_bytes(m, sh, lay, moe)
     attn_none = attention_activation_bytes(m, sh, lay)
