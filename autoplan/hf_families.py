@@ -21,10 +21,6 @@ from autoplan.errors import InputError
 from autoplan.hf_fields import Config, count_sliding_layers, llama_like, sliding_window_all_layers
 
 
-SANDWICH_NOTE = ("the norms after attention and after the MLP (sandwich_norm) are not priced yet: 2h weights and "
-                 "two saved norm inputs (2 x s*b*h*2 bytes) per layer are missing from memory")
-
-
 def _phi3(c: Config) -> Dict[str, Any]:
     fields = llama_like(c)
     return {
@@ -44,7 +40,6 @@ def _gemma(c: Config, slides: Callable[[int], bool]) -> Dict[str, Any]:
     if softcap:
         c.notes.append(f"attn_logit_softcapping {softcap}: the tanh on attention scores is priced as plain "
                        f"attention")
-    c.notes.append(SANDWICH_NOTE)
     return {
         **fields,
         "tie_embeddings": bool(c.get("tie_word_embeddings", True)),  # Gemma ties by default
@@ -103,7 +98,6 @@ def _glm(c: Config) -> Dict[str, Any]:
 
 def _glm4(c: Config) -> Dict[str, Any]:
     # modeling_glm4.py Glm4DecoderLayer: post_self_attn_layernorm and post_mlp_layernorm besides the two pre-norms.
-    c.notes.append(SANDWICH_NOTE)
     return {**_glm(c), "sandwich_norm": True}
 
 

@@ -79,11 +79,11 @@ class ModelSpec(BaseModel):
     gate_activation: Literal["silu", "gelu", "gelu_tanh"] = Field("silu", description=(
         "Function on the gate of a gated MLP (activation=swiglu): silu is SwiGLU, gelu / gelu_tanh are GeGLU "
         "(Gemma, HF hidden_activation gelu_pytorch_tanh); same shapes and cost."))
-    # Pieces of a layer the cost model does not price yet (a few h-sized weights, saved norm inputs, elementwise).
     sandwich_norm: bool = Field(False, description=(
         "An extra RMSNorm on the attention output and on the MLP output of every layer (Gemma-2/3 "
         "post_attention/post_feedforward_layernorm, GLM-4-0414 post_self_attn/post_mlp_layernorm): h weights and "
-        "one saved norm input each."))
+        "one saved norm input each (priced in autoplan/costmodel/params.py, memory.py, compute.py)."))
+    # Priced as one more saved bf16 copy of the logits and three elementwise passes (costmodel/memory.py, compute.py).
     logit_softcapping: float = Field(0.0, ge=0.0, description=(
         "Final-logit soft-capping cap*tanh(logits/cap) (Gemma-2 final_logit_softcapping); 0 = none."))
     notes: Tuple[str, ...] = Field((), description=(

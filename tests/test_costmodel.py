@@ -277,3 +277,50 @@ def test_sampled_ranks_find_the_memory_peak_of_every_rank():
     every = evaluate(m, p.cluster, p.workload, lay, every_rank=True).peak_mem_bytes
     assert (lay.pp >= 4).any()
     np.testing.assert_allclose(sampled, every, rtol=1e-9)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_sandwich_norms_add_their_saved_inputs_under_every_recompute(moe):
+    # Two more norm inputs per layer (bf16 [s/tp, b, h] with SP, as Korthikanti et al. 2022 sec. 4.1 counts the
+    # pre-norm inputs) and RMSNorm's fp32 1/rms per token; outputs feed the residual add only, so selective
+    # recompute (layernorm module included) keeps them and the full-recompute checkpoint is unchanged.
+    base = make_moe() if moe else make_dense()
+    sandwich = base.model_copy(update=dict(sandwich_norm=True))
+    h, seq = base.hidden_size, 2048
+    for tp, sp, modules in ((1, False, None), (4, True, None), (4, True, ("core_attn", "layernorm"))):
+        st = Strategy(tp=tp, sp=sp, ep=8 if moe else 1, recompute="selective", recompute_modules=modules)
+        sh, lay = _shard(base, st, seq=seq)
+        tokens_sp = seq / (tp if sp else 1)
+        plain = M.layer_activation_bytes(base, sh, lay, moe)
+        extra = M.layer_activation_bytes(sandwich, sh, lay, moe)
+        added = 2 * (2 * tokens_sp * h + 4 * tokens_sp)
+        assert float(extra[0][0] - plain[0][0]) == pytest.approx(added)  # no recompute
+        assert float(extra[1][0] - plain[1][0]) == pytest.approx(added)  # selective
+        assert float(extra[2][0]) == pytest.approx(float(plain[2][0]))  # full: the layer input only
+
+
+def test_sandwich_norms_add_weights_and_norm_time(dense):
+    from autoplan.costmodel.params import count_parameters
+
+    sandwich = dense.model_copy(update=dict(sandwich_norm=True))
+    extra_params = dense.num_layers * 2 * dense.hidden_size  # HF Gemma2DecoderLayer post_*_layernorm weights
+    assert count_parameters(sandwich)[0] - count_parameters(dense)[0] == extra_params
+    st, wl = Strategy(tp=1, pp=1, zero=0, recompute="none"), workload(gbs=8)
+    plain, extra = estimate(dense, cluster(8), st, wl), estimate(sandwich, cluster(8), st, wl)
+    assert (extra.memory_breakdown["weights"] - plain.memory_breakdown["weights"]) * 2**30 == \
+        pytest.approx(2 * extra_params)  # bf16 copies, nothing sharded at tp = pp = 1, zero = 0
+    assert extra.memory_breakdown["activations"] > plain.memory_breakdown["activations"]
+    sh, lay = _shard(dense, st)
+    norm_rw = 2 * 2 * dense.hidden_size * 2 * sh.tokens_sp  # two norms, read + write, bf16
+    assert float((C.elementwise_bytes(sandwich, sh, lay, False) - C.elementwise_bytes(dense, sh, lay, False))[0]) \
+        == pytest.approx(float(norm_rw[0]))
+    assert extra.step_time_s > plain.step_time_s
+
+
+def test_logit_softcapping_holds_one_more_bf16_logits_copy(dense):
+    capped = dense.model_copy(update=dict(logit_softcapping=30.0))
+    for te_xent in (False, True):
+        st = Strategy(tp=2, sp=True, te_cross_entropy=te_xent)
+        sh, lay = _shard(dense, st)
+        added = M.logits_bytes(capped, sh, lay) - M.logits_bytes(dense, sh, lay)
+        assert float(added[0]) == pytest.approx(float(2 * sh.tokens[0] * dense.vocab_size / 2))  # tanh's output

@@ -168,7 +168,8 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attentio
     """Forward HBM traffic of norms, residual adds, rotary and activation functions for one layer, bytes.
     `attention=False` leaves out the attention half (a hybrid model's MoE layer, autoplan/costmodel/mamba.py)."""
     h = m.hidden_size
-    norms_and_residuals = (2 * 2 * h + 2 * 3 * h) * BF16 * sh.tokens_sp  # 2 norms (r+w), 2 adds (2r+w)
+    norms = 4 if m.sandwich_norm else 2  # + the post-attention / post-MLP norms (autoplan/costmodel/params.py)
+    norms_and_residuals = (norms * 2 * h + 2 * 3 * h) * BF16 * sh.tokens_sp  # norms (r+w), 2 adds (2r+w)
     qk_dim = (m.qk_pos_emb_head_dim if m.multi_latent_attention else m.kv_channels)
     rotary = 2 * (sh.heads + sh.groups) * qk_dim * BF16 * sh.tokens
     if not attention:
@@ -230,7 +231,7 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
         mlp = moe_gemm_time(m, sh, lay, hw, cal)
     else:
         mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
-    kernels = 10 if not moe else 18
+    kernels = (10 if not moe else 18) + (2 if m.sandwich_norm else 0)
     elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, kernels)
     return LayerTime(attn, core, mlp, elem)
 
@@ -242,6 +243,8 @@ def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibrat
     vocab = m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
     gemm = gemm_time(sh.tokens, vocab, m.hidden_size, lay, hw, cal, fp8=no_fp8)
     xent = elementwise_time(3 * 4 * sh.tokens * vocab, hw, cal, 6)
+    if m.logit_softcapping:  # divide, tanh, multiply over the bf16 logits (r+w each)
+        xent = xent + elementwise_time(3 * 2 * BF16 * sh.tokens * vocab, hw, cal, 3)
     if m.mtp_num_layers:  # multi-token-prediction depths run on the last stage, each with the head again
         from autoplan.costmodel.mtp import mtp_forward_time  # mtp.py builds on this module
 

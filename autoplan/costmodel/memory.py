@@ -107,6 +107,20 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return base + routed + shared
 
 
+def sandwich_norm_bytes(m: ModelSpec, sh: Shard):
+    """The inputs the two extra norms of a `sandwich_norm` layer save for their backward: the attention block's and
+    the MLP block's outputs before they join the residual (HF modeling_gemma2.py Gemma2DecoderLayer
+    post_attention_layernorm / post_feedforward_layernorm, modeling_glm4.py post_self_attn_layernorm /
+    post_mlp_layernorm), each a bf16 [s/tp (SP), b, h] tensor as the pre-norm inputs are (Korthikanti et al. 2022
+    sec. 4.1, 2sbh per norm input), plus the fp32 statistics per token (RMSNorm 1/rms; LayerNorm mean, 1/std).
+    Their outputs feed only the residual add, which saves nothing, so no selective module drops these bytes (kept
+    under every one: an upper bound where a recompute module would rebuild the norm with its block)."""
+    if not m.sandwich_norm:
+        return 0.0 * sh.tokens_sp
+    stats = 1 if m.normalization == "rmsnorm" else 2
+    return 2 * (BF16 * sh.tokens_sp * m.hidden_size + stats * FP32 * sh.tokens_sp)
+
+
 def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """Bytes of one layer's saved activations that selective recompute rebuilds instead of holding, for the
     modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized above, dropped when any module
@@ -158,7 +172,7 @@ def _layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     mlp = moe_activation_bytes(m, sh, lay) if moe else \
         mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
     checkpoint = BF16 * sh.tokens_sp * m.hidden_size  # the layer input (Korthikanti sec. 4.1, 2sbh/t with SP)
-    none = attn_none + mlp
+    none = attn_none + mlp + sandwich_norm_bytes(m, sh)
     return none, none - selective_dropped_bytes(m, sh, lay, moe), checkpoint
 
 
@@ -170,8 +184,10 @@ def logits_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     end of forward; backward turns the softmax into the gradient in place and hands back a bf16 copy: fp32 + bf16.
     6 bytes per logit either way. TransformerEngine's fused cross entropy (Megatron --cross-entropy-fusion-impl te,
     transformer_engine/pytorch/cross_entropy.py) computes the loss in fp32 registers and writes the gradient into
-    the bf16 logits during forward, which is all it saves: 2 bytes per logit."""
-    per_logit = np.where(lay.te_cross_entropy, BF16, BF16 + FP32)
+    the bf16 logits during forward, which is all it saves: 2 bytes per logit. Final-logit soft-capping
+    (cap * tanh(logits / cap), HF modeling_gemma2.py Gemma2ForCausalLM.forward) holds one more bf16 copy: tanh saves
+    its output for backward (torch tools/autograd/derivatives.yaml `tanh: tanh_backward(grad, result)`)."""
+    per_logit = np.where(lay.te_cross_entropy, BF16, BF16 + FP32) + (BF16 if m.logit_softcapping else 0)
     return per_logit * sh.tokens * m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
 
 

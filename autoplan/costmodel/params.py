@@ -50,7 +50,7 @@ def attention_params(m: ModelSpec) -> int:
         qkv += q_size + 2 * kv_size
     out = q_size * h + (h if m.add_bias_linear else 0)
     qk_norm = 2 * m.kv_channels if m.qk_layernorm else 0
-    sinks = m.num_attention_heads if m.sliding_window else 0  # gpt-oss attention sinks, one scalar per head
+    sinks = m.num_attention_heads if m.attention_sinks else 0  # gpt-oss `sinks`, one learned logit per head
     return qkv + out + qk_norm + sinks
 
 
@@ -66,6 +66,13 @@ def mlp_params(m: ModelSpec, ffn: int, bias: bool) -> int:
 def norm_params(m: ModelSpec) -> int:
     """One norm over h: RMSNorm has a scale, LayerNorm a scale and a bias."""
     return m.hidden_size * (2 if m.normalization == "layernorm" else 1)
+
+
+def norms_per_layer(m: ModelSpec) -> int:
+    """Norms over h in one decoder layer: the two pre-norms, plus the norms on the attention output and on the MLP
+    output with `sandwich_norm` (HF modeling_gemma2.py Gemma2DecoderLayer post_attention_layernorm /
+    post_feedforward_layernorm; modeling_glm4.py Glm4DecoderLayer post_self_attn_layernorm / post_mlp_layernorm)."""
+    return 4 if m.sandwich_norm else 2
 
 
 def hybrid_layer_params(m: ModelSpec, moe: bool) -> LayerParams:
@@ -94,7 +101,7 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
     if m.is_hybrid:
         return hybrid_layer_params(m, moe)
     attention = attention_params(m)
-    norms = 2 * norm_params(m)
+    norms = norms_per_layer(m) * norm_params(m)
     if not moe:
         return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0)
     expert = mlp_params(m, m.moe_ffn_hidden_size, m.add_bias_linear)
