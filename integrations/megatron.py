@@ -210,6 +210,9 @@ def _position_args(m: ModelSpec) -> List[str]:
         a += ["--rotary-percent", _num(m.rotary_percent)] if m.rotary_percent != 1.0 else []
         if m.rope_original_max_position_embeddings:
             a += ["--yarn-original-max-position-embeddings", str(m.rope_original_max_position_embeddings)]
+        # The same mapping sets yarn_mscale / yarn_mscale_all_dim from --mscale / --mscale-all-dim (defaults 1, 0).
+        a += ["--mscale", _num(m.rope_mscale)] if m.rope_mscale != 1.0 else []
+        a += ["--mscale-all-dim", _num(m.rope_mscale_all_dim)] if m.rope_mscale_all_dim else []
         return a
     a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
     if m.rotary_percent != 1.0:  # partial rotary (NeoX rotary_pct, HF partial_rotary_factor)

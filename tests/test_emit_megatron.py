@@ -286,6 +286,16 @@ def test_mla_yarn_settings_are_the_models():
     assert plain["--rope-type"] == "rope" and "--mscale" not in plain
 
 
+def test_gpt_yarn_mscale_is_the_models():
+    # Non-MLA YaRN: training/argument_utils.py _apply_yarn_config_from_args sets yarn_mscale / yarn_mscale_all_dim
+    # from --mscale / --mscale-all-dim (defaults 1 and 0, which gpt-oss uses).
+    scaled = GPT_OSS.model_copy(update={"rope_mscale": 0.707, "rope_mscale_all_dim": 1.0})
+    f = flags(make_plan(scaled, 32, 4096, 256, ep=8))
+    assert f["--position-embedding-type"] == "yarn" and f["--mscale"] == "0.707" and f["--mscale-all-dim"] == "1"
+    plain = flags(make_plan(GPT_OSS, 32, 4096, 256, ep=8))
+    assert "--mscale" not in plain and "--mscale-all-dim" not in plain
+
+
 def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_path):
     # 252 A100 = 31 nodes of 8 and one of 4 (a published run); torchrun ranks nodes of different sizes in order.
     from autoplan.clusterio import load_gpu
