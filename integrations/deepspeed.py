@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from autoplan.errors import InputError
+from autoplan.model import ModelSpec
 from autoplan.results import Plan
 from autoplan.integrations.engines import check_deepspeed_keys, deepspeed_unsupported
 
@@ -131,12 +132,27 @@ def _ds_train_args(plan: Plan, probe: bool) -> str:
     return " ".join(args)
 
 
+def ds_train_approximations(m: ModelSpec) -> List[str]:
+    """What ds_train.py builds differently from `m` (its docstring: a model for measuring a parallel layout): the
+    attention variants and RoPE details it does not apply. Everything else in ModelSpec it builds as specified."""
+    return [what for what, present in (
+        ("MLA built as GQA attention", m.multi_latent_attention),
+        (f"full causal attention instead of the {m.sliding_window}-token sliding window", m.sliding_window),
+        ("no attention sinks", m.attention_sinks),
+        (f"GLU without the clamp (swiglu_limit={m.swiglu_limit})", m.swiglu_limit),
+        (f"RoPE without {m.rope_scaling} scaling", m.rope_scaling != "none"),
+    ) if present]
+
+
 def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
     kind = "probe run" if probe else "training run"
     autotp_note = ""
     if train_script and plan.strategy.tp > 1:
         autotp_note = (f"# AutoTP tp={plan.strategy.tp}: pass deepspeed.initialize an mpu whose data-parallel size is "
                        f"world/{plan.strategy.tp}, or DeepSpeed rejects the batch sizes\n")
+    approximations = [] if train_script else ds_train_approximations(plan.model)
+    if approximations:
+        autotp_note += f"# ds_train.py approximates {plan.model.name}: {'; '.join(approximations)}\n"
     return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
             f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n{autotp_note}")

@@ -9,9 +9,11 @@ Options: --iters K (default 10), --recompute none|selective|full, --recompute-me
 --recompute-layers N (the Strategy fields of the same names), --seed S.
 
 The model is built from a ModelSpec JSON (`autoplan.model.ModelSpec.model_dump_json()`): token embedding
-(+ learned positions or RoPE), `num_layers` pre-norm decoder layers (GQA attention with `kv_channels` per head;
-SwiGLU or GELU MLP; an MoE layer with top-k routing and optional shared expert where the spec says so), final
-norm and LM head. MLA is approximated by GQA attention and sliding windows are not applied: the script measures
+(+ learned positions or RoPE on `rotary_percent` of each head), `num_layers` pre-norm decoder layers (GQA attention
+with `kv_channels` per head and optional q/k norms; SwiGLU, GeGLU or GELU MLP; an MoE layer with top-k routing and
+optional shared expert where the spec says so; the post-attention / post-MLP norms of `sandwich_norm`), final norm
+and LM head (with final-logit soft-capping). MLA is approximated by GQA attention; sliding windows, attention sinks,
+gpt-oss's clamped GLU and RoPE scaling are not applied (the emitter names them in launch.sh): the script measures
 a parallel layout, it is not a faithful copy of every architecture. With `pipeline.stages` > 1 in the config the
 layers go into a `deepspeed.pipe.PipelineModule` (uniform partition). The optimizer is `torch.optim.AdamW` so
 DeepSpeed compiles no fused optimizer. CPU runs use gloo.
@@ -62,13 +64,18 @@ DONE_PREFIX = "AUTOPLAN_DONE "
 
 
 # ----------------------------------------------------------------------------------------------- model
-def _norm(spec: Dict[str, Any]) -> nn.Module:
-    h = spec["hidden_size"]
+def _norm(spec: Dict[str, Any], width: Optional[int] = None) -> nn.Module:
+    """The model's norm over `width` features (default hidden_size)."""
+    h = width or spec["hidden_size"]
     return nn.RMSNorm(h) if spec.get("normalization", "rmsnorm") == "rmsnorm" else nn.LayerNorm(h)
 
 
-def _rope(x: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotary embedding on [b, heads, s, d] (RoFormer, arXiv:2104.09864 eq. 34), rotate-half form."""
+def _rope(x: torch.Tensor, base: float, percent: float = 1.0) -> torch.Tensor:
+    """Rotary embedding on [b, heads, s, d] (RoFormer, arXiv:2104.09864 eq. 34), rotate-half form, on the first
+    `percent` of each head's dimensions (Megatron --rotary-percent; HF partial_rotary_factor); the rest pass."""
+    rot = int(x.shape[-1] * percent) // 2 * 2
+    if rot < x.shape[-1]:
+        return torch.cat([_rope(x[..., :rot], base), x[..., rot:]], -1)
     s, d = x.shape[-2], x.shape[-1]
     inv = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     ang = torch.outer(torch.arange(s, device=x.device, dtype=torch.float32), inv)
@@ -85,6 +92,10 @@ class Attention(nn.Module):
         heads, groups = spec["num_attention_heads"], spec["num_query_groups"]
         self.d = d
         self.rope_base = spec.get("rotary_base", 10000.0) if spec.get("position_embedding", "rope") == "rope" else 0
+        self.rotary_percent = spec.get("rotary_percent", 1.0)
+        # Per-head norms on q and k over d (HF Qwen3 / Gemma-3 q_norm, k_norm; Megatron --qk-layernorm).
+        qk_norm = spec.get("qk_layernorm", False)
+        self.q_norm, self.k_norm = (_norm(spec, d), _norm(spec, d)) if qk_norm else (nn.Identity(), nn.Identity())
         qkv_bias = spec.get("add_bias_linear", False) or spec.get("add_qkv_bias", False)
         self.q_proj = nn.Linear(h, heads * d, bias=qkv_bias)
         self.k_proj = nn.Linear(h, groups * d, bias=qkv_bias)
@@ -103,8 +114,9 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, s, -1, self.d).transpose(1, 2)
         k = self.k_proj(x).view(b, s, -1, self.d).transpose(1, 2)
         v = self.v_proj(x).view(b, s, -1, self.d).transpose(1, 2)
+        q, k = self.q_norm(q), self.k_norm(k)
         if self.rope_base:
-            q, k = _rope(q, self.rope_base), _rope(k, self.rope_base)
+            q, k = _rope(q, self.rope_base, self.rotary_percent), _rope(k, self.rope_base, self.rotary_percent)
         if self.selective and self.training:  # Megatron's selective recompute: the core attention only
             out = torch.utils.checkpoint.checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
@@ -112,18 +124,23 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
 
+# ModelSpec.gate_activation: SwiGLU (silu) or GeGLU (Gemma's gelu_pytorch_tanh is the tanh approximation).
+GATE_FUNCTIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+
 class Mlp(nn.Module):
     def __init__(self, spec: Dict[str, Any], ffn: int):
         super().__init__()
         h, bias = spec["hidden_size"], spec.get("add_bias_linear", False)
         self.gated = spec.get("activation", "swiglu") == "swiglu"
+        self.gate_act = GATE_FUNCTIONS[spec.get("gate_activation", "silu")]
         self.up_proj = nn.Linear(h, ffn, bias=bias)
         self.gate_proj = nn.Linear(h, ffn, bias=bias) if self.gated else None
         self.down_proj = nn.Linear(ffn, h, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            return self.down_proj(self.gate_act(self.gate_proj(x)) * self.up_proj(x))
         return self.down_proj(F.gelu(self.up_proj(x)))
 
 
@@ -167,10 +184,15 @@ class Block(nn.Module):
         self.attn = Attention(spec, selective)
         self.mlp = MoE(spec) if _is_moe_layer(spec, index) else Mlp(spec, spec["ffn_hidden_size"])
         self.dropout = nn.Dropout(spec.get("hidden_dropout", 0.0))  # after attention and MLP, as Megatron
+        # sandwich_norm: a norm on the attention output and on the MLP output before the residual add (HF
+        # modeling_gemma2.py post_attention_layernorm / post_feedforward_layernorm).
+        sandwich = spec.get("sandwich_norm", False)
+        self.post_attn_norm = _norm(spec) if sandwich else nn.Identity()
+        self.post_mlp_norm = _norm(spec) if sandwich else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attn(self.norm1(x)))
-        return x + self.dropout(self.mlp(self.norm2(x)))
+        x = x + self.dropout(self.post_attn_norm(self.attn(self.norm1(x))))
+        return x + self.dropout(self.post_mlp_norm(self.mlp(self.norm2(x))))
 
 
 class Embed(nn.Module):
@@ -193,9 +215,13 @@ class Head(nn.Module):
         super().__init__()
         self.norm = _norm(spec)
         self.lm_head = nn.Linear(spec["hidden_size"], spec["vocab_size"], bias=False)
+        self.softcap = spec.get("logit_softcapping", 0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(x))
+        logits = self.lm_head(self.norm(x))
+        if self.softcap:  # cap * tanh(logits / cap) (HF modeling_gemma2.py final_logit_softcapping)
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -141,3 +141,45 @@ def test_allow_list_covers_every_key_deepspeed_reads():
 def test_emitted_configs_pass_the_allow_list():
     for plan in DS_CASES.values():
         check_deepspeed_keys(deepspeed_config(plan))
+
+
+GEMMA_LIKE = TINY.model_copy(update={"name": "tiny-gemma", "sandwich_norm": True, "gate_activation": "gelu_tanh",
+                                     "rotary_percent": 0.5, "qk_layernorm": True, "logit_softcapping": 5.0,
+                                     "tie_embeddings": True})
+
+
+def test_ds_train_builds_the_new_layer_features_with_the_modelled_parameter_count():
+    torch = pytest.importorskip("torch")
+    from autoplan.costmodel.params import count_parameters
+    from autoplan.integrations import ds_train
+
+    for spec in (TINY, GEMMA_LIKE, GEMMA_LIKE.model_copy(update={"gate_activation": "gelu", "rotary_percent": 1.0})):
+        model = ds_train.Gpt(json.loads(spec.model_dump_json()), "none", "uniform", 1)
+        # Same shapes as the cost model prices: post-attention / post-MLP norms, q/k norms, tied head.
+        assert sum(p.numel() for p in model.parameters()) == count_parameters(spec)[0]
+    torch.manual_seed(0)
+    model = ds_train.Gpt(json.loads(GEMMA_LIKE.model_dump_json()), "none", "uniform", 1)
+    ids = torch.randint(0, GEMMA_LIKE.vocab_size, (2, 32))
+    with torch.no_grad():
+        model.head.lm_head.weight.mul_(100.0)  # logits far past the cap
+        logits = model.head(model._run(0, GEMMA_LIKE.num_layers, model.embed(ids)))
+    assert logits.abs().max() <= GEMMA_LIKE.logit_softcapping  # cap * tanh(logits / cap)
+    model(ids, ids).backward()
+    block = model.blocks[0]
+    assert all(p.grad is not None for p in (block.post_attn_norm.weight, block.post_mlp_norm.weight,
+                                            block.attn.q_norm.weight))
+    x = torch.randn(1, 2, 8, GEMMA_LIKE.kv_channels)
+    rotated = ds_train._rope(x, 10000.0, 0.5)
+    assert torch.equal(rotated[..., 8:], x[..., 8:]) and not torch.allclose(rotated[..., :8], x[..., :8])
+    gate = torch.randn(4, 8)
+    assert torch.allclose(block.mlp.gate_act(gate), torch.nn.functional.gelu(gate, approximate="tanh"))
+
+
+def test_launch_names_what_ds_train_approximates():
+    gpt_oss_like = TINY.model_copy(update={"sliding_window": 16, "num_sliding_window_layers": 2,
+                                           "attention_sinks": True, "rope_scaling": "yarn"})
+    launch = emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8))["launch.sh"]
+    line = next(x for x in launch.splitlines() if "ds_train.py approximates" in x)
+    assert "16-token sliding window" in line and "attention sinks" in line and "yarn" in line
+    assert "approximates" not in emit_deepspeed(make_plan(GEMMA_LIKE, 2, 64, 8))["launch.sh"]
+    assert "approximates" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8), train_script="mine.py")["launch.sh"]

@@ -85,6 +85,13 @@ def test_two_pipeline_stages_zero1_full_recompute(tmp_path):
     check_run(run_emitted(tmp_path, plan), 3, loss_ranks=(1,))  # the last stage holds the loss
 
 
+def test_gemma_like_layers_train_under_autotp(tmp_path):
+    # GeGLU, partial rotary, q/k norms, sandwich norms and final-logit soft-capping, sharded two ways by AutoTP.
+    gemma_like = TINY.model_copy(update={"name": "tiny-gemma", "sandwich_norm": True, "gate_activation": "gelu_tanh",
+                                         "rotary_percent": 0.5, "qk_layernorm": True, "logit_softcapping": 30.0})
+    check_run(run_emitted(tmp_path, make_plan(gemma_like, 2, 64, 8, tp=2, zero=1, mbs=2)), 3, loss_ranks=(0, 1))
+
+
 def test_injected_failure_exits_nonzero(tmp_path):
     plan = make_plan(TINY, 2, 32, 4, zero=2, mbs=1)
     out = run_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "fail", "AUTOPLAN_FAULT_RANK": "1"})
