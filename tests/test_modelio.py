@@ -60,9 +60,8 @@ def test_mistral_sliding_window():
     m = load_model(str(HF / "mistral_7b_v0.1.json"))
     assert fields(m, "sliding_window", "num_sliding_window_layers", "num_query_groups") == \
         dict(sliding_window=4096, num_sliding_window_layers=32, num_query_groups=8)
-    # HF mistralai/Mistral-7B-v0.1: 7,241,732,096. params.py adds one attention-sink scalar per head to every
-    # sliding-window model (a gpt-oss feature Mistral lacks): 32 layers x 32 heads = 1024 extra.
-    assert count_parameters(m)[0] - 7_241_732_096 == 32 * 32
+    # HF mistralai/Mistral-7B-v0.1: 7,241,732,096; a sliding window adds no weights (no attention sinks).
+    assert not m.attention_sinks and count_parameters(m)[0] == 7_241_732_096
 
 
 def test_qwen2_has_qkv_bias_and_no_window():
