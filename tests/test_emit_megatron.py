@@ -286,12 +286,18 @@ def test_mla_yarn_settings_are_the_models():
     assert plain["--rope-type"] == "rope" and "--mscale" not in plain
 
 
-def test_gpt_yarn_mscale_is_the_models():
+def test_gpt_yarn_mscale_is_the_models(tmp_path):
     # Non-MLA YaRN: training/argument_utils.py _apply_yarn_config_from_args sets yarn_mscale / yarn_mscale_all_dim
     # from --mscale / --mscale-all-dim (defaults 1 and 0, which gpt-oss uses).
+    from autoplan.integrations.importers import from_megatron_args
+
     scaled = GPT_OSS.model_copy(update={"rope_mscale": 0.707, "rope_mscale_all_dim": 1.0})
-    f = flags(make_plan(scaled, 32, 4096, 256, ep=8))
+    plan = make_plan(scaled, 32, 4096, 256, ep=8)
+    f = flags(plan)
     assert f["--position-embedding-type"] == "yarn" and f["--mscale"] == "0.707" and f["--mscale-all-dim"] == "1"
+    (tmp_path / "args.txt").write_text(emit_megatron(plan)["megatron_args.txt"])
+    back = from_megatron_args(str(tmp_path / "args.txt")).model
+    assert (back.rope_mscale, back.rope_mscale_all_dim) == (0.707, 1.0)  # read back by the importer
     plain = flags(make_plan(GPT_OSS, 32, 4096, 256, ep=8))
     assert "--mscale" not in plain and "--mscale-all-dim" not in plain
 
