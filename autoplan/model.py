@@ -65,6 +65,9 @@ class ModelSpec(BaseModel):
     rope_mscale: float = Field(1.0, ge=0.0, description="YaRN attention-scale factor (HF rope_scaling.mscale).")
     rope_mscale_all_dim: float = Field(0.0, ge=0.0, description=(
         "YaRN mscale_all_dim (HF rope_scaling.mscale_all_dim; DeepSeek-V3 1.0, Megatron's MLA default 0.0)."))
+    rope_truncate: bool = Field(True, description=(
+        "YaRN rounds its correction range to whole dimensions (HF rope_scaling.truncate, default true; gpt-oss "
+        "false; Megatron --no-yarn-correction-range-round-to-int)."))
     moe_aux_loss_coeff: float = Field(0.001, ge=0.0, description=(
         "Load-balancing loss weight (HF router_aux_loss_coef / aux_loss_alpha, default 0.001 as in transformers' "
         "MixtralConfig; Megatron --moe-aux-loss-coeff)."))

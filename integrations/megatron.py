@@ -7,7 +7,7 @@ the ones that would otherwise fail only after the job starts; each cites `valida
 from __future__ import annotations
 
 import shlex
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
@@ -127,11 +127,26 @@ def _inexpressible_problem(m: ModelSpec) -> Optional[str]:
         (f"final-logit soft-capping (logit_softcapping={_num(m.logit_softcapping)})", m.logit_softcapping),
         (f"a Mamba / attention hybrid layer pattern (hybrid_layer_pattern={m.hybrid_layer_pattern!r}; Megatron-LM "
          "trains it with pretrain_mamba.py --hybrid-override-pattern)", m.is_hybrid),
+        *_mla_yarn_inexpressible(m),
     ) if present]
     if missing:
         return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "
                 f"Megatron-Bridge's recipe for the family with this plan's parallel settings")
     return None
+
+
+def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
+    """MLA's YaRN settings without an argument: MLATransformerConfig's beta_fast 32, beta_slow 1 and
+    original_max_position_embeddings 4096 stay as declared, and multi_latent_attention.py builds its
+    YarnRotaryEmbedding with correction_range_round_to_int's default (true); the --yarn-* flags reach only
+    non-MLA models (argument_utils.py _apply_yarn_config_from_args)."""
+    if not (m.multi_latent_attention and m.rope_scaling == "yarn"):
+        return []
+    original = m.rope_original_max_position_embeddings
+    return [
+        ("MLA YaRN without rounding of the correction range (rope_truncate=false)", not m.rope_truncate),
+        (f"MLA YaRN original_max_position_embeddings={original} (Megatron fixes 4096)", original not in (0, 4096)),
+    ]
 
 
 def _window_problem(m: ModelSpec) -> Optional[str]:
@@ -213,6 +228,7 @@ def _position_args(m: ModelSpec) -> List[str]:
         # The same mapping sets yarn_mscale / yarn_mscale_all_dim from --mscale / --mscale-all-dim (defaults 1, 0).
         a += ["--mscale", _num(m.rope_mscale)] if m.rope_mscale != 1.0 else []
         a += ["--mscale-all-dim", _num(m.rope_mscale_all_dim)] if m.rope_mscale_all_dim else []
+        a += [] if m.rope_truncate else ["--no-yarn-correction-range-round-to-int"]  # gpt-oss truncate=false
         return a
     a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
     if m.rotary_percent != 1.0:  # partial rotary (NeoX rotary_pct, HF partial_rotary_factor)

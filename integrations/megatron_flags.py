@@ -51,7 +51,7 @@ READ_FLAGS = frozenset({
     "use-rope-scaling", "rope-scaling-factor", "rotary-scaling-factor", "yarn-original-max-position-embeddings",
     "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
     "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
-    "account-for-loss-in-pipeline-split",
+    "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",

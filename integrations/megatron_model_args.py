@@ -175,7 +175,8 @@ def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool
         out.update(rope_scaling="yarn", rope_scaling_factor=typed(f, "rotary-scaling-factor", float, 1.0),
                    rope_original_max_position_embeddings=typed(f, "yarn-original-max-position-embeddings", int, 0),
                    rope_mscale=typed(f, "mscale", float, 1.0),
-                   rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0))
+                   rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0),
+                   rope_truncate="no-yarn-correction-range-round-to-int" not in f)
     elif "use-rope-scaling" in f:  # [V] Llama-3.x frequency scaling, factor default 8
         out.update(rope_scaling="llama3", rope_scaling_factor=typed(f, "rope-scaling-factor", float, 8.0))
     if typed(f, "softmax-type", str, "vanilla") == "learnable":  # [TC] softmax_type: a learned sink per head

@@ -302,6 +302,30 @@ def test_gpt_yarn_mscale_is_the_models(tmp_path):
     assert "--mscale" not in plain and "--mscale-all-dim" not in plain
 
 
+def test_gpt_yarn_correction_range_is_the_models(tmp_path):
+    # gpt-oss: HF rope_scaling truncate=false, which Megatron writes as --no-yarn-correction-range-round-to-int
+    # (arguments.py; post_training/model_builder.py sets the same for GPT-OSS).
+    from autoplan.integrations.importers import from_megatron_args
+
+    plan = make_plan(GPT_OSS.model_copy(update={"rope_truncate": False}), 32, 4096, 256, ep=8)
+    assert "--no-yarn-correction-range-round-to-int" in megatron_args(plan)
+    (tmp_path / "args.txt").write_text(emit_megatron(plan)["megatron_args.txt"])
+    assert from_megatron_args(str(tmp_path / "args.txt")).model.rope_truncate is False
+    assert "--no-yarn-correction-range-round-to-int" not in megatron_args(make_plan(GPT_OSS, 32, 4096, 256, ep=8))
+
+
+@pytest.mark.parametrize("update, word", [
+    (dict(rope_truncate=False), "rope_truncate=false"),
+    (dict(rope_original_max_position_embeddings=8192), "original_max_position_embeddings=8192"),
+])
+def test_mla_yarn_settings_without_an_argument_are_refused(update, word):
+    yarn = dict(rope_scaling="yarn", rope_scaling_factor=40.0, rope_original_max_position_embeddings=4096)
+    model = DEEPSEEK_V2_LITE.model_copy(update={**yarn, **update})
+    with pytest.raises(InputError, match=f"pretrain_gpt.py has no argument for MLA YaRN .*{re.escape(word)}"):
+        emit_megatron(make_plan(model, 32, 4096, 256, tp=2, ep=8, sp=True))
+    assert emit_megatron(make_plan(DEEPSEEK_V2_LITE.model_copy(update=yarn), 32, 4096, 256, tp=2, ep=8, sp=True))
+
+
 def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_path):
     # 252 A100 = 31 nodes of 8 and one of 4 (a published run); torchrun ranks nodes of different sizes in order.
     from autoplan.clusterio import load_gpu

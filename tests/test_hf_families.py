@@ -137,6 +137,12 @@ def test_rope_scaling_is_carried_or_noted():
     assert m.rope_scaling == "none" and any("'dynamic'" in n for n in m.notes)
 
 
+def test_yarn_correction_range_is_read():
+    assert load_model(str(HF / "gpt_oss_120b.json")).rope_truncate is False  # "truncate": false
+    kimi = load_model(str(HF / "kimi_k2.json"))  # "beta_fast": 1.0, "beta_slow": 1.0: not carried, noted
+    assert kimi.rope_truncate and any("beta_fast=1, beta_slow=1 are not carried" in n for n in kimi.notes)
+
+
 def test_model_notes_reach_estimate_output(capsys):
     from autoplan.cli.main import main
 
