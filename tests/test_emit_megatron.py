@@ -37,6 +37,8 @@ def variety():
                   recompute_method="block", recompute_layers=2),
         make_plan(LLAMA_8B, 8, 4096, 32, zero=3, fp8="hybrid", fp8_param=True, cpu_offload_layers=4),
         make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_flex_dispatcher=True),
+        make_plan(GPT_OSS.model_copy(update={"rope_truncate": False, "rope_mscale": 0.707, "rope_mscale_all_dim": 1.0,
+                                             "rotary_percent": 0.5}), 32, 4096, 256, ep=8),
     ]
 
 
