@@ -24,7 +24,7 @@ DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules"
 SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
-                "expandable_segments")
+                "expandable_segments", "adam_bf16_states")
 
 
 class Strategy(BaseModel):
@@ -89,6 +89,11 @@ class Strategy(BaseModel):
                                                       "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te): "
                                                       "the logits gradient is written into the bf16 logits, 2 "
                                                       "bytes per logit held instead of 6; Megatron engine only.")
+    adam_bf16_states: bool = Field(False, description="Adam's two moments kept in bf16 (Megatron "
+                                                      "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
+                                                      "--exp-avg-sq-dtype bf16): 8 optimizer bytes per parameter "
+                                                      "(fp32 master + two bf16 moments) instead of 12; needs the "
+                                                      "distributed optimizer (zero=1); Megatron engine only.")
     expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
                                                          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
                                                          "fragmentation allowance is added.")

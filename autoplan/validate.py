@@ -394,6 +394,13 @@ def _optimizer(c: Case) -> Optional[str]:
         (asked and not s.overlap_grad_reduce,
          lambda: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
                  "overlap_param_gather=false"),
+        # Megatron's precision-aware optimizer is TE FusedAdam behind the distributed optimizer
+        # (megatron/core/optimizer/__init__.py); Megatron-Bridge turns it off under Megatron-FSDP
+        # (scripts/performance/utils/overrides.py `_set_megatron_fsdp_overrides`); DeepSpeed has no such switch.
+        (s.adam_bf16_states and (s.zero != 1 or c.engine == "deepspeed"),
+         lambda: f"adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs Megatron's "
+                 f"distributed optimizer (got zero={s.zero}, engine={c.engine}); set zero=1 on engine megatron, or "
+                 f"adam_bf16_states=false"),
     ))
 
 

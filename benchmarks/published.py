@@ -239,6 +239,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         moe_flex_dispatcher=bool(facts and facts.moe_flex_dispatcher and model.is_moe and _int(row["ep"], 1) > 1),
         te_cross_entropy=bool(facts and facts.te_cross_entropy),
         expandable_segments=bool(facts and facts.expandable_segments),
+        adam_bf16_states=bool(facts and facts.adam_bf16_states and not fsdp),  # Bridge drops it under FSDP
     )
 
 

@@ -28,6 +28,11 @@ Facts read there, per family (config names are those files' constants / function
   Qwen3-235B H100 / B200 / B300 and GPT-OSS v0.3.0 set no backend (alltoall); their GB200 / GB300 (and GPT-OSS
   v0.4.0+ V2) configs use HybridEP inside one NVL72 domain, where it moves the same bytes as alltoall in the cost
   model, so those rows are left on the default.
+- DeepSeek-V3 optimizer: `use_precision_aware_optimizer = True` with `exp_avg_dtype = exp_avg_sq_dtype =
+  torch.bfloat16` and fp32 main params (src/megatron/bridge/recipes/deepseek/deepseek_v3.py, v0.3.0-v0.5.1;
+  perf_recipes/deepseek/common.py, v0.6.0): Adam's moments are bf16 (Strategy `adam_bf16_states`). The perf
+  scripts turn it off only under Megatron-FSDP (scripts/performance/utils/overrides.py
+  `_set_megatron_fsdp_overrides`).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
 - Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
@@ -74,6 +79,7 @@ class RecipeFacts:
     no_dropout: bool = False  # hidden/attention dropout 0: no dropout masks are stored
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     te_cross_entropy: bool = False  # TransformerEngine fused cross entropy (gradient written into the logits)
+    adam_bf16_states: bool = False  # precision-aware optimizer with bf16 Adam moments
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -138,7 +144,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
         return RecipeFacts(recompute="selective", recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a,
-                           moe_flex_dispatcher=True, **common)
+                           moe_flex_dispatcher=True, adam_bf16_states=True, **common)
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))

@@ -307,6 +307,8 @@ def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--tp-comm-overlap"]
     if s.grad_reduce_bf16:
         a += ["--grad-reduce-in-bf16"]
+    if s.adam_bf16_states:  # [V] arguments.py --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype
+        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     if s.moe_a2a_overlap and m.is_moe:
         a += ["--overlap-moe-expert-parallel-comm"]
     if s.cpu_offload_layers:  # [V] arguments.py turns --cpu-offloading on when the layer count is > 0

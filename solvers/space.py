@@ -519,6 +519,8 @@ SWITCHES = {
     # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te).
     "te_cross_entropy": ("te_cross_entropy", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed),
     "expandable_segments": ("expandable_segments", lambda p, lay, v: np.ones(len(lay), bool)),
+    # bf16 Adam moments: Megatron's distributed optimizer only (validate._optimizer).
+    "adam_bf16_states": ("adam_bf16", lambda p, lay, v: ~np.asarray(v, bool) | ((lay.zero == 1) & ~lay.deepspeed)),
 }
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
 LABELS = ("fp8", "fp8_recipe")

@@ -41,3 +41,24 @@ def test_saved_gemm_inputs_carry_the_recipe_scales(recipe, gpu, per_element):
     lay = layouts_from_strategies([Strategy(fp8="hybrid", fp8_recipe=recipe)], 8, gpu_id=gpu)
     assert np.isclose(M.gemm_input_bytes(lay)[0], per_element)
     assert QUANTISED_BYTES["nvfp4"] < QUANTISED_BYTES["tensorwise"] < QUANTISED_BYTES["mxfp8"]
+
+
+def test_bf16_adam_moments_hold_two_thirds_of_the_optimizer_state(dense):
+    """Precision-aware optimizer with bf16 moments: fp32 master (4) + bf16 m, v (2 + 2) = 8 bytes per parameter
+    instead of 12, sharded the same way; nothing else changes."""
+    wl = workload(2048, 8)
+    plain = estimate(dense, cluster(8), Strategy(zero=1), wl).memory_breakdown
+    low = estimate(dense, cluster(8), Strategy(zero=1, adam_bf16_states=True), wl).memory_breakdown
+    assert np.isclose(low["optimizer"], plain["optimizer"] * 8 / 12)
+    assert {k: v for k, v in low.items() if k != "optimizer"} == {k: v for k, v in plain.items() if k != "optimizer"}
+    lay = layouts_from_strategies([Strategy(zero=1), Strategy(zero=1, adam_bf16_states=True)], 8)
+    assert list(M.optimizer_bytes_per_param(lay)) == [12.0, 8.0]
+
+
+def test_bf16_adam_moments_need_the_megatron_distributed_optimizer(dense):
+    from autoplan.validate import first_broken_rule
+    for s, engine in ((Strategy(zero=3, adam_bf16_states=True), "megatron"),
+                      (Strategy(zero=1, adam_bf16_states=True), "deepspeed")):
+        msg = first_broken_rule(dense, cluster(8), workload(2048, 8), s, engine=engine)
+        assert msg.startswith("adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs")
+    assert first_broken_rule(dense, cluster(8), workload(2048, 8), Strategy(zero=1, adam_bf16_states=True)) is None

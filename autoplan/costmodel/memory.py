@@ -199,6 +199,18 @@ def embedding_activation_bytes(m: ModelSpec, sh: Shard):
     return dropout_mask_bytes(m, sh.tokens_sp * m.hidden_size) + 8 * sh.tokens
 
 
+def optimizer_bytes_per_param(lay: Layouts):
+    """Adam state bytes per parameter: fp32 master copy + fp32 m + fp32 v = 12 (Megatron
+    theoretical_memory_usage.py). With the precision-aware optimizer and bf16 moments (`lay.adam_bf16`:
+    --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) TE's FusedAdam allocates m and v
+    in bf16 (megatron/core/optimizer/__init__.py passes `exp_avg_dtype` / `exp_avg_sq_dtype` to TE FusedAdam), 2
+    bytes each; the master copy stays fp32, 4 bytes, counted whole: the distributed optimizer keeps it itself under
+    FP8 (distrib_optimizer.py `_build_model_and_main_param_groups`, `shard_main_param = ....float()` unless
+    `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), and where TE holds it instead its 16-bit remainder
+    (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8."""
+    return np.where(lay.adam_bf16, FP32 + 2 * BF16, 3.0 * FP32)
+
+
 def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     """(weights, grads, optimizer) bytes per rank for `params_dense` TP/DP-replicated-sharded and
     `params_expert` EP-sharded local parameters. ZeRO-2/3 follow Rajbhandari et al. 2020 (ZeRO), sec. 5."""
@@ -207,7 +219,8 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
     grad_size = np.where(lay.grad_bf16, BF16, FP32)  # main-grad buffer dtype
     grads = np.where(lay.zero >= 2, grad_size * (params_dense / dp + params_expert / edp), grad_size * total)
-    optimizer = np.where(lay.zero >= 1, 12.0 * (params_dense / dp + params_expert / edp), 12.0 * total)
+    per_param = optimizer_bytes_per_param(lay)
+    optimizer = np.where(lay.zero >= 1, per_param * (params_dense / dp + params_expert / edp), per_param * total)
     # FP8: TransformerEngine keeps an fp8 copy of each GEMM weight and, on Hopper, its transpose (MXFP8 / NVFP4:
     # row- and column-wise copies), each `lay.quant_bytes` per element with its scales. Under ZeRO-3 / FSDP only the local shard persists (gathered copies are per layer).
     # FP8 primary weights (--fp8-param-gather) make those FP8 tensors the parameters themselves: no bf16 copy is
