@@ -62,3 +62,18 @@ def test_bf16_adam_moments_need_the_megatron_distributed_optimizer(dense):
         msg = first_broken_rule(dense, cluster(8), workload(2048, 8), s, engine=engine)
         assert msg.startswith("adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs")
     assert first_broken_rule(dense, cluster(8), workload(2048, 8), Strategy(zero=1, adam_bf16_states=True)) is None
+
+
+def test_gated_experts_keep_the_routing_probabilities_not_their_output(moe, monkeypatch):
+    """Megatron weights the routed copies inside the fused SwiGLU (WeightedSwiGLUFunction saves its input and the
+    probabilities) and unpermutes without probabilities, so a gated MoE layer holds one fp32 probability per
+    routed copy where the experts' bf16 output (h wide) was counted; non-gated experts keep the bf16 output."""
+    assert M.routing_weight_bytes(moe, 10, 1024) == 40
+    assert M.routing_weight_bytes(moe.model_copy(update={"activation": "gelu"}), 10, 1024) == 2 * 10 * 1024
+    wl, s = workload(2048, 8), Strategy(mbs=1)
+    new = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
+    monkeypatch.setattr(M, "routing_weight_bytes", lambda m, copies, width: 2.0 * copies * width)
+    old = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
+    copies = 2048 * moe.moe_router_topk  # one micro batch of 2048 tokens, top-2, tp = ep = 1
+    moe_layers = moe.num_layers - moe.first_k_dense_layers
+    assert moe.gated_mlp and np.isclose((old - new) * GIB, moe_layers * copies * (2 * moe.hidden_size - 4))

@@ -89,6 +89,18 @@ def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens
             + dropout_mask_bytes(m, region))
 
 
+def routing_weight_bytes(m: ModelSpec, copies, width):
+    """What weighting the routed copies by their routing probabilities keeps for backward. Gated (SwiGLU) experts:
+    Megatron applies the probabilities inside the fused activation (megatron/core/transformer/moe/experts.py
+    TEGroupedMLP.forward `bias_act_func` -> `weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs)`, which
+    saves only its input, already counted, and the probabilities: fusions/fused_bias_swiglu.py
+    WeightedSwiGLUFunction `ctx.save_for_backward(input_for_backward, weights)`), and the token dispatchers
+    unpermute without probabilities (transformer/moe/token_dispatcher.py `unpermute(...)`, no `probs=`), so the
+    experts' output is not held: one fp32 probability per copy. Other activations: the experts' bf16 output
+    (`width` wide), as before (not lowered without a source for every non-gated path)."""
+    return FP32 * copies if m.gated_mlp else BF16 * copies * width
+
+
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h
@@ -97,7 +109,7 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     routed = (gemm_input_bytes(lay) * copies * h  # permuted expert input (fc1 input)
               + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
               + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
-              + BF16 * copies * h  # expert output, kept to scale by routing probabilities
+              + routing_weight_bytes(m, copies, h)  # what scaling by the routing probabilities keeps
               + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
     base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
     shared = 0.0
@@ -147,8 +159,8 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     f = m.moe_ffn_hidden_size / lay.etp
     copies = sh.expert_tokens
     act_out = g_in * copies * f
-    routed_rest = (g_in * copies * h + BF16 * copies * (2 if m.gated_mlp else 1) * f + BF16 * copies * h
-                   + FP32 * sh.tokens_sp * m.num_experts)
+    routed_rest = (g_in * copies * h + BF16 * copies * (2 if m.gated_mlp else 1) * f
+                   + routing_weight_bytes(m, copies, h) + FP32 * sh.tokens_sp * m.num_experts)
     dropped = dropped + np.where(on("layernorm"), BF16 * region, 0.0)  # pre-MLP norm output = router input
     dropped = dropped + np.where(on("moe_act", "moe"), act_out, 0.0) + np.where(on("moe"), routed_rest, 0.0)
     if m.shared_expert_ffn_hidden_size:
