@@ -24,7 +24,7 @@ DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules"
 SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
-                "expandable_segments", "adam_bf16_states")
+                "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu")
 
 
 class Strategy(BaseModel):
@@ -94,6 +94,11 @@ class Strategy(BaseModel):
                                                       "--exp-avg-sq-dtype bf16): 8 optimizer bytes per parameter "
                                                       "(fp32 master + two bf16 moments) instead of 12; needs the "
                                                       "distributed optimizer (zero=1); Megatron engine only.")
+    fused_weighted_squared_relu: bool = Field(False, description=(
+        "Non-gated MoE experts weight their routed copies inside Megatron's fused squared-ReLU kernel "
+        "(TransformerConfig.use_fused_weighted_squared_relu, set by Megatron-Bridge's Nemotron-3 recipes; no "
+        "Megatron-LM command-line flag): only the routing probabilities are saved for the weighting, not the bf16 "
+        "activation output; no effect on gated (SwiGLU) experts, which are always weighted in a fused kernel."))
     expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
                                                          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
                                                          "fragmentation allowance is added.")

@@ -401,6 +401,11 @@ def _optimizer(c: Case) -> Optional[str]:
          lambda: f"adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs Megatron's "
                  f"distributed optimizer (got zero={s.zero}, engine={c.engine}); set zero=1 on engine megatron, or "
                  f"adam_bf16_states=false"),
+        # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
+        (s.fused_weighted_squared_relu and (c.engine == "deepspeed" or not c.model.is_moe or c.model.gated_mlp),
+         lambda: f"fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts (got "
+                 f"engine={c.engine}, moe={c.model.is_moe}, activation={c.model.activation}); set "
+                 f"fused_weighted_squared_relu=false"),
     ))
 
 

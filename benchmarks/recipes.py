@@ -33,6 +33,10 @@ Facts read there, per family (config names are those files' constants / function
   perf_recipes/deepseek/common.py, v0.6.0): Adam's moments are bf16 (Strategy `adam_bf16_states`). The perf
   scripts turn it off only under Megatron-FSDP (scripts/performance/utils/overrides.py
   `_set_megatron_fsdp_overrides`).
+- Nemotron-3 (Nano, Super, 3.5): `use_fused_weighted_squared_relu = True` (src/megatron/bridge/recipes/nemotronh/
+  nemotron_3_nano.py and nemotron_3_super.py, v0.4.0; perf_recipes/nemotronh/common.py, v0.6.0): the MoE
+  squared ReLU is weighted by the routing probabilities in Megatron's fused kernel (Strategy
+  `fused_weighted_squared_relu`).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
 - Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
@@ -80,6 +84,7 @@ class RecipeFacts:
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     te_cross_entropy: bool = False  # TransformerEngine fused cross entropy (gradient written into the logits)
     adam_bf16_states: bool = False  # precision-aware optimizer with bf16 Adam moments
+    fused_weighted_squared_relu: bool = False  # MoE squared ReLU weighted in Megatron's fused kernel
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -158,7 +163,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     if model.startswith("Nemotron_3"):
         modules = nemotron3_modules(model, gpu, row["precision"])
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
-                           moe_flex_dispatcher=True, **common)
+                           moe_flex_dispatcher=True, fused_weighted_squared_relu=True, **common)
     return RecipeFacts(**common)
 
 

@@ -72,6 +72,11 @@ def check_megatron_plan(plan: Plan) -> None:
         s.cp > 1 and w.seq_len % (2 * s.cp) and f"seq_len={w.seq_len} must be divisible by 2*cp = {2 * s.cp}",
         # [V] VPP needs a pipeline.
         s.vpp > 1 and s.pp == 1 and f"vpp={s.vpp} needs pp > 1",
+        # [V] arguments.py has no flag for TransformerConfig.use_fused_weighted_squared_relu.
+        s.fused_weighted_squared_relu and
+        "fused_weighted_squared_relu=true has no Megatron-LM command-line flag (TransformerConfig."
+        "use_fused_weighted_squared_relu is set by Megatron-Bridge recipes); set fused_weighted_squared_relu=false "
+        "to emit a Megatron-LM launch",
         # [V] TP communication overlap needs sequence parallel.
         s.tp_comm_overlap and not (s.sp and s.tp > 1) and "tp_comm_overlap=true needs tp > 1 and sp=true",
         # [TC] EP all-to-all overlap: EP > 1, no full recompute, VPP when PP > 1.

@@ -521,6 +521,9 @@ SWITCHES = {
     "expandable_segments": ("expandable_segments", lambda p, lay, v: np.ones(len(lay), bool)),
     # bf16 Adam moments: Megatron's distributed optimizer only (validate._optimizer).
     "adam_bf16_states": ("adam_bf16", lambda p, lay, v: ~np.asarray(v, bool) | ((lay.zero == 1) & ~lay.deepspeed)),
+    # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
+    "fused_weighted_squared_relu": ("fused_sq_relu", lambda p, lay, v: ~np.asarray(v, bool) | (
+        ~lay.deepspeed & (p.model.is_moe and not p.model.gated_mlp))),
 }
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
 LABELS = ("fp8", "fp8_recipe")

@@ -67,13 +67,40 @@ def test_bf16_adam_moments_need_the_megatron_distributed_optimizer(dense):
 def test_gated_experts_keep_the_routing_probabilities_not_their_output(moe, monkeypatch):
     """Megatron weights the routed copies inside the fused SwiGLU (WeightedSwiGLUFunction saves its input and the
     probabilities) and unpermutes without probabilities, so a gated MoE layer holds one fp32 probability per
-    routed copy where the experts' bf16 output (h wide) was counted; non-gated experts keep the bf16 output."""
-    assert M.routing_weight_bytes(moe, 10, 1024) == 40
-    assert M.routing_weight_bytes(moe.model_copy(update={"activation": "gelu"}), 10, 1024) == 2 * 10 * 1024
+    routed copy where the experts' bf16 output (h wide) was counted."""
+    lay = layouts_from_strategies([Strategy()], 8)
+    assert M.routing_weight_bytes(10) == 40 and M.weighted_activation_bytes(moe, lay, 10, 1024)[0] == 0
     wl, s = workload(2048, 8), Strategy(mbs=1)
     new = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
-    monkeypatch.setattr(M, "routing_weight_bytes", lambda m, copies, width: 2.0 * copies * width)
+    monkeypatch.setattr(M, "routing_weight_bytes", lambda copies: 2.0 * copies * moe.hidden_size)
     old = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
     copies = 2048 * moe.moe_router_topk  # one micro batch of 2048 tokens, top-2, tp = ep = 1
     moe_layers = moe.num_layers - moe.first_k_dense_layers
     assert moe.gated_mlp and np.isclose((old - new) * GIB, moe_layers * copies * (2 * moe.hidden_size - 4))
+
+
+def test_non_gated_experts_save_the_activation_output_unless_fused(moe):
+    """experts.py's unfused branch `activation_func(x) * permuted_probs` saves the bf16 activation output for the
+    probabilities' gradient; the fused weighted squared ReLU saves only its input and the probabilities; moe_act
+    recompute rebuilds that output either way."""
+    relu = moe.model_copy(update={"activation": "gelu"})
+    wl = workload(2048, 8)
+    copies, f = 2048 * relu.moe_router_topk, relu.moe_ffn_hidden_size
+    moe_layers = relu.num_layers - relu.first_k_dense_layers
+
+    def acts(**kw):
+        return estimate(relu, cluster(8), Strategy(mbs=1, **kw), wl).memory_breakdown["activations"] * GIB
+
+    assert np.isclose(acts() - acts(fused_weighted_squared_relu=True), moe_layers * 2 * copies * f)
+    sel = dict(recompute="selective", recompute_modules=("moe_act",), fp8="none")
+    assert np.isclose(acts(**sel), acts(fused_weighted_squared_relu=True, **sel))
+
+
+def test_fused_weighted_squared_relu_rules(moe, dense):
+    from autoplan.validate import first_broken_rule
+    on = Strategy(fused_weighted_squared_relu=True)
+    relu = moe.model_copy(update={"activation": "gelu"})
+    assert first_broken_rule(relu, cluster(8), workload(2048, 8), on) is None
+    for model, engine in ((moe, "megatron"), (dense, "megatron"), (relu, "deepspeed")):
+        msg = first_broken_rule(model, cluster(8), workload(2048, 8), on, engine=engine)
+        assert msg.startswith("fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts")

@@ -70,6 +70,8 @@ class Layouts:
     account: Optional[np.ndarray] = None
     # bool: Adam's moments in bf16 (precision-aware optimizer, Strategy.adam_bf16_states); None = none.
     adam_bf16: Optional[np.ndarray] = None
+    # bool: non-gated experts weighted inside the fused squared-ReLU kernel (Strategy.fused_weighted_squared_relu).
+    fused_sq_relu: Optional[np.ndarray] = None
     # object: a --pipeline-model-parallel-layout string or None; first/last then hold its end ranks' layer counts.
     layout: Optional[np.ndarray] = None
 
@@ -80,6 +82,8 @@ class Layouts:
             object.__setattr__(self, "layout", np.full(len(self.tp), None, dtype=object))
         if self.adam_bf16 is None:
             object.__setattr__(self, "adam_bf16", np.zeros(len(self.tp), dtype=bool))
+        if self.fused_sq_relu is None:
+            object.__setattr__(self, "fused_sq_relu", np.zeros(len(self.tp), dtype=bool))
         if self.fp4 is None:
             object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
         if self.fp8_delayed is None:
@@ -122,6 +126,7 @@ class Layouts:
             fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
             moe_flex_dispatcher=bool(self.moe_flex[i]), te_cross_entropy=bool(self.te_cross_entropy[i]),
             expandable_segments=bool(self.expandable_segments[i]), adam_bf16_states=bool(self.adam_bf16[i]),
+            fused_weighted_squared_relu=bool(self.fused_sq_relu[i]),
         )
 
 
@@ -169,6 +174,7 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         te_cross_entropy=col(lambda s: s.te_cross_entropy, bool),
         expandable_segments=col(lambda s: s.expandable_segments, bool),
         adam_bf16=col(lambda s: s.adam_bf16_states, bool),
+        fused_sq_relu=col(lambda s: s.fused_weighted_squared_relu, bool),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
         quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),

@@ -184,7 +184,8 @@ def latent_moe_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
     copies = sh.expert_tokens
     region = sh.tokens_sp * m.hidden_size
     routed = (g_in * copies * latent + C.BF16 * copies * (2 if m.gated_mlp else 1) * f + g_in * copies * f
-              + M.routing_weight_bytes(m, copies, latent) + FP32 * sh.tokens_sp * m.num_experts)
+              + M.routing_weight_bytes(copies) + M.weighted_activation_bytes(m, lay, copies, f)
+              + FP32 * sh.tokens_sp * m.num_experts)
     projections = g_in * region + g_in * sh.tokens * latent  # inputs of fc1_latent_proj and fc2_latent_proj
     base = 2 * C.BF16 * region + M.dropout_mask_bytes(m, region)
     shared = 0.0
@@ -208,7 +209,7 @@ def hybrid_layer_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts, moe: 
         g_in = M.gemm_input_bytes(lay)
         copies = sh.expert_tokens
         f = m.moe_ffn_hidden_size / lay.etp
-        act_out = g_in * copies * f
+        act_out = g_in * copies * f + M.weighted_activation_bytes(m, lay, copies, f)
         routed = none - 2 * C.BF16 * sh.tokens_sp * m.hidden_size
         dropped = np.where(has(lay.recompute_modules, "moe"), routed,
                            np.where(has(lay.recompute_modules, "moe_act"), act_out, 0.0))

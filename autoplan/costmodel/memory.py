@@ -89,16 +89,24 @@ def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens
             + dropout_mask_bytes(m, region))
 
 
-def routing_weight_bytes(m: ModelSpec, copies, width):
-    """What weighting the routed copies by their routing probabilities keeps for backward. Gated (SwiGLU) experts:
-    Megatron applies the probabilities inside the fused activation (megatron/core/transformer/moe/experts.py
-    TEGroupedMLP.forward `bias_act_func` -> `weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs)`, which
-    saves only its input, already counted, and the probabilities: fusions/fused_bias_swiglu.py
-    WeightedSwiGLUFunction `ctx.save_for_backward(input_for_backward, weights)`), and the token dispatchers
-    unpermute without probabilities (transformer/moe/token_dispatcher.py `unpermute(...)`, no `probs=`), so the
-    experts' output is not held: one fp32 probability per copy. Other activations: the experts' bf16 output
-    (`width` wide), as before (not lowered without a source for every non-gated path)."""
-    return FP32 * copies if m.gated_mlp else BF16 * copies * width
+def routing_weight_bytes(copies):
+    """The routing probabilities the experts' weighting saves for backward, one fp32 per routed copy. Megatron
+    weights the copies inside the expert activation (megatron/core/transformer/moe/experts.py TEGroupedMLP.forward
+    `bias_act_func(fc1_output, bias, permuted_probs)`) and the token dispatchers unpermute without probabilities
+    (transformer/moe/token_dispatcher.py `unpermute(...)`, no `probs=`), so the experts' output is not held."""
+    return FP32 * copies
+
+
+def weighted_activation_bytes(m: ModelSpec, lay: Layouts, copies, f):
+    """Beyond its input and the probabilities, what the weighted expert activation saves for backward, bytes.
+    Gated experts run the fused `weighted_bias_swiglu_impl` (fusions/fused_bias_swiglu.py WeightedSwiGLUFunction
+    `ctx.save_for_backward(input_for_backward, weights)`) and non-gated ones with `lay.fused_sq_relu`
+    `weighted_squared_relu_impl` (fusions/fused_weighted_squared_relu.py WeightedSquaredReLUFunction
+    `ctx.save_for_backward(input, weights)`): nothing more. Other non-gated experts take experts.py's unfused branch
+    `activation_func(x) * permuted_probs`, whose product saves the bf16 activation output (f wide per copy) for the
+    probabilities' gradient. moe_act recompute checkpoints this function, so that output is rebuilt then."""
+    unfused = np.logical_and(not m.gated_mlp, ~np.asarray(lay.fused_sq_relu, bool))
+    return np.where(unfused, BF16 * copies * f, 0.0)
 
 
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
@@ -109,7 +117,7 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     routed = (gemm_input_bytes(lay) * copies * h  # permuted expert input (fc1 input)
               + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
               + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
-              + routing_weight_bytes(m, copies, h)  # what scaling by the routing probabilities keeps
+              + routing_weight_bytes(copies) + weighted_activation_bytes(m, lay, copies, f)
               + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
     base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
     shared = 0.0
@@ -158,9 +166,9 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
         return dropped + np.where(on("layernorm", "mlp"), fc1_in, 0.0) + np.where(on("mlp"), inner, 0.0)
     f = m.moe_ffn_hidden_size / lay.etp
     copies = sh.expert_tokens
-    act_out = g_in * copies * f
+    act_out = g_in * copies * f + weighted_activation_bytes(m, lay, copies, f)
     routed_rest = (g_in * copies * h + BF16 * copies * (2 if m.gated_mlp else 1) * f
-                   + routing_weight_bytes(m, copies, h) + FP32 * sh.tokens_sp * m.num_experts)
+                   + routing_weight_bytes(copies) + FP32 * sh.tokens_sp * m.num_experts)
     dropped = dropped + np.where(on("layernorm"), BF16 * region, 0.0)  # pre-MLP norm output = router input
     dropped = dropped + np.where(on("moe_act", "moe"), act_out, 0.0) + np.where(on("moe"), routed_rest, 0.0)
     if m.shared_expert_ffn_hidden_size:
