@@ -17,7 +17,8 @@ Facts read there, per family (config names are those files' constants / function
 - Llama3 8B / 70B, Llama3.1 405B: no recompute (`recompute_granularity = None`) except Llama3-8B H100 FP8-CS
   (`recompute_num_layers = 5`, full, block). Megatron-FSDP presets offload activations of N layers to CPU
   (`cpu_offloading_num_layers`: 70B GB200 40, GB300 20; 405B GB200 128 GPUs 92).
-- DeepSeek-V3: `recompute_granularity = "selective"` with cheap modules (`mla_up_proj`, `mlp`, `moe_act`);
+- DeepSeek-V3: `recompute_granularity = "selective"` with the modules of each GPU's preset
+  (`deepseek_v3_modules`: mla_up_proj on most, mla_up_proj + mlp on H100, none on GB300 from v0.5.0);
   `moe_a2a_overlap` on H100, on B200 MXFP8 pp8 vpp2 ep32 (v0.5.0), and on GB200 / GB300 MXFP8 from v0.5.0
   (full-iteration CUDA graphs, HybridEP).
 - MoE token dispatcher: DeepSeek-V3 runs the flex dispatcher in every tag: the recipe sets
@@ -148,8 +149,9 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     if model.startswith("DeepSeekV3"):
         a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
-        return RecipeFacts(recompute="selective", recompute_modules="mla_up_proj/mlp/moe_act", moe_a2a_overlap=a2a,
-                           moe_flex_dispatcher=True, adam_bf16_states=True, **common)
+        modules = deepseek_v3_modules(gpu, release, pp, vpp, ep)
+        return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
+                           moe_a2a_overlap=a2a, moe_flex_dispatcher=True, adam_bf16_states=True, **common)
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
@@ -165,6 +167,23 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
                            moe_flex_dispatcher=True, fused_weighted_squared_relu=True, **common)
     return RecipeFacts(**common)
+
+
+def deepseek_v3_modules(gpu: str, release: str, pp: str, vpp: str, ep: str) -> str:
+    """Selective recompute modules of the DeepSeek-V3 FP8 / MXFP8 perf presets
+    (scripts/performance/configs/deepseek/deepseek_workload_base_configs.py `recompute_modules`, V1 and V2 alike;
+    v0.6.0: src/megatron/bridge/perf_recipes/deepseek/<gpu>/deepseek_v3.py): H100 mla_up_proj and mlp (every tag);
+    B200 at pp 8, vpp 2, ep 32 mla_up_proj and mlp (B200_FP8_MX_V2 of v0.5.0, the only preset with that layout);
+    GB300 none from v0.5.0 (`recompute_modules=[]`, mbs 1, full-iteration CUDA graphs); GB200 mlp in v0.4.0;
+    mla_up_proj elsewhere (GB300 v0.3.0-v0.4.0, GB200 v0.3.0 and v0.5.0+, B200 / B300)."""
+    tag = _tag(release)
+    if gpu == "h100" or (gpu == "b200" and (pp, vpp, ep) == ("8", "2", "32")):
+        return "mla_up_proj/mlp"
+    if gpu == "gb300" and tag >= "v0.5.0":
+        return ""
+    if gpu == "gb200" and tag == "v0.4.0":
+        return "mlp"
+    return "mla_up_proj"
 
 
 def nemotron3_modules(model: str, gpu: str, precision: str) -> str:
