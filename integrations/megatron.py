@@ -88,7 +88,7 @@ def check_megatron_plan(plan: Plan) -> None:
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
         _pipeline_split_problem(m, s),
         _window_problem(m),
-        _inexpressible_problem(m),
+        inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
         # Every other Megatron-LM rule the search and `estimate` apply (pipeline splits and layouts included).
@@ -122,7 +122,7 @@ def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
     return None
 
 
-def _inexpressible_problem(m: ModelSpec) -> Optional[str]:
+def inexpressible_problem(m: ModelSpec) -> Optional[str]:
     """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py at the verified commit): the
     files would train a different model, so they are refused, never written without them."""
     missing = [what for what, present in (

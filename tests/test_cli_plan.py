@@ -122,3 +122,19 @@ def test_plan_cost_objective_tries_smaller_clusters():
     fastest_total = json.loads(out)["plans"][0]
     # The cheapest plan is never worse per GPU than the fastest plan on all 16 GPUs.
     assert per_gpu[0] >= fastest_total["estimate"]["tokens_per_s_per_gpu"] - 1e-9
+
+
+def test_plan_says_up_front_when_megatron_cannot_express_the_model():
+    """Gemma-2's GeGLU / sandwich norms have no pretrain_gpt.py argument: the plans are priced and the refusal
+    the emitter would give is said at plan time."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = Path(__file__).parent / "data" / "hf_configs" / "gemma2_9b.json"
+    r = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", str(config), "--cluster", "h100",
+                        "--gpus", "8", "--seq", "4096", "--gbs", "64", "--top", "1", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "emit --format megatron` will refuse" in r.stderr and "GeGLU" in r.stderr
+    assert len(__import__("json").loads(r.stdout)["plans"]) == 1

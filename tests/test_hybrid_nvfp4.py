@@ -111,7 +111,7 @@ def test_nvfp4_is_faster_than_mxfp8_on_blackwell_and_refused_on_hopper():
 
 
 def test_megatron_emits_fp4_flags_for_nvfp4():
-    from integrations.megatron import _precision_args
+    from autoplan.integrations.megatron import _precision_args
     from types import SimpleNamespace
     plan = SimpleNamespace(strategy=Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="nvfp4"),
                            cluster=load_cluster("b200", 8), model=load_model("llama3-8b"))
@@ -138,12 +138,12 @@ def test_grouped_gemm_half_tokens_follows_the_published_microbenchmark():
 
 
 def test_engines_refuse_hybrid_models_instead_of_writing_a_transformer():
-    from integrations.engines import deepspeed_unsupported
-    from integrations.megatron import _inexpressible_problem
+    from autoplan.integrations.engines import deepspeed_unsupported
+    from autoplan.integrations.megatron import inexpressible_problem
 
     m = nano()
-    assert "pretrain_mamba.py" in _inexpressible_problem(m)
-    assert _inexpressible_problem(load_model("llama3-8b")) is None
+    assert "pretrain_mamba.py" in inexpressible_problem(m)
+    assert inexpressible_problem(load_model("llama3-8b")) is None
     s = Strategy(tp=1, pp=1, mbs=1, zero=1)
     assert "hybrid" in deepspeed_unsupported(s, m)
     assert deepspeed_unsupported(s, load_model("llama3-8b")) is None
@@ -177,7 +177,7 @@ def test_layers_kept_in_bf16_cost_the_bf16_rate_and_never_less_memory():
 
 def test_megatron_emits_the_layers_kept_in_bf16():
     from types import SimpleNamespace
-    from integrations.megatron import _precision_args
+    from autoplan.integrations.megatron import _precision_args
     m = load_model("llama3-8b").model_copy(update={"bf16_last_layers": 4})
     fp8 = Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="mxfp8")
     args = _precision_args(SimpleNamespace(strategy=fp8, cluster=load_cluster("b200", 8), model=m))

@@ -63,6 +63,7 @@ def plan_cmd(
     else:
         result = _run(problem, solver, top, seed, prof, quiet=as_json)
     _check_labels(problem, result)
+    _engine_model_note(problem)
     base_plan = _baseline(problem, baseline, baseline_from_megatron, prof)
     if not result.plans:
         _no_plan(result, problem, as_json)
@@ -80,6 +81,21 @@ def plan_cmd(
         print_json(payload)
         return
     _print(result, problem, base_plan, explain, objective)
+
+
+def _engine_model_note(problem) -> None:
+    """Say up front when the engine's launch files cannot express the model (the plans are still priced: another
+    engine or Megatron-Bridge can run them), instead of leaving it to a refusal at emit time."""
+    import sys
+
+    if problem.engine != "megatron":
+        return
+    from autoplan.integrations.megatron import inexpressible_problem
+
+    problem_text = inexpressible_problem(problem.model)
+    if problem_text:
+        print(f"note: the plans are priced, but `emit --format megatron` will refuse them: {problem_text}",
+              file=sys.stderr)
 
 
 def search_constraints(fixed: dict, excluded: dict):
