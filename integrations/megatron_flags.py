@@ -52,6 +52,7 @@ READ_FLAGS = frozenset({
     "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
     "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
+    "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -297,6 +298,11 @@ def _overlaps(f: Dict[str, Optional[str]], s: Dict[str, Any], is_moe: bool) -> D
         out["tp_comm_overlap"] = "tp-comm-overlap" in f
     if "grad-reduce-in-bf16" in f:
         out["grad_reduce_bf16"] = True
+    # [V] arguments.py: the moments' dtypes apply only with --use-precision-aware-optimizer; fp32 moments (the
+    # default) stay priced at 12 bytes per parameter, and fp16 / fp8 moments are priced as bf16's or above.
+    if "use-precision-aware-optimizer" in f and s["zero"] == 1 and \
+            typed(f, "exp-avg-dtype", str, "fp32") != "fp32" and typed(f, "exp-avg-sq-dtype", str, "fp32") != "fp32":
+        out["adam_bf16_states"] = True
     if is_moe:
         out["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
         if _flex_dedup_dispatcher(f):

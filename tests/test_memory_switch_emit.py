@@ -26,3 +26,13 @@ def test_fused_weighted_squared_relu_is_not_emitted_silently():
     relu = MIXTRAL.model_copy(update={"activation": "gelu"})
     with pytest.raises(InputError, match="fused_weighted_squared_relu=true has no Megatron-LM command-line flag"):
         megatron_args(make_plan(relu, 64, 4096, 256, ep=8, fused_weighted_squared_relu=True))
+
+
+def test_bf16_moments_round_trip_and_fp32_moments_stay_at_twelve_bytes(tmp_path):
+    from autoplan.integrations.importers import from_megatron_args
+    from autoplan.integrations.megatron import emit_megatron
+    path = tmp_path / "megatron_args.txt"
+    path.write_text(emit_megatron(make_plan(LLAMA_8B, 8, 4096, 32, zero=1, adam_bf16_states=True))["megatron_args.txt"])
+    assert from_megatron_args(str(path)).strategy.get("adam_bf16_states")
+    fp32_moments = path.read_text().replace("--exp-avg-dtype bf16", "--exp-avg-dtype fp32")
+    assert not from_megatron_args(fp32_moments).strategy.get("adam_bf16_states")
