@@ -240,6 +240,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         te_cross_entropy=bool(facts and facts.te_cross_entropy),
         expandable_segments=bool(facts and facts.expandable_segments),
         adam_bf16_states=bool(facts and facts.adam_bf16_states and not fsdp),  # Bridge drops it under FSDP
+        pipeline_layout=facts.pipeline_layout if facts and pp > 1 else None,
         fused_weighted_squared_relu=bool(facts and facts.fused_weighted_squared_relu and model.is_moe
                                          and not model.gated_mlp),
     )

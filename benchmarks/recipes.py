@@ -86,6 +86,7 @@ class RecipeFacts:
     te_cross_entropy: bool = False  # TransformerEngine fused cross entropy (gradient written into the logits)
     adam_bf16_states: bool = False  # precision-aware optimizer with bf16 Adam moments
     fused_weighted_squared_relu: bool = False  # MoE squared ReLU weighted in Megatron's fused kernel
+    pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -151,7 +152,8 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
         modules = deepseek_v3_modules(gpu, release, pp, vpp, ep)
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
-                           moe_a2a_overlap=a2a, moe_flex_dispatcher=True, adam_bf16_states=True, **common)
+                           moe_a2a_overlap=a2a, moe_flex_dispatcher=True, adam_bf16_states=True,
+                           pipeline_layout=deepseek_v3_layout(gpu, pp, vpp), **common)
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
@@ -167,6 +169,22 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
                            moe_flex_dispatcher=True, fused_weighted_squared_relu=True, **common)
     return RecipeFacts(**common)
+
+
+def deepseek_v3_layout(gpu: str, pp: str, vpp: str) -> Optional[str]:
+    """The pipeline layout the DeepSeek-V3 recipes set (src/megatron/bridge/recipes/deepseek/deepseek_v3.py
+    `set_deepseek_v3_pipeline_model_parallel_layout` layout_map, and the perf presets' `pp_layout`): 16 virtual
+    stages (pp x vpp = 16) hold the embedding with 4 layers, 14 x 4 layers, then 1 layer, the MTP block and the
+    loss; pp 8 vpp 4 (H100 preset) 1, 30 x 2, then MTP and loss; pp 8 alone 8, 6 x 8, then 5. None where no
+    config sets one (Megatron's even split)."""
+    stages = int(pp or 1) * int(vpp or 1)
+    if stages == 16 and pp in ("2", "4", "8", "16"):
+        return "Et*4|(t*4|)*14tmL"
+    if gpu == "h100" and (pp, vpp) == ("8", "4"):
+        return "Et|(tt|)*30mL"
+    if (pp, vpp) == ("8", "1"):
+        return "Et*8|(t*8|)*6t*5mL"
+    return None
 
 
 def deepseek_v3_modules(gpu: str, release: str, pp: str, vpp: str, ep: str) -> str:
