@@ -84,11 +84,9 @@ def rope_scaling(c: Config) -> Dict[str, Any]:
     if kind == "llama3":
         return dict(rope_scaling="llama3", rope_scaling_factor=factor)
     if kind == "yarn":  # defaults as transformers' _compute_yarn_parameters: mscale 1 (0 = unused), betas 32 and 1
-        betas = (float(scaling.get("beta_fast") or 32.0), float(scaling.get("beta_slow") or 1.0))
-        if betas != (32.0, 1.0):
-            c.notes.append(f"rope_scaling beta_fast={betas[0]:g}, beta_slow={betas[1]:g} are not carried: emitted "
-                           f"launch files use YaRN's 32 and 1")
         return dict(rope_scaling="yarn", rope_scaling_factor=factor,
+                    rope_beta_fast=float(scaling.get("beta_fast") or 32.0),
+                    rope_beta_slow=float(scaling.get("beta_slow") or 1.0),
                     rope_original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 0)),
                     rope_mscale=float(scaling.get("mscale") or 1.0),
                     rope_mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),

@@ -52,7 +52,9 @@ class ModelSpec(BaseModel):
     first_k_dense_layers: int = Field(0, ge=0, description="Leading layers that stay dense.")
 
     # Attention span.
-    sliding_window: int = Field(0, ge=0, description="Sliding-window size in tokens; 0 = none.")
+    sliding_window: int = Field(0, ge=0, description=(
+        "Sliding-window size: keys each query attends to, itself included, tokens (HF sliding_window; flash-attention "
+        "and Megatron --window-size left = this - 1); 0 = none."))
     num_sliding_window_layers: int = Field(0, ge=0, description="How many layers use the sliding window.")
 
     # What training needs to match the released model, without effect on time or memory (written by the emitters).
@@ -68,6 +70,12 @@ class ModelSpec(BaseModel):
     rope_truncate: bool = Field(True, description=(
         "YaRN rounds its correction range to whole dimensions (HF rope_scaling.truncate, default true; gpt-oss "
         "false; Megatron --no-yarn-correction-range-round-to-int)."))
+    rope_beta_fast: float = Field(32.0, gt=0.0, description=(
+        "YaRN beta_fast, rotations per context length where interpolation stops (HF rope_scaling.beta_fast, default "
+        "32; Kimi-K2 1; Megatron --yarn-beta-fast, MLA fixed at 32)."))
+    rope_beta_slow: float = Field(1.0, gt=0.0, description=(
+        "YaRN beta_slow, rotations per context length where interpolation starts (HF rope_scaling.beta_slow, "
+        "default 1; Megatron --yarn-beta-slow, MLA fixed at 1)."))
     moe_aux_loss_coeff: float = Field(0.001, ge=0.0, description=(
         "Load-balancing loss weight (HF router_aux_loss_coef / aux_loss_alpha, default 0.001 as in transformers' "
         "MixtralConfig; Megatron --moe-aux-loss-coeff)."))

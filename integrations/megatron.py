@@ -148,9 +148,12 @@ def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
     if not (m.multi_latent_attention and m.rope_scaling == "yarn"):
         return []
     original = m.rope_original_max_position_embeddings
+    betas = (m.rope_beta_fast, m.rope_beta_slow)
     return [
         ("MLA YaRN without rounding of the correction range (rope_truncate=false)", not m.rope_truncate),
         (f"MLA YaRN original_max_position_embeddings={original} (Megatron fixes 4096)", original not in (0, 4096)),
+        (f"MLA YaRN rope_beta_fast={_num(betas[0])}, rope_beta_slow={_num(betas[1])} (Megatron fixes 32 and 1)",
+         betas != (32.0, 1.0)),
     ]
 
 
@@ -198,7 +201,9 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
     a += ["--qk-layernorm"] if m.qk_layernorm else []
     if m.sliding_window and m.num_sliding_window_layers:
-        a += ["--window-size", f"{m.sliding_window},0"]
+        # flash-attention's (left, right) window: `left` keys before the query plus itself, so HF sliding_window
+        # 128 is 127,0 (Megatron-LM examples/gptoss/02_train.sh --window-size 127,0).
+        a += ["--window-size", f"{m.sliding_window - 1},0"]
         if m.num_sliding_window_layers != m.num_layers:
             a += ["--window-attn-skip-freq", "2"]  # layer_number % 2 != 0 -> window (core/transformer/utils.py)
     a += ["--seq-length", str(seq_len), "--max-position-embeddings", str(max(m.max_position_embeddings, seq_len)),
@@ -234,6 +239,9 @@ def _position_args(m: ModelSpec) -> List[str]:
         a += ["--mscale", _num(m.rope_mscale)] if m.rope_mscale != 1.0 else []
         a += ["--mscale-all-dim", _num(m.rope_mscale_all_dim)] if m.rope_mscale_all_dim else []
         a += [] if m.rope_truncate else ["--no-yarn-correction-range-round-to-int"]  # gpt-oss truncate=false
+        # --yarn-beta-fast / --yarn-beta-slow (arguments.py; the same mapping, defaults 32 and 1).
+        a += ["--yarn-beta-fast", _num(m.rope_beta_fast)] if m.rope_beta_fast != 32.0 else []
+        a += ["--yarn-beta-slow", _num(m.rope_beta_slow)] if m.rope_beta_slow != 1.0 else []
         return a
     a = ["--position-embedding-type", "rope", "--rotary-base", _num(m.rotary_base)]
     if m.rotary_percent != 1.0:  # partial rotary (NeoX rotary_pct, HF partial_rotary_factor)

@@ -52,7 +52,7 @@ READ_FLAGS = frozenset({
     "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
     "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
-    "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype",
+    "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype", "yarn-beta-fast", "yarn-beta-slow",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",

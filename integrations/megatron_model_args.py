@@ -54,13 +54,19 @@ def _window(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]
         left = int(raw.strip("()").split(",")[0])
     except ValueError:
         raise InputError(f"--window-size expects 'left,right' integers, got {raw!r}") from None
+    if left == -1:  # flash-attention's -1: no limit on the left, i.e. full causal attention
+        return 0, 0
+    if left < 0:
+        raise InputError(f"--window-size left={left} must be >= 0 (keys before each query) or -1 (no window); "
+                         f"fix the arguments")
+    window = left + 1  # flash-attention's left keys plus the query itself: HF sliding_window (127,0 -> 128)
     skip = flags.get("window-attn-skip-freq")
     if skip is None:
-        return left, num_layers
+        return window, num_layers
     # core/transformer/utils.py is_layer_window_attention: int N -> layer_number % N != 0; list -> entry != 0.
     pattern = eval_pattern(skip, "window-attn-skip-freq") if "[" in skip else \
         [int((i + 1) % typed(flags, "window-attn-skip-freq", pos_int) != 0) for i in range(num_layers)]
-    return left, sum(pattern)
+    return window, sum(pattern)
 
 
 def _tokenizer_vocab(f: Dict[str, Optional[str]]) -> Tuple[Optional[int], str]:
@@ -176,7 +182,9 @@ def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool
                    rope_original_max_position_embeddings=typed(f, "yarn-original-max-position-embeddings", int, 0),
                    rope_mscale=typed(f, "mscale", float, 1.0),
                    rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0),
-                   rope_truncate="no-yarn-correction-range-round-to-int" not in f)
+                   rope_truncate="no-yarn-correction-range-round-to-int" not in f,
+                   rope_beta_fast=typed(f, "yarn-beta-fast", float, 32.0),  # [V] defaults 32 and 1
+                   rope_beta_slow=typed(f, "yarn-beta-slow", float, 1.0))
     elif "use-rope-scaling" in f:  # [V] Llama-3.x frequency scaling, factor default 8
         out.update(rope_scaling="llama3", rope_scaling_factor=typed(f, "rope-scaling-factor", float, 8.0))
     if typed(f, "softmax-type", str, "vanilla") == "learnable":  # [TC] softmax_type: a learned sink per head

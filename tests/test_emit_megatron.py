@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from autoplan.errors import InputError
-from autoplan.integrations.megatron import args_to_lines, emit_megatron, megatron_args, moe_layer_pattern
+from autoplan.integrations.megatron import args_to_lines, emit_megatron, inexpressible_problem, megatron_args
+from autoplan.integrations.megatron import moe_layer_pattern
 from engine_checks.golden import check_golden
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
                                  make_plan)
@@ -319,6 +320,9 @@ def test_gpt_yarn_correction_range_is_the_models(tmp_path):
 @pytest.mark.parametrize("update, word", [
     (dict(rope_truncate=False), "rope_truncate=false"),
     (dict(rope_original_max_position_embeddings=8192), "original_max_position_embeddings=8192"),
+    # Kimi-K2's HF rope_scaling beta_fast=1, beta_slow=1; MLATransformerConfig fixes 32 and 1 with no argument.
+    (dict(rope_beta_fast=1.0, rope_beta_slow=1.0), "rope_beta_fast=1, rope_beta_slow=1 (Megatron fixes 32 and 1)"),
+    (dict(rope_beta_slow=2.0), "rope_beta_fast=32, rope_beta_slow=2"),
 ])
 def test_mla_yarn_settings_without_an_argument_are_refused(update, word):
     yarn = dict(rope_scaling="yarn", rope_scaling_factor=40.0, rope_original_max_position_embeddings=4096)
@@ -326,6 +330,44 @@ def test_mla_yarn_settings_without_an_argument_are_refused(update, word):
     with pytest.raises(InputError, match=f"pretrain_gpt.py has no argument for MLA YaRN .*{re.escape(word)}"):
         emit_megatron(make_plan(model, 32, 4096, 256, tp=2, ep=8, sp=True))
     assert emit_megatron(make_plan(DEEPSEEK_V2_LITE.model_copy(update=yarn), 32, 4096, 256, tp=2, ep=8, sp=True))
+
+
+def test_catalogue_kimi_k2_is_refused_and_deepseek_v3_emitted():
+    # Kimi-K2 and DeepSeek-V3 differ in YaRN betas only as far as this rule goes (HF 1/1 against 32/1).
+    from autoplan.modelio import load_model
+
+    kimi, v3 = load_model("kimi-k2"), load_model("deepseek-v3")
+    assert (kimi.rope_beta_fast, kimi.rope_beta_slow, v3.rope_beta_fast, v3.rope_beta_slow) == (1.0, 1.0, 32.0, 1.0)
+    assert "rope_beta_fast=1, rope_beta_slow=1" in inexpressible_problem(kimi)
+    assert inexpressible_problem(v3) is None
+
+
+def test_gpt_yarn_betas_are_the_models(tmp_path):
+    # Non-MLA YaRN: arguments.py --yarn-beta-fast / --yarn-beta-slow, mapped onto yarn_beta_fast / yarn_beta_slow by
+    # training/argument_utils.py _apply_yarn_config_from_args (defaults 32 and 1, written only when they differ).
+    from autoplan.integrations.importers import from_megatron_args
+
+    plan = make_plan(GPT_OSS.model_copy(update={"rope_beta_fast": 1.0, "rope_beta_slow": 0.5}), 32, 4096, 256, ep=8)
+    f = flags(plan)
+    assert (f["--yarn-beta-fast"], f["--yarn-beta-slow"]) == ("1", "0.5")
+    (tmp_path / "args.txt").write_text(emit_megatron(plan)["megatron_args.txt"])
+    back = from_megatron_args(str(tmp_path / "args.txt")).model
+    assert (back.rope_beta_fast, back.rope_beta_slow) == (1.0, 0.5)
+    plain = flags(make_plan(GPT_OSS, 32, 4096, 256, ep=8))
+    assert "--yarn-beta-fast" not in plain and "--yarn-beta-slow" not in plain
+
+
+def test_sliding_window_is_flash_attentions_left_count(tmp_path):
+    # HF sliding_window=128 attends to the query and 127 earlier keys; flash-attention's window_size=(127, 0) and
+    # Megatron-LM's examples/gptoss/02_train.sh --window-size 127,0 say the same.
+    from autoplan.integrations.importers import from_megatron_args
+
+    plan = make_plan(GPT_OSS, 32, 4096, 256, ep=8)
+    f = flags(plan)
+    assert f["--window-size"] == "127,0" and f["--window-attn-skip-freq"] == "2"
+    (tmp_path / "args.txt").write_text(emit_megatron(plan)["megatron_args.txt"])
+    back = from_megatron_args(str(tmp_path / "args.txt")).model
+    assert (back.sliding_window, back.num_sliding_window_layers) == (128, 18)
 
 
 def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_path):

@@ -139,8 +139,11 @@ def test_rope_scaling_is_carried_or_noted():
 
 def test_yarn_correction_range_is_read():
     assert load_model(str(HF / "gpt_oss_120b.json")).rope_truncate is False  # "truncate": false
-    kimi = load_model(str(HF / "kimi_k2.json"))  # "beta_fast": 1.0, "beta_slow": 1.0: not carried, noted
-    assert kimi.rope_truncate and any("beta_fast=1, beta_slow=1 are not carried" in n for n in kimi.notes)
+    kimi = load_model(str(HF / "kimi_k2.json"))  # "beta_fast": 1.0, "beta_slow": 1.0
+    assert kimi.rope_truncate and (kimi.rope_beta_fast, kimi.rope_beta_slow) == (1.0, 1.0)
+    v3 = load_model(str(HF / "deepseek_v3.json"))  # "beta_fast": 32, "beta_slow": 1
+    assert (v3.rope_beta_fast, v3.rope_beta_slow) == (32.0, 1.0)
+    assert not any("beta" in n for n in kimi.notes + v3.notes)
 
 
 def test_model_notes_reach_estimate_output(capsys):

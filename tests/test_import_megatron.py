@@ -34,6 +34,11 @@ ROUND_TRIP.update({
         "attention_sinks": True, "swiglu_limit": 7.0, "moe_aux_loss_coeff": 0.9, "add_bias_linear": True,
         "add_qkv_bias": True, "sliding_window": 64, "num_sliding_window_layers": 4, "first_k_dense_layers": 0}),
         8, 128, 8, ep=4),
+    "yarn_betas": make_plan(LLAMA_8B.model_copy(update={"rope_scaling": "yarn", "rope_scaling_factor": 32.0,
+                                                        "rope_original_max_position_embeddings": 4096,
+                                                        "rope_beta_fast": 1.0, "rope_beta_slow": 0.5}), 8, 8192, 64),
+    "window_one_token": make_plan(TINY.model_copy(update={"sliding_window": 1, "num_sliding_window_layers": 4}),
+                                  8, 128, 8),
     "mla_yarn": make_plan(DEEPSEEK_V2_LITE.model_copy(update={
         "rope_scaling": "yarn", "rope_scaling_factor": 40.0, "rope_original_max_position_embeddings": 4096,
         "rope_mscale": 0.707, "rope_mscale_all_dim": 0.707}), 8, 1024, 32, ep=8),
@@ -142,11 +147,22 @@ def test_global_batch_defaults_to_mbs_times_dp_with_known_world():
     ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1 "
      "--num-experts 4 --moe-layer-freq '([1]*4).copy()'", "is not a list pattern"),
     ("--num-layers 2 --hidden-size 64 'unclosed", "quoting"),
+    ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 --vocab-size 9 --global-batch-size 1 "
+     "--window-size -2,0", "--window-size left=-2 must be >= 0"),
 ])
 def test_malformed_input_is_one_line_error(text, message):
     with pytest.raises(InputError, match=None) as err:
         from_megatron_args(text)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("window, expected", [("127,0", (128, 2)), ("(4095, 0)", (4096, 2)), ("-1,0", (0, 0))])
+def test_window_size_is_flash_attentions_left_count(window, expected):
+    # flash-attention window_size=(left, right): a query sees `left` earlier keys and itself, so HF sliding_window is
+    # left + 1; -1 is flash-attention's "no limit" (full causal attention).
+    model = from_megatron_args("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+                               f"--vocab-size 9 --global-batch-size 1 --window-size '{window}'").model
+    assert (model.sliding_window, model.num_sliding_window_layers) == expected
 
 
 @pytest.mark.parametrize("dispatcher, expected", [

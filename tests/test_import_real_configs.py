@@ -43,7 +43,7 @@ MEGATRON = {
     "gptoss_02_train.sh": (
         ["--strategy", "pp=4"],
         dict(num_layers=12, hidden_size=512, num_attention_heads=64, num_experts=4, activation="swiglu",
-             sliding_window=127, num_sliding_window_layers=6, vocab_size=128256, attention_sinks=True,
+             sliding_window=128, num_sliding_window_layers=6, vocab_size=128256, attention_sinks=True,
              swiglu_limit=7.0, moe_aux_loss_coeff=0.001),
         dict(tp=1, pp=8, ep=1, zero=1, fp8="hybrid", fp8_param=True, recompute="selective"),
         (8192, 128, 8)),
