@@ -110,6 +110,7 @@ def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw:
                         window: int = 0):
     """Causal flash attention forward (bf16 even under FP8 recipes, as in TransformerEngine)."""
     dims = (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim) if m.multi_latent_attention else 2 * m.kv_channels
+    # `window` counts the query itself (HF sliding_window = Megatron --window-size left + 1), as in flops.py.
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     flops = 2.0 * sh.tokens * keys * sh.heads * dims
     return flops / (hw.peak_flops_bf16 * attention_efficiency(m, cal) * hw.attention_scale) + cal.kernel_overhead_s

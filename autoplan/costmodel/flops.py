@@ -27,6 +27,7 @@ def attention_core_flops_per_token(m: ModelSpec, seq_len: int, window: int = 0) 
         dims = m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim
     else:
         dims = 2 * m.kv_channels
+    # `window` counts the query itself (HF sliding_window = Megatron --window-size left + 1), as the kernel attends.
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     return 2.0 * a * dims * keys
 
