@@ -1,9 +1,10 @@
 """Fuzz acceptance: over >= 20 (model x GPU x size) setups, every top-10 Megatron plan and top-5 DeepSpeed plan the
 search returns is emitted without refusal and accepted by the engines' own checks at its world size
-(benchmarks/engine_fuzz.py prints the same counts)."""
+(benchmarks/engine_fuzz.py prints the same counts); the models whose Megatron launch is refused whatever the plan
+(MODEL_REFUSED) are checked apart."""
 import pytest
 
-from benchmarks.engine_fuzz import DEEPSPEED_TOP, MEGATRON_TOP, SETUPS, run_fuzz, summary
+from benchmarks.engine_fuzz import DEEPSPEED_TOP, MEGATRON_TOP, MODEL_REFUSED, SETUPS, model_refusals, run_fuzz, summary
 
 pytestmark = pytest.mark.slow
 
@@ -23,3 +24,10 @@ def test_every_searched_plan_is_accepted_by_its_engine(tmp_path):
     with_plans = {r.setup for r in items["deepspeed"]}
     assert len(with_plans) >= len(SETUPS) - 2
     assert counts["deepspeed"]["accepted"] == counts["deepspeed"]["plans"] >= DEEPSPEED_TOP * (len(SETUPS) - 2)
+
+
+def test_models_megatron_cannot_express_are_refused_and_not_searched():
+    # Counted apart from the setups: the emitter refuses these models whatever the plan.
+    rules = model_refusals()
+    assert set(rules) == set(MODEL_REFUSED) and not {s[0] for s in SETUPS} & set(MODEL_REFUSED)
+    assert "MLA YaRN rope_beta_fast=1, rope_beta_slow=1" in rules["kimi-k2"]
