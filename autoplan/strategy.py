@@ -155,8 +155,9 @@ class Strategy(BaseModel):
     def distributed_optimizer(self) -> bool:
         return self.zero >= 1
 
-    def label(self) -> str:
-        """Short human label, e.g. 'tp8 pp4 v2 dp8 mbs1 sp sel'."""
+    def label(self, moe: bool = False) -> str:
+        """Short human label, e.g. 'tp8 pp4 v2 dp8 mbs1 sp sel'. With moe=True the expert TP degree is shown whenever
+        it differs from tp (also at ep=1, where etp1 under tp2 is a different plan from etp2)."""
         parts = [f"tp{self.tp}", f"pp{self.pp}"]
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
@@ -164,7 +165,7 @@ class Strategy(BaseModel):
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
-        if self.etp != self.tp and self.ep > 1:
+        if self.etp != self.tp and (self.ep > 1 or moe):
             parts.append(f"etp{self.etp}")
         if self.dp:
             parts.append(f"dp{self.dp}")

@@ -8,6 +8,8 @@ layer count of a rank; their coefficients come from the vectorised cost model it
 counts), so CP-SAT and enumeration price the same physics. The returned plans are re-priced exactly."""
 from __future__ import annotations
 
+import json
+
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -172,11 +174,11 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
     merged = Layouts(**{k: np.concatenate([getattr(r, k) for r in refined]) for k in lay.__dict__})
     ev = price(problem, merged, profile=profile)
     fits = ev.fits(problem.mem_headroom)
-    # Deduplicate identical strategies, best first.
+    # Deduplicate identical strategies (every key, not the label, which can leave out e.g. etp), best first.
     order = [int(j) for j in np.argsort(ev.step_time_s, kind="stable") if fits[j]]
     seen, keep = set(), []
     for j in order:
-        key = merged.strategy(j).label()
+        key = json.dumps(merged.strategy(j).to_dict(), sort_keys=True)
         if key not in seen:
             seen.add(key)
             keep.append(j)

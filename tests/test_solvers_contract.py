@@ -1,4 +1,5 @@
 """One behavioural suite for every solver; brute force is the oracle on small problems."""
+import json
 import time
 
 import numpy as np
@@ -147,3 +148,24 @@ def test_fixed_flex_dispatcher_applies_where_experts_are_parallel():
     for i in np.flatnonzero(lay.ep > 1)[:5]:
         s = lay.strategy(int(i))
         assert s.moe_flex_dispatcher and validate(base.model, base.cluster, base.workload, s).moe_flex_dispatcher
+
+
+def test_plans_differing_only_in_expert_tp_are_both_kept():
+    """etp1 and etp2 under tp2, ep1 are different MoE plans: the search keeps both and the table tells them apart."""
+    from autoplan.cluster import ClusterSpec
+    from autoplan.modelio import load_model
+    from autoplan.clusterio import load_gpu
+    from autoplan.solvers.api import solve
+    from autoplan.solvers.space import Problem
+    from autoplan.workload import Workload
+
+    model = load_model("qwen3-30b-a3b")
+    problem = Problem(model, ClusterSpec(gpu=load_gpu("b200"), num_gpus=8),
+                      Workload(seq_len=4096, global_batch_size=256), fixed={"tp": [2], "ep": [1]})
+    plans = solve(problem, "cpsat", top_k=10).plans
+    assert len(plans) == 10
+    keys = {json.dumps(p.strategy.to_dict(), sort_keys=True) for p in plans}
+    assert len(keys) == len(plans)
+    assert {p.strategy.etp for p in plans} == {1, 2}
+    labels = {p.strategy.label(moe=True) for p in plans}
+    assert len(labels) == len(plans)

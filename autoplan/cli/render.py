@@ -73,7 +73,7 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
-        t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
+        t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
                   e.bottleneck)
     return t
