@@ -38,6 +38,8 @@ def variety():
                   recompute_method="block", recompute_layers=2),
         make_plan(LLAMA_8B, 8, 4096, 32, zero=3, fp8="hybrid", fp8_param=True, cpu_offload_layers=4),
         make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_flex_dispatcher=True),
+        make_plan(LLAMA_8B.model_copy(update={"bf16_first_layers": 1, "bf16_last_layers": 1}), 8, 4096, 32, gpu=B200,
+                  fp8="e4m3", fp8_recipe="nvfp4"),
         make_plan(GPT_OSS.model_copy(update={"rope_truncate": False, "rope_mscale": 0.707, "rope_mscale_all_dim": 1.0,
                                              "rotary_percent": 0.5}), 32, 4096, 256, ep=8),
     ]
