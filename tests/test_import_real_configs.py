@@ -140,3 +140,16 @@ def test_offloading_is_named_not_hidden():
     imported = from_deepspeed_config(DATA / "deepspeed" / "hf_ds_config_zero3.json", load_model("llama3-8b"), 8,
                                      gbs=64)
     assert sum("offload" in n and "not modelled" in n for n in imported.notes) == 2
+
+
+@pytest.mark.parametrize("name, need", [("train_gpt3_175b_distributed.sh", 128),
+                                        ("train_mixtral_8x7b_distributed.sh", 32)])
+def test_one_node_launcher_with_a_bigger_layout_asks_for_the_job_size(name, need):
+    """These scripts launch one 8-GPU node while their layout needs more: the error says how many to pass."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "estimate", "--from-megatron",
+                        str(DATA / "megatron" / name)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"needs at least {need}; pass --gpus N" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -127,6 +127,7 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
     world = gpus or imp.world_size
     if not world:
         raise InputError("the world size is not in the imported config; pass --gpus N")
+    _check_launcher_world(imp, gpus)
     notes = [f"--gpus {gpus} replaces the launcher's {imp.world_size}"] if gpus and imp.world_size not in (None, gpus) \
         else []
     c = load_cluster(cluster, world)
@@ -138,3 +139,24 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
 
         wl = Workload(seq_len=seq or wl.seq_len, global_batch_size=gbs or wl.global_batch_size)
     return m, c, wl, dict(imp.strategy), [f"read from {source}"] + list(imp.notes) + notes
+
+
+def _check_launcher_world(imp, gpus) -> None:
+    """Example scripts often launch one node while their layout needs many: say so, with the smallest job size that
+    the layout tiles, instead of the first layout rule the small world breaks."""
+    from autoplan.errors import InputError
+
+    if gpus is not None or not imp.world_size:
+        return
+    st = imp.strategy
+    model_parallel = st.get("tp", 1) * st.get("pp", 1) * st.get("cp", 1)
+    expert_parallel = st.get("etp", 1) * st.get("ep", 1) * st.get("pp", 1)
+    need = max(model_parallel, expert_parallel)
+    if imp.world_size % model_parallel == 0 and imp.world_size % expert_parallel == 0:
+        return
+    import math
+
+    tile = model_parallel * expert_parallel // math.gcd(model_parallel, expert_parallel)
+    raise InputError(f"the script's launcher runs {imp.world_size} GPUs but its layout (tp*pp*cp={model_parallel}, "
+                     f"etp*ep*pp={expert_parallel}) needs at least {need}; pass --gpus N with N a multiple of {tile} "
+                     f"(the job's real size, e.g. --gpus {max(tile, need)})")
