@@ -99,7 +99,8 @@ def _qwen3_moe(c: _Config) -> Dict[str, Any]:
 
 def _deepseek(c: _Config) -> Dict[str, Any]:
     """DeepSeek-V2/V3 (and Kimi K2, which reuses the V3 architecture): MLA + fine-grained MoE with shared experts.
-    The multi-token-prediction module (`num_nextn_predict_layers`) is not part of the main model and is ignored."""
+    `num_nextn_predict_layers` is read as the MTP depths: HF transformers skips those weights at inference, but
+    DeepSeek's training and the Megatron-Bridge recipes train them (mtp_num_layers=1); set 0 to plan without."""
     hidden = c.int_req("hidden_size")
     heads = c.int_req("num_attention_heads")
     num_layers = c.int_req("num_hidden_layers")
@@ -136,6 +137,7 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         shared_expert_ffn_hidden_size=n_shared * moe_ffn,
         first_k_dense_layers=first_k,
         moe_layer_freq=freq,
+        mtp_num_layers=int(c.get("num_nextn_predict_layers", 0)),
         gate_activation=gate_activation(c, "hidden_act"),
         **_aux_loss(c, "aux_loss_alpha"),
         **rope_scaling(c),

@@ -135,8 +135,11 @@ class ModelSpec(BaseModel):
     def _check(self) -> "ModelSpec":
         if self.hybrid_layer_pattern:
             self._check_hybrid()
-        if self.mtp_num_layers and not (self.is_hybrid and self.mtp_layer_pattern):
-            raise ValueError("mtp_num_layers > 0 is modelled for hybrid models with an mtp_layer_pattern only")
+        if self.mtp_num_layers and self.is_hybrid and not self.mtp_layer_pattern:
+            raise ValueError("mtp_num_layers > 0 on a hybrid model needs an mtp_layer_pattern (e.g. '*E')")
+        if self.mtp_layer_pattern and not self.is_hybrid:
+            raise ValueError(f"mtp_layer_pattern={self.mtp_layer_pattern!r} is for hybrid models; a GPT model's "
+                             f"MTP depth is one layer of its own kind, leave it empty")
         if self.bf16_first_layers + self.bf16_last_layers > self.num_layers:
             raise ValueError(f"bf16_first_layers + bf16_last_layers = {self.bf16_first_layers + self.bf16_last_layers}"
                              f" cannot exceed num_layers={self.num_layers}")
@@ -185,6 +188,15 @@ class ModelSpec(BaseModel):
     def is_hybrid(self) -> bool:
         """A Mamba / attention hybrid described by `hybrid_layer_pattern`."""
         return bool(self.hybrid_layer_pattern)
+
+    @property
+    def mtp_depth_pattern(self) -> str:
+        """Layers of one MTP depth in hybrid symbols: the hybrid's `mtp_layer_pattern`, else one decoder layer of
+        the model's own kind, attention then MoE or MLP (Megatron gpt_layer_specs.py get_gpt_mtp_block_spec builds
+        the depth from the decoder's last layer spec; DeepSeek-V3: MLA + MoE)."""
+        if self.is_hybrid:
+            return self.mtp_layer_pattern
+        return "*E" if self.is_moe else "*-"
 
     def layer_count(self, symbol: str) -> int:
         """Layers of one hybrid symbol (M, *, -, E); 0 for a standard decoder."""

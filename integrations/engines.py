@@ -144,6 +144,9 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
     (lambda v, m: m.is_hybrid,
      lambda s, m: f"ds_train.py builds decoder layers of attention + MLP, not {m.name}'s Mamba / attention hybrid "
                   f"pattern; use --engine megatron"),
+    (lambda v, m: m.mtp_num_layers > 0,
+     lambda s, m: f"ds_train.py builds no multi-token-prediction depth (mtp_num_layers={m.mtp_num_layers}); "
+                  f"use --engine megatron or plan the model with mtp_num_layers=0"),
     (lambda v, m: (v.pp > 1) & v.full & v.block,
      lambda s, m: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, "
                   f"pp={s.pp}); use recompute_method=uniform"),

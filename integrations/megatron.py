@@ -378,7 +378,8 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan."""
     check_megatron_plan(plan)
     m, s = plan.model, plan.strategy
-    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + _parallel_args(m, s)
+    mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
+    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
             + _precision_args(plan) + _recompute_args(s) + _optimizer_args(m, s)
             + _training_args(plan, probe, probe_iters))
 

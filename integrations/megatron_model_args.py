@@ -158,7 +158,8 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
                       moe_ffn_hidden_size=typed(f, "moe-ffn-hidden-size", pos_int, ffn),
                       shared_expert_ffn_hidden_size=typed(f, "moe-shared-expert-intermediate-size", int, 0),
                       first_k_dense_layers=first_dense, moe_layer_freq=freq)
-    _unpriced_notes(f, notes)
+    if "hybrid-override-pattern" not in f:  # [V] --mtp-num-layers, default None: no MTP depth
+        values["mtp_num_layers"] = typed(f, "mtp-num-layers", int, 0)
     values.update(overrides)
     try:
         return ModelSpec(**values)
@@ -195,10 +196,3 @@ def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool
         out["moe_aux_loss_coeff"] = typed(f, "moe-aux-loss-coeff", lambda v: float(v.split()[0]), 0.0)
     return out
 
-
-def _unpriced_notes(f: Dict[str, Optional[str]], notes: List[str]) -> None:
-    """Say which read arguments change the model in ways the cost model does not price."""
-    mtp = typed(f, "mtp-num-layers", int, 0)
-    if mtp:
-        notes.append(f"--mtp-num-layers {mtp}: the multi-token-prediction layers are not priced (time and memory "
-                     f"of {mtp} extra layer(s) on the last stage are missing)")

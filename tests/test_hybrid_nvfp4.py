@@ -32,8 +32,11 @@ def test_pattern_must_match_num_layers_and_use_known_symbols():
         ModelSpec(**TINY, num_layers=2, hybrid_layer_pattern="MX")
     with pytest.raises(ValidationError, match="num_experts"):
         ModelSpec(**TINY, num_layers=2, hybrid_layer_pattern="ME")
-    with pytest.raises(ValidationError, match="mtp"):
-        ModelSpec.model_validate({**load_model("llama3-8b").model_dump(), "mtp_num_layers": 1})
+    with pytest.raises(ValidationError, match="mtp_layer_pattern"):  # a GPT model's MTP depth is its own layer kind
+        ModelSpec.model_validate({**load_model("llama3-8b").model_dump(), "mtp_num_layers": 1,
+                                  "mtp_layer_pattern": "*-"})
+    with pytest.raises(ValidationError, match="mtp_layer_pattern"):  # a hybrid names its depth's layers
+        ModelSpec(**TINY, num_layers=2, hybrid_layer_pattern="M*", mtp_num_layers=1)
 
 
 def test_pattern_decides_the_moe_layers():

@@ -36,9 +36,9 @@ def _setup(model: str, gpus: int, gbs: int = 1536, seq: int = 8192, gpu: str = "
     ("llama3.1-405b", 1024, "tp=8,pp=16,vpp=8", "account_for_embedding"),
     ("qwen3-235b-a22b", 256, "tp=4,pp=4,vpp=1,ep=8", "account_for_embedding"),
     ("qwen3-235b-a22b", 256, "tp=4,pp=8,vpp=4,ep=8", "account_for_embedding"),
-    ("deepseek-v3", 1024, "tp=2,pp=16,vpp=1,ep=64", "pipeline_layout=Et*4|(t*4|)*14tL"),
-    ("deepseek-v3", 1024, "tp=2,pp=8,vpp=4,ep=64", "pipeline_layout=Et|(t*2|)*30L"),
-    ("deepseek-v3", 1024, "tp=2,pp=2,vpp=1,ep=64", "pipeline_layout=Et*31|t*30L"),
+    ("deepseek-v3", 1024, "tp=2,pp=16,vpp=1,ep=64", "pipeline_layout=Et*4|(t*4|)*14tmL"),
+    ("deepseek-v3", 1024, "tp=2,pp=8,vpp=4,ep=64", "pipeline_layout=Et|(t*2|)*30mL"),
+    ("deepseek-v3", 1024, "tp=2,pp=2,vpp=1,ep=64", "pipeline_layout=Et*31|t*30mL"),
     ("deepseek-v3", 1024, "tp=2,pp=16,vpp=2,ep=64", "pipeline_layout="),
 ])
 def test_published_layouts_are_priced_with_bridge_split(model, gpus, keys, want):
@@ -65,8 +65,8 @@ def test_llama405b_bridge_split_is_megatrons():
 
 def test_bridge_deepseek_layout_map():
     m = load_model("deepseek-v3")
-    assert PS.bridge_split(m, 4, 1)[0] == {"pipeline_layout": "Et*16|t*16|t*16|t*13L"}
-    assert PS.bridge_split(m, 8, 2)[0] == {"pipeline_layout": "Et*4|(t*4|)*14tL"}
+    assert PS.bridge_split(m, 4, 1)[0] == {"pipeline_layout": "Et*16|t*16|t*16|t*13mL"}
+    assert PS.bridge_split(m, 8, 2)[0] == {"pipeline_layout": "Et*4|(t*4|)*14tmL"}
 
 
 # ---- Megatron's rules --------------------------------------------------------------------------------------
@@ -85,6 +85,7 @@ def test_account_rules():
 
 def test_layout_rules():
     m, c, wl = _setup("deepseek-v3", 1024, gbs=2048, seq=4096)
+    m = m.model_copy(update={"mtp_num_layers": 0})  # the catalogue's one MTP depth is covered by the next case
     base = dict(tp=2, pp=8, ep=64, sp=True)
     assert validate(m, c, wl, Strategy(**base, vpp=4, pipeline_layout="Et|(tt|)*30L"))
     cases = {
@@ -101,6 +102,10 @@ def test_layout_rules():
         assert msg and words in msg and "\n" not in msg, (layout, msg)
     uneven_middle = "Et*7|t*9|t*7|t*8|t*8|t*8|t*8|t*6L"
     assert "middle ranks" in first_broken_rule(m, c, wl, Strategy(**base, pipeline_layout=uneven_middle))
+    with_mtp = m.model_copy(update={"mtp_num_layers": 1})
+    assert validate(with_mtp, c, wl, Strategy(**base, vpp=4, pipeline_layout="Et|(tt|)*30mL"))
+    assert "MTP layers m, the model has 1" in first_broken_rule(with_mtp, c, wl,
+                                                                Strategy(**base, vpp=4, pipeline_layout="Et|(tt|)*30L"))
 
 
 def test_parse_matches_megatron_core():
@@ -167,7 +172,7 @@ def test_search_reaches_llama405b_split_layouts():
 def test_search_reaches_deepseek_layouts():
     m, c, wl = _setup("deepseek-v3", 1024, gbs=8192, seq=4096)
     lay = enumerate_grid(Problem(m, c, wl, fixed={"tp": 2, "pp": 8, "vpp": 4, "ep": 64})).layouts
-    assert "Et|(t*2|)*30L" in set(lay.layout)
+    assert "Et|(t*2|)*30mL" in set(lay.layout)
 
 
 def test_every_split_of_a_small_odd_model_is_legal():
@@ -216,6 +221,7 @@ def test_layout_strings_survive_the_command_line():
 
 def test_vpp_is_read_from_a_layout_string():
     m, c, wl = _setup("deepseek-v3", 1024, gbs=8192, seq=4096)
+    m = m.model_copy(update={"mtp_num_layers": 0})
     s, _ = complete_strategy(m, c, wl, parse_strategy_text("tp=2,pp=8,ep=64,pipeline_layout=Et|(tt|)*30,L"))
     assert (s.pp, s.vpp, s.pipeline_layout) == (8, 4, "Et|(tt|)*30,L")
     assert s.first_stage_layers is None and not s.account_for_embedding

@@ -71,7 +71,7 @@ def hybrid_flops_per_token(m: ModelSpec, seq_len: int) -> float:
         moe += 4 * h * m.shared_expert_ffn_hidden_size * gated
     # MTP depths: Megatron counts the layers of the unified pattern (main | mtp | mtp ...) and one more LM head
     # per depth (`hybrid_flops` logits term x (1 + mtp_num_layers)); its eh_proj is not counted there.
-    count = {k: m.layer_count(k) + m.mtp_num_layers * m.mtp_layer_pattern.count(k) for k in "*-ME"}
+    count = {k: m.layer_count(k) + m.mtp_num_layers * m.mtp_depth_pattern.count(k) for k in "*-ME"}
     fwd = count["*"] * attn + count["-"] * mlp + count["M"] * mamba + count["E"] * moe + \
         2 * h * m.vocab_size * (1 + m.mtp_num_layers)
     return 3.0 * fwd
@@ -89,6 +89,12 @@ def model_flops_per_token(m: ModelSpec, seq_len: int) -> float:
         window = m.sliding_window if i < n_window else 0
         fwd += layer_flops_per_token(m, seq_len, moe, window)
     fwd += 2.0 * m.hidden_size * m.vocab_size  # LM head
+    # MTP depths (Megatron training.py transformer_flops): each counts one more layer of the last layer's kind,
+    # 2 x (3h + 2h^2) for its norms and eh_proj, and one more LM head: 2 h V x (mtp_num_layers + 1).
+    h = m.hidden_size
+    depth = layer_flops_per_token(m, seq_len, m.is_moe_layer(m.num_layers - 1), 0) \
+        + 2.0 * (3 * h + 2 * h * h) + 2.0 * h * m.vocab_size
+    fwd += m.mtp_num_layers * depth
     return 3.0 * fwd
 
 
