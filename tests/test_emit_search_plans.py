@@ -38,8 +38,11 @@ def search(tmp_path, engine, model, gpu, gpus, seq, gbs):
 @pytest.mark.parametrize("engine", ["megatron", "deepspeed"])
 @pytest.mark.parametrize("setup", SETUPS, ids=[s[0] for s in SETUPS])
 def test_every_searched_plan_is_emitted(tmp_path, engine, setup):
+    if engine == "deepspeed" and setup[0] == "deepseek-v3":
+        pytest.skip("DeepSeek-V3 trains with an MTP depth, which ds_train.py does not build: "
+                    "test_deepspeed_has_no_plan_for_an_mtp_model")
     path, count = search(tmp_path, engine, *setup)
-    assert count >= 5, f"{setup}: the search returned {count} plans"  # DeepSpeed on DeepSeek-V3 finds 6
+    assert count >= 5, f"{setup}: the search returned {count} plans"
     for i in range(count):
         plan = load_plan(str(path), i)
         files = emit_files(plan, engine)  # raises InputError on a refusal
@@ -70,3 +73,14 @@ def test_search_mask_and_emitter_rule_agree(model):
     expected = np.array([deepspeed_unsupported(s, model) is not None for s in strategies])
     assert expected.any() and (~expected).any()
     assert blocked.tolist() == expected.tolist()
+
+
+def test_deepspeed_has_no_plan_for_an_mtp_model():
+    """DeepSeek-V3 (mtp_num_layers 1): every DeepSpeed candidate is left out by the same rule the emitter refuses."""
+    from autoplan.modelio import load_model
+
+    out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "deepseek-v3", "--cluster",
+                          "h800", "--gpus", "1024", "--seq", "4096", "--gbs", "512", "--engine", "deepspeed",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "no legal strategy" in out.stderr
+    assert "multi-token-prediction" in deepspeed_unsupported(Strategy(), load_model("deepseek-v3"))
