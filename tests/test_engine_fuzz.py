@@ -20,10 +20,12 @@ def test_every_searched_plan_is_accepted_by_its_engine(tmp_path):
     assert not problems, "\n".join(problems[:20])
     assert counts["megatron"]["plans"] == MEGATRON_TOP * len(SETUPS)
     assert counts["megatron"]["accepted"] == counts["megatron"]["plans"]
-    # DeepSpeed runs no expert or context parallelism: the largest MoE setups can hold fewer than 5 plans.
+    # DeepSpeed runs no expert or context parallelism: the largest MoE setups can hold fewer than 5 plans; the
+    # DeepSeek-V3 setups (one MTP depth, which ds_train.py does not build) hold none.
     with_plans = {r.setup for r in items["deepspeed"]}
-    assert len(with_plans) >= len(SETUPS) - 2
-    assert counts["deepspeed"]["accepted"] == counts["deepspeed"]["plans"] >= DEEPSPEED_TOP * (len(SETUPS) - 2)
+    assert with_plans == {s for s in SETUPS if s[0] != "deepseek-v3"}
+    # 128 plans over the 26 setups on 2026-12-03: every one but a large MoE setup holds DEEPSPEED_TOP.
+    assert counts["deepspeed"]["accepted"] == counts["deepspeed"]["plans"] > (DEEPSPEED_TOP - 1) * len(with_plans)
 
 
 def test_models_megatron_cannot_express_are_refused_and_not_searched():

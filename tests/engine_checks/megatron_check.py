@@ -71,6 +71,7 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
         account_for_embedding_in_pipeline_split="account-for-embedding-in-pipeline-split" in flags,
         account_for_loss_in_pipeline_split="account-for-loss-in-pipeline-split" in flags,
         pipeline_model_parallel_layout=flags.get("pipeline-model-parallel-layout"),
+        mtp_num_layers=num("mtp-num-layers"),
         bf16="bf16" in flags, params_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
         pipeline_dtype=torch.bfloat16 if "bf16" in flags else torch.float32,
         fp8=flags.get("fp8-format"), fp8_recipe=flags.get("fp8-recipe", "delayed"),
