@@ -138,3 +138,15 @@ def test_plan_says_up_front_when_megatron_cannot_express_the_model():
     assert r.returncode == 0, r.stderr
     assert "emit --format megatron` will refuse" in r.stderr and "GeGLU" in r.stderr
     assert len(__import__("json").loads(r.stdout)["plans"]) == 1
+
+
+def test_deepspeed_without_a_plan_for_the_model_names_the_rule():
+    """DeepSeek-V3 trains with an MTP depth that ds_train.py does not build: the no-plan message says so."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--engine", "deepspeed", "--model",
+                        "deepseek-v3", "--cluster", "h800", "--gpus", "2048", "--seq", "4096", "--gbs", "8192"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "multi-token-prediction" in r.stderr and "mtp_num_layers=0" in r.stderr

@@ -320,6 +320,17 @@ def _search_summary(result) -> dict:
             "feasible": result.feasible, "wall_s": round(result.wall_s, 3), "rejected": result.infeasible}
 
 
+def _engine_refuses_model(problem):
+    """The engine's reason when it cannot run the model under any strategy (checked on the plainest one: no tp, pp,
+    cp, ep, fp8 or recompute), or None."""
+    if problem.engine != "deepspeed":
+        return None
+    from autoplan.integrations.engines import deepspeed_unsupported
+    from autoplan.strategy import Strategy
+
+    return deepspeed_unsupported(Strategy(), problem.model)
+
+
 def _no_plan(result, problem, as_json):
     import sys
 
@@ -332,7 +343,10 @@ def _no_plan(result, problem, as_json):
             from autoplan.errors import InputError
 
             raise InputError(reason)
-    if result.space_size == 0:
+    model_refusal = _engine_refuses_model(problem) if result.space_size == 0 else None
+    if model_refusal:
+        msg = f"no {problem.engine} plan for {problem.model.name}: {model_refusal}"
+    elif result.space_size == 0:
         msg = (f"no legal strategy for {problem.model.name} on {n} x {problem.cluster.gpu.id} with seq "
                f"{problem.workload.seq_len}, gbs {problem.workload.global_batch_size}"
                f"{' and the given --fix/--exclude' if problem.fixed or problem.excluded else ''}; "
