@@ -82,5 +82,6 @@ def test_deepspeed_has_no_plan_for_an_mtp_model():
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "deepseek-v3", "--cluster",
                           "h800", "--gpus", "1024", "--seq", "4096", "--gbs", "512", "--engine", "deepspeed",
                           "--json"], capture_output=True, text=True, timeout=300)
-    assert out.returncode != 0 and "no legal strategy" in out.stderr
+    assert out.returncode == 1 and "no deepspeed plan for deepseek-v3" in out.stderr
+    assert "multi-token-prediction" in out.stderr
     assert "multi-token-prediction" in deepspeed_unsupported(Strategy(), load_model("deepseek-v3"))
