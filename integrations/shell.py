@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import shlex
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from autoplan.integrations.shell_expand import Expander, ShellScript, condition, matching
 
@@ -93,26 +93,37 @@ def _words(text: str) -> List[str]:
         return text.split()
 
 
-def _raw_words(text: str) -> List[str]:
-    """Words split at unquoted blanks, quotes kept (each is expanded afterwards)."""
-    words, current, quote, i = [], [], None, 0
+def _units(text: str) -> Iterator[Tuple[int, str, bool]]:
+    """(index, unit, quoted) for each character of `text`, a backslash escape (outside single quotes) as one unit;
+    quoted is True inside quotes, for the quote marks themselves and for escapes: only unquoted units separate."""
+    quote, i = None, 0
     while i < len(text):
         ch = text[i]
         if ch == "\\" and quote != "'" and i + 1 < len(text):
-            current.append(text[i:i + 2])
+            yield i, text[i:i + 2], True
             i += 2
             continue
         if quote:
             quote = None if ch == quote else quote
+            yield i, ch, True
         elif ch in "'\"":
             quote = ch
-        elif ch in " \t\n":
+            yield i, ch, True
+        else:
+            yield i, ch, False
+        i += 1
+
+
+def _raw_words(text: str) -> List[str]:
+    """Words split at unquoted blanks, quotes kept (each is expanded afterwards)."""
+    words, current = [], []
+    for _, unit, quoted in _units(text):
+        if not quoted and unit in " \t\n":
             if current:
                 words.append("".join(current))
-            current, i = [], i + 1
+            current = []
             continue
-        current.append(ch)
-        i += 1
+        current.append(unit)
     if current:
         words.append("".join(current))
     return words
@@ -259,27 +270,18 @@ class _Reader:
 
 def split_statements(line: str) -> List[str]:
     """A logical line cut at each top-level `;` (not inside quotes, brackets or `;;`)."""
-    parts, current, quote, depth, i = [], [], None, 0, 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and quote != "'" and i + 1 < len(line):
-            current.append(line[i:i + 2])
-            i += 2
-            continue
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth = max(0, depth - 1)
-        elif ch == ";" and depth == 0 and not line.startswith(";", i + 1) and not (i and line[i - 1] == ";"):
-            parts.append("".join(current).strip())
-            current, i = [], i + 1
-            continue
-        current.append(ch)
-        i += 1
+    parts, current, depth = [], [], 0
+    for i, unit, quoted in _units(line):
+        if not quoted:
+            if unit in "({[":
+                depth += 1
+            elif unit in ")}]":
+                depth = max(0, depth - 1)
+            elif unit == ";" and depth == 0 and not line.startswith(";", i + 1) and not (i and line[i - 1] == ";"):
+                parts.append("".join(current).strip())
+                current = []
+                continue
+        current.append(unit)
     parts.append("".join(current).strip())
     return [p for p in parts if p]
 
