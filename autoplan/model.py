@@ -57,7 +57,8 @@ class ModelSpec(BaseModel):
         "and Megatron --window-size left = this - 1); 0 = none."))
     num_sliding_window_layers: int = Field(0, ge=0, description="How many layers use the sliding window.")
 
-    # What training needs to match the released model, without effect on time or memory (written by the emitters).
+    # What training needs to match the released model (written by the emitters). Most have no effect on time or
+    # memory; attention_sinks adds parameters, sandwich_norm and logit_softcapping are priced (costmodel/).
     rope_scaling: Literal["none", "llama3", "yarn"] = Field("none", description=(
         "RoPE scaling of the HF config's rope_scaling: llama3 (Megatron --use-rope-scaling) or yarn "
         "(--position-embedding-type yarn)."))
