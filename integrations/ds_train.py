@@ -454,11 +454,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "tokens_per_s": round(tokens_per_step / elapsed, 3),
                   "loss": None if loss is None or not math.isfinite(loss) else round(loss, 5), **_memory()}
         emit_line(ITER_PREFIX + json.dumps(record))
+    _shutdown(engine, rank, args.iters, world)
+    return 0
+
+
+def _shutdown(engine, rank: int, iters: int, world: int) -> None:
+    """Orderly teardown: the engine releases its hooks and ZeRO-3 gather handles (runtime/engine.py `destroy`)
+    before any rank tears down the process group, so no rank exits while a peer's collective is in flight."""
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    get_accelerator().synchronize()
+    engine.destroy()
     dist.barrier()
     if rank == 0:
-        emit_line(DONE_PREFIX + json.dumps({"iterations": args.iters, "world_size": world}))
+        emit_line(DONE_PREFIX + json.dumps({"iterations": iters, "world_size": world}))
+    dist.barrier()  # every rank has left the training loop and the engine before the group goes
     dist.destroy_process_group()
-    return 0
 
 
 def _local_params(model: nn.Module) -> int:
