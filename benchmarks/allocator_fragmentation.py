@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
-GIB = 1024 ** 3
+from autoplan.costmodel.hardware import GIB
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -141,9 +141,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '')!r}")
     print(f"layers {args.layers}, hidden {args.hidden}, ffn {args.ffn}, heads {args.heads}/{args.kv_heads}, "
           f"seq {args.seq}, mbs {args.mbs}, {args.micro_batches} micro batches x {args.steps} steps")
-    result = measure(args)
-    rows: List[str] = [f"  {key:22s} {value:10.4f}" for key, value in result.items()]
-    print("\n".join(rows))
+    for key, value in measure(args).items():
+        print(f"  {key:22s} {value:10.4f}")
     return 0
 
 
