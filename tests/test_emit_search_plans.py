@@ -76,12 +76,14 @@ def test_search_mask_and_emitter_rule_agree(model):
 
 
 def test_deepspeed_has_no_plan_for_an_mtp_model():
-    """DeepSeek-V3 (mtp_num_layers 1): every DeepSpeed candidate is left out by the same rule the emitter refuses."""
+    """DeepSeek-V3 (mtp_num_layers 1): every DeepSpeed candidate is left out by the same rule the emitter refuses,
+    and the no-plan message names that rule and its way out."""
     from autoplan.modelio import load_model
 
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "deepseek-v3", "--cluster",
                           "h800", "--gpus", "1024", "--seq", "4096", "--gbs", "512", "--engine", "deepspeed",
                           "--json"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1 and "no deepspeed plan for deepseek-v3" in out.stderr
-    assert "multi-token-prediction" in out.stderr
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "no deepspeed plan for deepseek-v3" in out.stderr
+    assert "multi-token-prediction" in out.stderr and "mtp_num_layers=0" in out.stderr
     assert "multi-token-prediction" in deepspeed_unsupported(Strategy(), load_model("deepseek-v3"))
