@@ -187,7 +187,7 @@ def split_vpps(model: ModelSpec, pp: int) -> List[int]:
     return sorted(v for v in vals if v <= 16)
 
 
-def _fixed_split(problem: Problem, splits: List[Split], pp: int, vpp: int) -> List[Split]:
+def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
     """The splits that match the split keys the user fixed (first/last stage layers, account_for_*, a layout)."""
     f = problem.fixed
 
@@ -195,8 +195,6 @@ def _fixed_split(problem: Problem, splits: List[Split], pp: int, vpp: int) -> Li
         v = f.get(key)
         return v[0] if isinstance(v, list) else v
 
-    if not any(k in f for k in SPLIT_KEYS):
-        return splits
     m, L = problem.model, problem.model.num_layers
     text = one("pipeline_layout")
     if text is not None:  # exactly that layout, where Megatron takes it and the cost model prices it
@@ -220,6 +218,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
     m, wl, world = problem.model, problem.workload, problem.cluster.num_gpus
     domain = problem.cluster.gpu.nvlink_domain_size
     L = m.num_layers
+    split_fixed = any(k in problem.fixed for k in SPLIT_KEYS)
     points = []
     for tp in _choices(problem, "tp", tp_choices(problem)):
         for cp in _choices(problem, "cp", _pow2_upto(world // tp)):
@@ -239,11 +238,10 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 if problem.engine == "deepspeed":
                     vpps = [1]
                 for vpp in _choices(problem, "vpp", vpps):
-                    splits = all_stage_splits(m, pp, vpp, uneven=problem.engine == "megatron")
-                    if problem.engine == "deepspeed" and ("first_stage_layers" in problem.fixed
-                                                          or "last_stage_layers" in problem.fixed):
-                        splits = all_stage_splits(m, pp, vpp, uneven=True)
-                    splits = _fixed_split(problem, splits, pp, vpp)
+                    if split_fixed:
+                        splits = _fixed_split(problem, pp, vpp)
+                    else:
+                        splits = all_stage_splits(m, pp, vpp, uneven=problem.engine == "megatron")
                     for ep, etp in _expert_choices(problem, tp, pp, cp, dp, domain):
                         for first, last, account, text in splits:
                             points.append(dict(tp=tp, cp=cp, pp=pp, vpp=vpp, first=first, last=last, ep=ep,
