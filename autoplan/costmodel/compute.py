@@ -13,6 +13,7 @@ import numpy as np
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.params import norms_per_layer
 from autoplan import recompute as R
 from autoplan.model import ModelSpec
 
@@ -169,7 +170,7 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attentio
     """Forward HBM traffic of norms, residual adds, rotary and activation functions for one layer, bytes.
     `attention=False` leaves out the attention half (a hybrid model's MoE layer, autoplan/costmodel/mamba.py)."""
     h = m.hidden_size
-    norms = 4 if m.sandwich_norm else 2  # + the post-attention / post-MLP norms (autoplan/costmodel/params.py)
+    norms = norms_per_layer(m)  # + the post-attention / post-MLP norms under sandwich_norm
     norms_and_residuals = (norms * 2 * h + 2 * 3 * h) * BF16 * sh.tokens_sp  # norms (r+w), 2 adds (2r+w)
     qk_dim = (m.qk_pos_emb_head_dim if m.multi_latent_attention else m.kv_channels)
     rotary = 2 * (sh.heads + sh.groups) * qk_dim * BF16 * sh.tokens
@@ -232,7 +233,7 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
         mlp = moe_gemm_time(m, sh, lay, hw, cal)
     else:
         mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
-    kernels = (10 if not moe else 18) + (2 if m.sandwich_norm else 0)
+    kernels = (10 if not moe else 18) + norms_per_layer(m) - 2  # the sandwich norms' extra kernels
     elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, kernels)
     return LayerTime(attn, core, mlp, elem)
 
