@@ -306,11 +306,11 @@ def choose_recompute(model: ModelSpec, cluster: ClusterSpec, s: Strategy, wl: Wo
     not (benchmarks/recipes_fit.py)."""
     if policy == "none":
         return with_recompute(s, "none"), False
+    written = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if facts else ("none", None, "")
     if policy == "written":
-        written = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if facts else ("none",)
         return with_recompute(s, *written), False
     recipe = policy == "recipe" and facts is not None
-    start = (facts.recompute, facts.recompute_layers, facts.recompute_modules) if recipe else ("none", None, "")
+    start = written if recipe else ("none", None, "")
     for k, (name, layers, modules) in enumerate(escalation(model, s, *start)):
         candidate = with_recompute(s, name, layers, modules)
         if estimate(model, cluster, candidate, wl, cal=cal).fits:
