@@ -460,16 +460,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _shutdown(engine, rank: int, iters: int, world: int) -> None:
     """Orderly teardown: the engine releases its hooks and ZeRO-3 gather handles (runtime/engine.py `destroy`)
-    before any rank tears down the process group, so no rank exits while a peer's collective is in flight."""
+    and every rank has done so (the barrier) before any rank tears down the process group."""
     import torch.distributed as dist
-    from deepspeed.accelerator import get_accelerator
 
-    get_accelerator().synchronize()
     engine.destroy()
     dist.barrier()
     if rank == 0:
         emit_line(DONE_PREFIX + json.dumps({"iterations": iters, "world_size": world}))
-    dist.barrier()  # every rank has left the training loop and the engine before the group goes
     dist.destroy_process_group()
 
 
