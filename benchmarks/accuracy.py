@@ -35,6 +35,7 @@ import numpy as np
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
 from benchmarks import holdout, ranking
+from benchmarks.calibrate import PARAMETERS
 from benchmarks.naive import NaiveBar, precision_of
 from benchmarks.published import POLICIES, PublishedRun, build_run, exclusion_reason, load_runs, read_rows, stem
 
@@ -147,7 +148,8 @@ def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_
                   dict(bar_train.levels_used))
 
 
-def row_record(res: RowResult) -> Dict[str, object]:
+def row_record(res: RowResult, holdout_error: Optional[float] = None) -> Dict[str, object]:
+    """One row: the in-sample prediction and, for a held-out row, its error under the training-row constants."""
     r = res.run
     return {
         "id": r.id, "model": r.model_name, "gpu": r.gpu, "num_gpus": r.cluster.num_gpus,
@@ -157,6 +159,7 @@ def row_record(res: RowResult) -> Dict[str, object]:
         "measured_tokens_per_s_per_gpu": round(r.measured_tokens_per_gpu, 1),
         "error_pct": round(res.error * 100.0, 2), "peak_mem_gib": round(res.peak_mem_gib, 2),
         "capacity_gib": round(res.capacity_gib, 1), "fits": res.fits,
+        "holdout_error_pct": None if holdout_error is None else round(holdout_error * 100.0, 2),
     }
 
 
@@ -203,7 +206,7 @@ def print_report(rep: Report, results: Sequence[RowResult], excluded, found, out
                   f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
     print(f"Predicted not to fit: {sum(not r.fits for r in results)} of {len(results)}", file=out)
     print("Constants refitted on the training rows: " + ", ".join(
-        f"{n} {getattr(rep.fitted, n):.4g}" for n in FIT_NAMES), file=out)
+        f"{name} {getattr(rep.fitted, name):.4g}" for name, _, _ in PARAMETERS), file=out)
     print_ranking(found, out)
     reasons: Dict[str, int] = defaultdict(int)
     for _, why in excluded:
@@ -226,8 +229,6 @@ def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
           f"{s['setups_rho_at_least_0.8']}; pairs ordered as measured {s['pairs_ordered']}/{s['pairs']}", file=out)
 
 
-FIT_NAMES = ("gemm_scale", "gemm_half_dim", "attention_eff_fwd", "grouped_gemm_eff",
-             "kernel_overhead_s", "tp_overlap_hidden", "a2a_overlap_hidden", "fp4_overhead")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -243,7 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = predict(runs)
     rep = build_report(runs, results, no_fit, args.max_evals)
     found = ranking.setups(runs, [r.predicted for r in results])
-    records = [row_record(r) for r in results]
+    held_error = dict(zip(rep.held, rep.model_out))
+    records = [row_record(r, held_error.get(i)) for i, r in enumerate(results)]
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(records[0]))

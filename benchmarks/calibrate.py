@@ -31,7 +31,6 @@ from benchmarks.published import PublishedRun
 PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
     ("gemm_scale", 0.6, 1.0),  # at most the measured MAMF fraction of the GPU profile
     ("gemm_half_dim", 0.0, 400.0),
-    ("attention_eff_fwd", 0.25, 0.85),
     ("grouped_gemm_eff", 0.3, 1.0),
     ("kernel_overhead_s", 0.0, 3e-5),
     ("tp_overlap_hidden", 0.0, 0.95),

@@ -49,6 +49,18 @@ def grouped_gemm_half_tokens(half_dim: float = DEFAULT.gemm_half_dim) -> float:
     return fit_half_tokens(relative_grouped_efficiency(load("grouped_gemm_deepgemm_h800_fp8.yaml")), half_dim)
 
 
+def expert_gemm_issue_seconds(table: Dict) -> float:
+    """Seconds to issue one expert's GEMM in TransformerEngine's per-expert (multi-stream cuBLASLt) grouped GEMM, from
+    the "pure" row: the loop issues the experts' GEMMs one after another, and the last one runs after its issue, so
+    multi-stream = experts x issue + one expert's share of the single-launch kernel (the GEMM work itself)."""
+    experts, _, _, _, _, single_ms, multi_ms = next(r for r in table["rows"] if r[4] == "pure")
+    return (multi_ms - single_ms / experts) / experts * 1e-3
+
+
+def expert_gemm_issue_s() -> float:
+    return round(expert_gemm_issue_seconds(load("grouped_linear_multistream_sm100_nvfp4.yaml")), 7)
+
+
 def main() -> int:
     points = relative_grouped_efficiency(load("grouped_gemm_deepgemm_h800_fp8.yaml"))
     for m, n, k, r in points:
@@ -58,6 +70,9 @@ def main() -> int:
               f"shape term alone {shape:.3f}")
     m0 = fit_half_tokens(points, DEFAULT.gemm_half_dim)
     print(f"grouped_gemm_half_tokens = {m0:.0f} (calibration.py: {DEFAULT.grouped_gemm_half_tokens:g})")
+    issue = expert_gemm_issue_s()
+    print(f"expert_gemm_issue_s = {issue:.3g} s per expert GEMM (TransformerEngine multi-stream grouped GEMM, SM100; "
+          f"calibration.py: {DEFAULT.expert_gemm_issue_s:g})")
     return 0
 
 

@@ -186,3 +186,35 @@ def test_grouped_gemm_efficiency_falls_with_rows_per_expert():
     assert small < ref < large
     assert ref == pytest.approx(1.0)
     assert grouped_token_efficiency([512.0], replace(DEFAULT, grouped_gemm_half_tokens=0.0))[0] == 1.0
+
+
+
+def test_each_local_expert_gemm_takes_at_least_its_issue_time():
+    """TransformerEngine issues one GEMM per local expert: many small experts cost the issue time each, while the
+    same tokens on few large experts are priced by their FLOPs alone."""
+    from dataclasses import replace
+
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel import compute as C
+    from autoplan.costmodel.calibration import DEFAULT
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.layout import layouts_from_strategies
+    from autoplan.modelio import load_model
+    from autoplan.strategy import Strategy
+
+    model = load_model("deepseek-v3")
+    hw = hardware_of(load_cluster("b200", 64))
+
+    def expert_time(ep, cal):
+        lay = layouts_from_strategies([Strategy(tp=1, pp=1, ep=ep, mbs=1, zero=1, fp8="hybrid")], 64)
+        sh = C.shard_of(model, lay, 4096)
+        return float(C.moe_gemm_time(model, sh, lay, hw, cal)[0]), float(sh.local_experts[0])
+
+    cal = replace(DEFAULT, kernel_overhead_s=0.0)  # the issue floor alone
+    free = replace(cal, expert_gemm_issue_s=0.0)
+    t_many, local_many = expert_time(8, cal)  # 32 local experts, 1024 rows each: ~25 us of GEMM each
+    t_few, local_few = expert_time(64, cal)  # 4 local experts, 8192 rows each
+    assert (local_many, local_few) == (32, 4)
+    assert t_many >= 2 * local_many * cal.expert_gemm_issue_s
+    assert t_many > expert_time(8, free)[0]
+    assert t_few == pytest.approx(expert_time(64, free)[0])  # large per-expert GEMMs outlast their issue

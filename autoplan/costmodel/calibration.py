@@ -11,27 +11,37 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.84  # refitted 2026-12-02 (a2a at the ring rate, NIC rings per domain; was 0.85)
-    gemm_half_dim: float = 384.0  # refitted 2026-12-02 (was 365)
-    # FlashAttention-2/3 reach ~50-75% of peak in forward on H100 (Shah et al. 2024, FA3 Fig. 5);
-    # backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
-    attention_eff_fwd: float = 0.60  # refitted 2026-12-02
+    gemm_scale: float = 0.91  # refitted 2026-12-03 (one GEMM issue per local expert; was 0.84)
+    gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
+    # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
+    # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
+    # Fig. 5, H100 SXM5, BF16 forward, causal, head dim 128, sequence 8k: cuDNN (TransformerEngine's fused attention
+    # backend, which Megatron uses) 600 TFLOP/s, FlashAttention-3 646, of 989 -> 0.61 (cuDNN). Was fitted (0.60).
+    # Backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
+    attention_eff_fwd: float = 0.61
     attention_bwd_ratio: float = 2.5
     # Head-dim dependence of that efficiency, d / (d + attention_head_dim_half) normalised at d = 128: FA3 Fig. 5
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.52  # refitted 2026-12-02
+    grouped_gemm_eff: float = 0.63  # refitted 2026-12-03 (was 0.52)
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term. Measured, not
     # fitted: DeepGEMM's published grouped-GEMM tables (H800 FP8, 256 to 8192 rows per expert;
     # profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) are matched best with m0 = 0, the shape term
     # alone (benchmarks/microbench.py: least squares over m0 >= 0). Was 450, fitted on the published runs.
     grouped_gemm_half_tokens: float = 0.0
+    # Seconds to issue one expert's GEMM. TransformerEngine's grouped GEMM (GroupedLinear, Megatron TEGroupedMLP)
+    # launches one cuBLASLt GEMM per local expert on 4 streams (transformer_engine/common/gemm/cublaslt_gemm.cu
+    # `multi_stream_cublas_gemm`), so an expert's GEMM takes at least the time to issue it. Measured, not fitted:
+    # TransformerEngine PR #3134 on SM100, 8 experts x 128 tokens in 0.267 ms per-expert vs 0.069 ms as one kernel
+    # (profiles/microbenchmarks/grouped_linear_multistream_sm100_nvfp4.yaml; benchmarks/microbench.py).
+    expert_gemm_issue_s: float = 3.23e-5
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
-    # Fixed cost per kernel launch on the GPU stream (small-kernel floor), s.
-    kernel_overhead_s: float = 3.8e-6  # refitted 2026-12-02 (was 4.5 us)
+    # Fixed cost per kernel (GPU launch floor and the host's dispatch of the op in eager PyTorch), s. The fit lands
+    # well above a bare launch (a few us): the published runs are host-bound on small kernels.
+    kernel_overhead_s: float = 2.6e-5  # refitted 2026-12-03 (was 3.8 us)
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
@@ -53,7 +63,7 @@ class Calibration:
     # GEMM itself is twice as fast. Fraction of the FP4 peak lost to them; no published microbenchmark separates
     # it, so it is fitted with the other constants (benchmarks/calibrate.py; the hold-out check refits it on the
     # training rows only).
-    fp4_overhead: float = 0.47  # fitted 2026-12-03 on all rows (0.474; the other constants were kept, see README)
+    fp4_overhead: float = 0.42  # refitted 2026-12-03 with the other constants (was 0.47)
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)

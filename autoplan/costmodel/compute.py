@@ -143,7 +143,8 @@ def grouped_token_efficiency(per_expert_tokens, cal: Calibration):
 
 
 def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
-    """Grouped expert GEMMs (balanced routing: tokens*k/E per expert), router, shared experts. A latent MoE
+    """Grouped expert GEMMs (balanced routing: tokens*k/E per expert; one GEMM per local expert, as
+    TransformerEngine's GroupedLinear runs them), router, shared experts. A latent MoE
     (Megatron --moe-latent-size) projects each token h -> latent before dispatch and back after the combine, and
     its experts run on the latent width (HF modeling_nemotron_h.py NemotronHMoE.forward: gate on the hidden
     state, fc1_latent_proj, experts, fc2_latent_proj)."""
@@ -152,10 +153,12 @@ def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Cali
     up = (2 if m.gated_mlp else 1) * f
     width = m.moe_latent_size or m.hidden_size
     eff = cal.grouped_gemm_eff * grouped_token_efficiency(per_expert, cal)
-    one = gemm_time(per_expert, up, width, lay, hw, cal, eff_scale=eff) + \
-        gemm_time(per_expert, width, f, lay, hw, cal, eff_scale=eff)
-    # One grouped kernel covers all local experts: scale compute, keep one launch floor per GEMM.
-    experts = (one - 2 * cal.kernel_overhead_s) * sh.local_experts + 2 * cal.kernel_overhead_s
+    # One GEMM per local expert, issued in turn (calibration.expert_gemm_issue_s): each takes the longer of its
+    # own run and its issue.
+    fc1 = gemm_time(per_expert, up, width, lay, hw, cal, eff_scale=eff)
+    fc2 = gemm_time(per_expert, width, f, lay, hw, cal, eff_scale=eff)
+    experts = (np.maximum(fc1, cal.expert_gemm_issue_s) + np.maximum(fc2, cal.expert_gemm_issue_s)) * \
+        sh.local_experts
     router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal, fp8=np.zeros_like(lay.fp8))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
