@@ -15,8 +15,10 @@ class Calibration:
     gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
     # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
     # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
-    # Fig. 5, H100 SXM5, BF16 forward, causal, head dim 128, sequence 8k: cuDNN (TransformerEngine's fused attention
-    # backend, which Megatron uses) 600 TFLOP/s, FlashAttention-3 646, of 989 -> 0.61 (cuDNN). Was fitted (0.60).
+    # Fig. 5, panel "Attention forward speed, head dim 128 (H100 80GB SXM5)", BF16, sequence 8k: cuDNN
+    # (TransformerEngine's fused-attention backend, which Megatron uses) 600 TFLOP/s, FlashAttention-3 646, of 989
+    # -> 0.61 (cuDNN); pytorch/benchmark commit ff65cb67 measures FlashAttention-3 at 621 TFLOP/s for (1, 16,
+    # 16384, 128). Was fitted (0.60 on all rows; 0.46 on the training rows, which hold no long sequence).
     # Backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.61
     attention_bwd_ratio: float = 2.5
@@ -40,7 +42,9 @@ class Calibration:
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per kernel (GPU launch floor and the host's dispatch of the op in eager PyTorch), s. The fit lands
-    # well above a bare launch (a few us): the published runs are host-bound on small kernels.
+    # well above a bare launch (a few us): small ops are host-bound in eager mode (TransformerEngine issue #1499:
+    # GroupedLinear's time is dominated by PyTorch op overheads on the CPU; issue #2897: hundreds of us of host
+    # work per grouped MLP block on GB200).
     kernel_overhead_s: float = 2.6e-5  # refitted 2026-12-03 (was 3.8 us)
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
