@@ -4,7 +4,7 @@ Units are in the field names (TFLOP/s, GiB, TB/s, GB/s per direction, Gb/s for N
 them to SI once (`autoplan.costmodel.hardware`)."""
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -71,3 +71,10 @@ class ClusterSpec(BaseModel):
         """GPUs on a last, partly used node (0 when every node is full or the job fits in one node)."""
         per_node = self.gpu.gpus_per_node
         return self.num_gpus % per_node if self.num_gpus > per_node else 0
+
+    @property
+    def node_gpu_counts(self) -> List[int]:
+        """GPUs on each node: full nodes, the last one holding the rest (e.g. 252 A100 = 31 x 8 + 4); one node
+        holds a job smaller than a node."""
+        per_node = min(self.num_gpus, self.gpu.gpus_per_node)
+        return [per_node] * (self.num_nodes - 1) + [self.partial_node_gpus or per_node]

@@ -7,11 +7,10 @@ from typing import Any, Dict, List, Tuple
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
-from autoplan.strategy import CONTRACT_KEYS, Strategy, strategy_from_mapping
+from autoplan.strategy import CONTRACT_KEYS, SPLIT_KEYS, Strategy, strategy_from_mapping
 from autoplan.workload import Workload
 
 # Keys the search does not vary; a user value is kept as given.
-SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")
 PASS_THROUGH = ("fp8_recipe", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "recompute_method", "recompute_layers")
 

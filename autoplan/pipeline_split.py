@@ -23,6 +23,7 @@ from typing import Dict, List, Optional, Tuple
 
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
+from autoplan.valid_values import stage_layer_counts
 
 LAYOUT_SYMBOLS = {"E": "embedding", "t": "decoder layer", "m": "MTP layer", "L": "loss"}
 
@@ -51,6 +52,11 @@ def layout_rank_stages(text: str, pp: int) -> List[List[str]]:
     """[PL] the virtual stages of each rank: rank r holds stages r, r + pp, r + 2 pp, ..."""
     stages = parse_layout(text)
     return [stages[r::pp] for r in range(pp)]
+
+
+def layout_rank_counts(text: str, pp: int) -> List[int]:
+    """Decoder layers ('t') each pipeline rank holds under a layout string, its virtual stages summed."""
+    return [sum(stage.count("t") for stage in rank) for rank in layout_rank_stages(text, pp)]
 
 
 def layout_problem(text: str, pp: int, vpp: int, num_layers: int, mtp_layers: int) -> Optional[str]:
@@ -141,7 +147,7 @@ def rank_layer_counts(strategy: Strategy, num_layers: int) -> List[int]:
     """Decoder layers on each pipeline rank as Megatron builds them (assumes the split is legal)."""
     s, pp = strategy, strategy.pp
     if s.pipeline_layout:
-        return [sum(st.count("t") for st in rank) for rank in layout_rank_stages(s.pipeline_layout, pp)]
+        return layout_rank_counts(s.pipeline_layout, pp)
     emb, loss = account_units(s)
     if emb or loss:
         per = (num_layers + emb + loss) // pp
@@ -149,17 +155,7 @@ def rank_layer_counts(strategy: Strategy, num_layers: int) -> List[int]:
         counts[0] -= emb
         counts[-1] -= loss
         return counts
-    if s.first_stage_layers is None and s.last_stage_layers is None:
-        return [num_layers // pp] * pp
-    explicit = [n for n in (s.first_stage_layers, s.last_stage_layers) if n is not None]
-    middle_ranks = pp - len(explicit)
-    middle = (num_layers - sum(explicit)) // middle_ranks if middle_ranks else 0
-    counts = [middle] * pp
-    if s.first_stage_layers is not None:
-        counts[0] = s.first_stage_layers
-    if s.last_stage_layers is not None:
-        counts[-1] = s.last_stage_layers
-    return counts
+    return stage_layer_counts(num_layers, pp, s.first_stage_layers, s.last_stage_layers)
 
 
 def priced_as_end_ranks(counts: List[int]) -> Optional[Tuple[int, int]]:
@@ -174,7 +170,7 @@ def layout_pricing_problem(text: str, pp: int, vpp: int) -> Optional[str]:
     """Why the cost model cannot price a legal layout string, or None: it prices the end ranks and equal middle
     ranks, with any MTP layers on the last rank."""
     ranks = layout_rank_stages(text, pp)
-    counts = [sum(st.count("t") for st in rank) for rank in ranks]
+    counts = layout_rank_counts(text, pp)
     if priced_as_end_ranks(counts) is None:
         return (f"pipeline_layout={text!r} gives the middle ranks {counts[1:-1]} decoder layers; autoplan prices "
                 f"layouts whose middle ranks hold equal counts")

@@ -5,6 +5,7 @@ rank, --num-virtual-stages-per-pipeline-rank), cp, ep, etp, mbs, sp, zero (0 DDP
 ZeRO-1, 2, 3), recompute, fp8."""
 from __future__ import annotations
 
+import json
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -22,6 +23,8 @@ DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules"
                "last_stage_layers", "pipeline_layout")
 # Megatron's other ways to split the layers over pipeline ranks (autoplan/pipeline_split.py); shown when set.
 SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
+# Every key that sets how the layers are split over pipeline ranks.
+SPLIT_KEYS = ("first_stage_layers", "last_stage_layers") + SPLIT_SWITCHES + ("pipeline_layout",)
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
                 "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu")
@@ -201,6 +204,10 @@ class Strategy(BaseModel):
             if v != Strategy.model_fields[k].default:
                 out[k] = v
         return out
+
+    def key(self) -> str:
+        """One string per distinct strategy (its stable JSON form, keys sorted): for deduplication and lookups."""
+        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 _BOOL_TRUE = {"true", "1", "yes", "on"}

@@ -358,10 +358,8 @@ def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "re
     facts = recipe_facts(row, gpu, fp8=row["precision"] != "bf16")
     if facts is not None and facts.no_dropout:
         model = model.model_copy(update={"hidden_dropout": 0.0})  # the recipe's model provider sets p = 0
-    if row["precision"] == "nvfp4" and row["model"] == "Nemotron_3_Super":
-        # nemotron_3_super_bf16_with_nvfp4_mixed (Megatron-Bridge training/mixed_precision.py): first_last_layers_bf16
-        # with num_layers_at_end_in_bf16 = 14 (start: the MixedPrecisionConfig default 0).
-        model = model.model_copy(update={"bf16_last_layers": 14})
+    if facts is not None and facts.bf16_last_layers:
+        model = model.model_copy(update={"bf16_last_layers": facts.bf16_last_layers})
     base = base_strategy(row, model, gpu, facts)
     strategy, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
     return PublishedRun(

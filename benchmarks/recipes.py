@@ -37,7 +37,8 @@ Facts read there, per family (config names are those files' constants / function
 - Nemotron-3 (Nano, Super, 3.5): `use_fused_weighted_squared_relu = True` (src/megatron/bridge/recipes/nemotronh/
   nemotron_3_nano.py and nemotron_3_super.py, v0.4.0; perf_recipes/nemotronh/common.py, v0.6.0): the MoE
   squared ReLU is weighted by the routing probabilities in Megatron's fused kernel (Strategy
-  `fused_weighted_squared_relu`).
+  `fused_weighted_squared_relu`). Nemotron-3 Super NVFP4 runs `nemotron_3_super_bf16_with_nvfp4_mixed`
+  (src/megatron/bridge/training/mixed_precision.py): its last 14 layers in bf16 (`bf16_last_layers`).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
 - Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
@@ -87,6 +88,7 @@ class RecipeFacts:
     adam_bf16_states: bool = False  # precision-aware optimizer with bf16 Adam moments
     fused_weighted_squared_relu: bool = False  # MoE squared ReLU weighted in Megatron's fused kernel
     pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
+    bf16_last_layers: int = 0  # trailing layers the mixed-precision config keeps in bf16 under FP8/FP4
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -166,8 +168,12 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
                            moe_a2a_overlap=a2a, **common)
     if model.startswith("Nemotron_3"):
         modules = nemotron3_modules(model, gpu, row["precision"])
+        # nemotron_3_super_bf16_with_nvfp4_mixed (training/mixed_precision.py): first_last_layers_bf16 with
+        # num_layers_at_end_in_bf16 = 14 (start: the MixedPrecisionConfig default 0).
+        bf16_tail = 14 if model == "Nemotron_3_Super" and row["precision"] == "nvfp4" else 0
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
-                           moe_flex_dispatcher=True, fused_weighted_squared_relu=True, **common)
+                           moe_flex_dispatcher=True, fused_weighted_squared_relu=True, bf16_last_layers=bf16_tail,
+                           **common)
     return RecipeFacts(**common)
 
 

@@ -103,13 +103,8 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
 
 
 def node_slots(plan: Plan) -> List[int]:
-    """Ranks on each node: full nodes of gpus_per_node, the last one holding the rest when the GPU count does not
-    fill whole nodes (e.g. 252 A100 = 31 x 8 + 4)."""
-    world, per_node = plan.cluster.num_gpus, plan.cluster.gpu.gpus_per_node
-    if world <= per_node:
-        return [world]
-    full, rest = divmod(world, per_node)
-    return [per_node] * full + ([rest] if rest else [])
+    """Ranks on each node (ClusterSpec.node_gpu_counts)."""
+    return plan.cluster.node_gpu_counts
 
 
 def hostfile_text(plan: Plan) -> str:

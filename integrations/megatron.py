@@ -29,10 +29,9 @@ def world_layout(plan: Plan) -> Dict[str, int]:
     if world % model_parallel:
         raise InputError(f"world size {world} must be divisible by tp*pp*cp = {s.tp}*{s.pp}*{s.cp} = {model_parallel};"
                          f" change the GPU count or the parallel sizes")
-    nodes = plan.cluster.num_nodes
-    full = min(world, plan.cluster.gpu.gpus_per_node)
-    # A GPU count that does not fill whole nodes runs the rest on the last node (ClusterSpec.partial_node_gpus).
-    return {"nodes": nodes, "gpus_per_node": full, "last_node_gpus": plan.cluster.partial_node_gpus or full,
+    # A GPU count that does not fill whole nodes runs the rest on the last node (ClusterSpec.node_gpu_counts).
+    counts = plan.cluster.node_gpu_counts
+    return {"nodes": len(counts), "gpus_per_node": counts[0], "last_node_gpus": counts[-1],
             "dp": world // model_parallel}
 
 

@@ -8,8 +8,6 @@ layer count of a rank; their coefficients come from the vectorised cost model it
 counts), so CP-SAT and enumeration price the same physics. The returned plans are re-priced exactly."""
 from __future__ import annotations
 
-import json
-
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -178,7 +176,7 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
     order = [int(j) for j in np.argsort(ev.step_time_s, kind="stable") if fits[j]]
     seen, keep = set(), []
     for j in order:
-        key = json.dumps(merged.strategy(j).to_dict(), sort_keys=True)
+        key = merged.strategy(j).key()
         if key not in seen:
             seen.add(key)
             keep.append(j)

@@ -19,12 +19,11 @@ from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
-from autoplan.strategy import Strategy, coerce_strategy_value, strategy_items
+from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
 from autoplan.validate import effective_fp8_recipe, interleaving_blocked
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
-SPLIT_KEYS = ("first_stage_layers", "last_stage_layers", "account_for_embedding", "account_for_loss", "pipeline_layout")
 ENGINES = ("megatron", "deepspeed")
 
 

@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from autoplan.cli.common import load_inputs, print_json, read_strategy
+from autoplan.strategy import SPLIT_KEYS
 
 
 def register(app: typer.Typer) -> None:
@@ -126,8 +127,21 @@ def search_constraints(fixed: dict, excluded: dict):
         elif key in SWITCHES or key in LABELS[1:]:
             raise InputError(f"--exclude {key}: the search does not vary {key} (one value on every plan); "
                              f"use --fix {key}=VALUE")
+    _selective_recompute_keys(fixed)
     _full_recompute_keys(fixed)
     return fixed, {k: v for k, v in excluded.items() if k not in SWITCHES}
+
+
+def _selective_recompute_keys(fixed: dict) -> None:
+    """recompute_modules is selective recompute's module set (Strategy's rule): with another recompute fixed it is a
+    one-line error."""
+    from autoplan.errors import InputError
+
+    recompute = fixed.get("recompute")
+    if "recompute_modules" in fixed and recompute and "selective" not in recompute:
+        modules = "+".join(fixed["recompute_modules"][0])
+        raise InputError(f"--fix recompute_modules={modules}: the modules apply only to recompute=selective "
+                         f"(got --fix recompute={recompute[0]}); drop one of the two")
 
 
 def _full_recompute_keys(fixed: dict) -> None:
@@ -162,10 +176,6 @@ def _check_labels(problem, result) -> None:
         raise InputError(f"{fixed}: {e}") from None
 
 
-PIPELINE_KEYS = ("first_stage_layers", "last_stage_layers", "pipeline_layout", "account_for_embedding",
-                 "account_for_loss")
-
-
 def why_nothing_is_legal(problem) -> Optional[str]:
     """The rule that empties the space: for each fixed key whose removal leaves legal candidates, the first such
     candidate carrying the fixed value, validated (autoplan/validate.py names the rule); None when no single fixed
@@ -176,11 +186,6 @@ def why_nothing_is_legal(problem) -> Optional[str]:
     from autoplan.solvers.space import enumerate_grid
     from autoplan.validate import validate
 
-    recompute = problem.fixed.get("recompute")
-    if "recompute_modules" in problem.fixed and recompute and "selective" not in recompute:
-        modules = "+".join(problem.fixed["recompute_modules"][0])
-        return (f"--fix recompute_modules={modules}: the modules apply only to recompute=selective "
-                f"(got --fix recompute={recompute[0]}); drop one of the two")
     generic = None
     for key, values in problem.fixed.items():
         relaxed = dc_replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != key})
@@ -190,7 +195,7 @@ def why_nothing_is_legal(problem) -> Optional[str]:
         value = values[0] if isinstance(values, (list, tuple)) else values
         shown = "+".join(value) if isinstance(value, tuple) else value  # a module set as the user writes it
         # A stage-split key needs pipelining: judge it on the first pipelined candidate when there is one.
-        piped = [i for i in range(len(grid.layouts)) if grid.layouts.pp[i] > 1] if key in PIPELINE_KEYS else []
+        piped = [i for i in range(len(grid.layouts)) if grid.layouts.pp[i] > 1] if key in SPLIT_KEYS else []
         base = grid.layouts.strategy(piped[0] if piped else 0).model_dump(exclude={"dp"})
         if key == "recompute":
             base.pop("recompute_method", None), base.pop("recompute_layers", None), base.pop("recompute_modules", None)

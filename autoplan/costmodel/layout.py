@@ -146,6 +146,8 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
     def col(fn, dtype=np.int64):
         return np.array([fn(s) for s in strategies], dtype=dtype)
 
+    ends = [_end_ranks(s) for s in strategies]
+
     return Layouts(
         tp=col(lambda s: s.tp), pp=col(lambda s: s.pp), vpp=col(lambda s: s.vpp), cp=col(lambda s: s.cp),
         ep=col(lambda s: s.ep), etp=col(lambda s: s.etp),
@@ -156,8 +158,8 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         recompute_layers=col(lambda s: s.recompute_layers or 0),
         recompute_modules=col(lambda s: R.mask(s.recompute_modules)),
         fp8=col(lambda s: s.uses_fp8, bool),
-        first=col(lambda s: _end_ranks(s)[0]),
-        last=col(lambda s: _end_ranks(s)[1]),
+        first=np.array([first for first, _ in ends], dtype=np.int64),
+        last=np.array([last for _, last in ends], dtype=np.int64),
         account=col(lambda s: int(s.account_for_embedding) + 2 * int(s.account_for_loss)),
         layout=col(lambda s: s.pipeline_layout, object),
         overlap_grad_reduce=col(lambda s: s.overlap_grad_reduce, bool),
@@ -185,9 +187,9 @@ def _end_ranks(s: Strategy):
     """(first, last) layer counts Layouts holds: the explicit ones, a layout string's end ranks, else -1 (even, or
     account_for_*, which costmodel/stages.py resolves with the model's layer count)."""
     if s.pipeline_layout:
-        from autoplan.pipeline_split import layout_rank_stages
+        from autoplan.pipeline_split import layout_rank_counts
 
-        counts = [sum(st.count("t") for st in rank) for rank in layout_rank_stages(s.pipeline_layout, s.pp)]
+        counts = layout_rank_counts(s.pipeline_layout, s.pp)
         return counts[0], counts[-1]
     return (-1 if s.first_stage_layers is None else s.first_stage_layers,
             -1 if s.last_stage_layers is None else s.last_stage_layers)

@@ -180,7 +180,7 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
-    if m.bf16_first_layers + m.bf16_last_layers:  # layers kept in bf16 save 2-byte GEMM inputs (compute.py)
+    if m.bf16_first_layers + m.bf16_last_layers and np.any(lay.fp8):  # bf16 layers save 2-byte GEMM inputs
         return mix_bf16_layers(m, lay, lambda low: _layer_activation_bytes(m, sh, low, moe))
     return _layer_activation_bytes(m, sh, lay, moe)
 

@@ -54,7 +54,10 @@ def end_ranks(m: ModelSpec, lay: Layouts):
 
 def middle_layers(m: ModelSpec, lay: Layouts):
     """Layers per rank that is neither an explicitly sized first nor last rank (float; validated integral)."""
-    first, last = end_ranks(m, lay)
+    return _middle_layers(m, lay, *end_ranks(m, lay))
+
+
+def _middle_layers(m: ModelSpec, lay: Layouts, first, last):
     has_first = first >= 0
     has_last = (last >= 0) & (lay.pp > 1)
     n_mid = lay.pp - has_first - has_last
@@ -63,8 +66,8 @@ def middle_layers(m: ModelSpec, lay: Layouts):
 
 
 def stage_layers(m: ModelSpec, lay: Layouts, stage: np.ndarray) -> StageLayers:
-    mid = middle_layers(m, lay)
     first, last = end_ranks(m, lay)
+    mid = _middle_layers(m, lay, first, last)
     is_first = stage == 0
     is_last = stage == lay.pp - 1
     layers = np.where(is_first & (first >= 0), first,

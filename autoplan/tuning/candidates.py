@@ -2,7 +2,6 @@
 and, apart, the ones pruned before any launch with the reason."""
 from __future__ import annotations
 
-import json
 from typing import List, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,10 +30,6 @@ class Pruned(BaseModel):
 
     label: str = Field(description="Strategy label.")
     reason: str = Field(description="Why it is not probed (engine cannot run it, predicted not to fit).")
-
-
-def strategy_key(strategy: Strategy) -> str:
-    return json.dumps(strategy.to_dict(), sort_keys=True)
 
 
 def engine_reason(problem: Problem, plan: Plan) -> Optional[str]:
@@ -75,7 +70,7 @@ def build_candidates(problem: Problem) -> Tuple[List[Candidate], List[Pruned]]:
         if reason:
             pruned.append(Pruned(label=strategy.label(), reason=reason))
         else:
-            runnable.append(Candidate(key=strategy_key(strategy), strategy=strategy, estimate=est))
+            runnable.append(Candidate(key=strategy.key(), strategy=strategy, estimate=est))
     runnable.sort(key=lambda c: (c.estimate.step_time_s, c.key))
     return runnable, pruned
 
