@@ -35,7 +35,7 @@ import numpy as np
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
 from benchmarks import holdout, ranking
-from benchmarks.calibrate import PARAMETERS
+from benchmarks.calibrate import PARAMETERS, Predictor, fit  # numpy-only Nelder-Mead over the bounds
 from benchmarks.naive import NaiveBar, precision_of
 from benchmarks.published import POLICIES, PublishedRun, build_run, exclusion_reason, load_runs, read_rows, stem
 
@@ -128,8 +128,6 @@ class Report:
 
 def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_fit: set,
                  max_evals: int) -> Report:
-    from benchmarks.calibrate import Predictor, fit  # numpy-only Nelder-Mead over the Calibration bounds
-
     runs = list(runs)
     model_in = np.array([res.error for res in results])
     fit_rows = [r for r in runs if r.id not in no_fit]
@@ -161,6 +159,12 @@ def row_record(res: RowResult, holdout_error: Optional[float] = None) -> Dict[st
         "capacity_gib": round(res.capacity_gib, 1), "fits": res.fits,
         "holdout_error_pct": None if holdout_error is None else round(holdout_error * 100.0, 2),
     }
+
+
+def row_records(results: Sequence[RowResult], rep: Report) -> List[Dict[str, object]]:
+    """Every row's record, each held-out row with its error under the training-row constants."""
+    held_error = dict(zip(rep.held, rep.model_out))
+    return [row_record(res, held_error.get(i)) for i, res in enumerate(results)]
 
 
 def print_rows(results: Sequence[RowResult], out=sys.stdout) -> None:
@@ -229,8 +233,6 @@ def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
           f"{s['setups_rho_at_least_0.8']}; pairs ordered as measured {s['pairs_ordered']}/{s['pairs']}", file=out)
 
 
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recompute", choices=POLICIES, default="recipe",
@@ -244,8 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     results = predict(runs)
     rep = build_report(runs, results, no_fit, args.max_evals)
     found = ranking.setups(runs, [r.predicted for r in results])
-    held_error = dict(zip(rep.held, rep.model_out))
-    records = [row_record(r, held_error.get(i)) for i, r in enumerate(results)]
+    records = row_records(results, rep)
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(records[0]))

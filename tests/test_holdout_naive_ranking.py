@@ -113,14 +113,20 @@ def test_setups_average_releases_of_one_strategy_and_count_ordered_pairs():
 
 
 def test_report_fits_on_training_rows_and_scores_only_held_out_ones():
-    from benchmarks.accuracy import build_report, headline_runs, predict
+    from benchmarks.accuracy import build_report, headline_runs, predict, row_records
 
     runs, excluded, no_fit = headline_runs()
     sides = holdout.split(runs)
     pick = sides["train"][:6] + sides["family"][:3] + sides["source"][:3]
     subset = [runs[i] for i in pick]
-    rep = build_report(subset, predict(subset), no_fit, max_evals=12)
+    results = predict(subset)
+    rep = build_report(subset, results, no_fit, max_evals=12)
     assert rep.train_rows == 6 and len(rep.held) == 6
+    # Each held-out row's record carries its error under the training-row constants; training rows carry none.
+    records = row_records(results, rep)
+    held_errors = {records[i]["id"]: records[i]["holdout_error_pct"] for i in rep.held}
+    assert held_errors == {subset[i].id: round(e * 100.0, 2) for i, e in zip(rep.held, rep.model_out)}
+    assert sum(r["holdout_error_pct"] is None for r in records) == 6
     assert set(rep.held_side) == {"family", "source"}
     assert np.all(np.isfinite(rep.model_out)) and np.all(np.isfinite(rep.naive_out))
     table = dict(rep.table(lambda r: "all"))["all"]

@@ -106,6 +106,9 @@ def test_search_keeps_a_fixed_module_set_on_every_plan():
 @pytest.mark.parametrize("extra, message", [
     (["--fix", "recompute=full"], "--fix recompute_modules=layernorm+mlp: the modules apply only to "
                                   "recompute=selective (got --fix recompute=full)"),
+    # recompute_method is full recompute's setting, so it fixes recompute=full.
+    (["--fix", "recompute_method=uniform"], "--fix recompute_modules=layernorm+mlp: the modules apply only to "
+                                            "recompute=selective (got --fix recompute=full)"),
     (["--engine", "deepspeed"], "--fix recompute_modules=layernorm+mlp: DeepSpeed has no per-module selective "
                                 "recompute"),
 ])

@@ -127,8 +127,8 @@ def search_constraints(fixed: dict, excluded: dict):
         elif key in SWITCHES or key in LABELS[1:]:
             raise InputError(f"--exclude {key}: the search does not vary {key} (one value on every plan); "
                              f"use --fix {key}=VALUE")
-    _selective_recompute_keys(fixed)
     _full_recompute_keys(fixed)
+    _selective_recompute_keys(fixed)
     return fixed, {k: v for k, v in excluded.items() if k not in SWITCHES}
 
 

@@ -11,14 +11,17 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.91  # refitted 2026-12-03 (one GEMM issue per local expert; was 0.84)
+    gemm_scale: float = 0.91  # refitted 2026-12-03 (each local expert's GEMM priced on its own; was 0.84)
     gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
     # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
     # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
     # Fig. 5, panel "Attention forward speed, head dim 128 (H100 80GB SXM5)", BF16, sequence 8k: cuDNN
     # (TransformerEngine's fused-attention backend, which Megatron uses) 600 TFLOP/s, FlashAttention-3 646, of 989
     # -> 0.61 (cuDNN); pytorch/benchmark commit ff65cb67 measures FlashAttention-3 at 621 TFLOP/s for (1, 16,
-    # 16384, 128). Was fitted (0.60 on all rows; 0.46 on the training rows, which hold no long sequence).
+    # 16384, 128). The transcription read does not say whether that panel is the causal or the non-causal one (the
+    # paper gives both; non-causal peaks higher, up to 740 TFLOP/s), so 0.61 may sit a little above the causal rate
+    # priced here. Was fitted (0.60 on all rows; 0.46 on the training rows, which hold no long sequence). The Mamba-2
+    # SSD scan's FLOP rate uses it too (mamba.py; the scan is priced by its HBM traffic in every published row).
     # Backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.61
     attention_bwd_ratio: float = 2.5
@@ -33,18 +36,16 @@ class Calibration:
     # profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) are matched best with m0 = 0, the shape term
     # alone (benchmarks/microbench.py: least squares over m0 >= 0). Was 450, fitted on the published runs.
     grouped_gemm_half_tokens: float = 0.0
-    # Seconds to issue one expert's GEMM. TransformerEngine's grouped GEMM (GroupedLinear, Megatron TEGroupedMLP)
-    # launches one cuBLASLt GEMM per local expert on 4 streams (transformer_engine/common/gemm/cublaslt_gemm.cu
-    # `multi_stream_cublas_gemm`), so an expert's GEMM takes at least the time to issue it. Measured, not fitted:
-    # TransformerEngine PR #3134 on SM100, 8 experts x 128 tokens in 0.267 ms per-expert vs 0.069 ms as one kernel
-    # (profiles/microbenchmarks/grouped_linear_multistream_sm100_nvfp4.yaml; benchmarks/microbench.py).
-    expert_gemm_issue_s: float = 3.23e-5
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
-    # Fixed cost per kernel (GPU launch floor and the host's dispatch of the op in eager PyTorch), s. The fit lands
-    # well above a bare launch (a few us): small ops are host-bound in eager mode (TransformerEngine issue #1499:
+    # Fixed cost per op (GPU launch floor and the host's dispatch of the op in eager PyTorch), s; paid by every GEMM
+    # (each local expert's GEMM on its own, compute.moe_gemm_time) and every elementwise kernel. The fit lands well
+    # above a bare launch (a few us): small ops are host-bound in eager mode (TransformerEngine issue #1499:
     # GroupedLinear's time is dominated by PyTorch op overheads on the CPU; issue #2897: hundreds of us of host
-    # work per grouped MLP block on GB200).
+    # work per grouped MLP block on GB200). Cross-check, not used in the fit: TransformerEngine PR #3134 measures
+    # 32 us per expert GEMM issued by its per-expert grouped GEMM on SM100 (8 experts x 128 tokens in 0.267 ms vs
+    # 0.069 ms as one kernel; profiles/microbenchmarks/grouped_linear_multistream_sm100_nvfp4.yaml,
+    # benchmarks/microbench.py).
     kernel_overhead_s: float = 2.6e-5  # refitted 2026-12-03 (was 3.8 us)
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
