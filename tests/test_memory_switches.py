@@ -104,3 +104,38 @@ def test_fused_weighted_squared_relu_rules(moe, dense):
     for model, engine in ((moe, "megatron"), (dense, "megatron"), (relu, "deepspeed")):
         msg = first_broken_rule(model, cluster(8), workload(2048, 8), on, engine=engine)
         assert msg.startswith("fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts")
+
+
+def test_nvfp4_layernorm_linear_keeps_both_copies_of_its_input_under_sequence_parallelism():
+    """TransformerEngine's LayerNormLinear (QKV, dense FC1, Mamba in_proj) saves its local norm output with both
+    row- and column-wise NVFP4 copies when it must all-gather it (sequence parallelism); MXFP8 and the other recipes
+    keep one copy, and without the gather NVFP4 keeps one too."""
+    def lay(recipe, tp, sp):
+        s = Strategy(tp=tp, sp=sp, fp8="hybrid", fp8_recipe=recipe)
+        return layouts_from_strategies([s], 8, gpu_id="b200")
+
+    nvfp4, mxfp8 = QUANTISED_BYTES["nvfp4"], QUANTISED_BYTES["mxfp8"]
+    assert M.norm_linear_input_bytes(lay("nvfp4", 4, True))[0] == pytest.approx(2 * nvfp4)
+    assert M.norm_linear_input_bytes(lay("nvfp4", 4, False))[0] == pytest.approx(nvfp4)
+    assert M.norm_linear_input_bytes(lay("nvfp4", 1, False))[0] == pytest.approx(nvfp4)
+    assert M.norm_linear_input_bytes(lay("mxfp8", 4, True))[0] == pytest.approx(mxfp8)
+    # The plain linears (MoE experts, shared experts, MLA down projections) keep the column-wise copy only.
+    assert M.gemm_input_bytes(lay("nvfp4", 4, True))[0] == pytest.approx(nvfp4)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
+def test_shared_expert_recompute_drops_what_the_shared_experts_hold(recipe):
+    """With sequence parallelism the shared experts' fc1 input is the local shard; recomputing them frees exactly
+    what they hold, never more."""
+    from autoplan.costmodel import compute as C
+    from autoplan.modelio import load_model
+
+    m = load_model("deepseek-v3")
+    lay = layouts_from_strategies([Strategy(tp=4, ep=8, sp=True, recompute="selective",
+                                            recompute_modules=("shared_experts",), fp8="hybrid", fp8_recipe=recipe)],
+                                  256, gpu_id="b200")
+    sh = C.shard_of(m, lay, 4096)
+    no_shared = m.model_copy(update={"shared_expert_ffn_hidden_size": 0})
+    held = M.moe_activation_bytes(m, sh, lay) - M.moe_activation_bytes(no_shared, sh, lay)
+    dropped = M.selective_dropped_bytes(m, sh, lay, True) - M.selective_dropped_bytes(no_shared, sh, lay, True)
+    assert float(dropped[0]) == pytest.approx(float(held[0]))

@@ -160,12 +160,12 @@ def mamba_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
     `mamba_chunk_scan_combined` path): the pre-norm input, in_proj's input (the norm output), its output
     [z, x, B, C, dt], the conv1d output, the scan output y, the fp32 dt after softplus, the gated norm's output
     (out_proj's input)."""
-    from autoplan.costmodel.memory import gemm_input_bytes  # memory.py imports this module
+    from autoplan.costmodel.memory import gemm_input_bytes, norm_linear_input_bytes  # memory.py imports this module
 
     region = sh.tokens_sp * m.hidden_size
     d_local = m.mamba_d_inner / lay.tp
     heads = m.mamba_num_heads / lay.tp
-    return (C.BF16 * region + gemm_input_bytes(lay) * region
+    return (C.BF16 * region + norm_linear_input_bytes(lay) * region  # in_proj fuses the norm (LayerNormLinear)
             + C.BF16 * sh.tokens * mamba_in_proj_width(m) / lay.tp
             + C.BF16 * sh.tokens * mamba_conv_channels(m) / lay.tp
             + C.BF16 * sh.tokens * d_local + FP32 * sh.tokens * heads
@@ -190,8 +190,8 @@ def latent_moe_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
     base = 2 * C.BF16 * region + M.dropout_mask_bytes(m, region)
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
-        shared = M.mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp) - \
-            (C.BF16 * region + M.dropout_mask_bytes(m, region))
+        shared = M.mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp,
+                                        fused_norm=False) - (C.BF16 * region + M.dropout_mask_bytes(m, region))
     return base + routed + projections + shared
 
 

@@ -30,6 +30,16 @@ def gemm_input_bytes(lay: Layouts):
     return np.where(lay.fp8, lay.quant_bytes, BF16)
 
 
+def norm_linear_input_bytes(lay: Layouts):
+    """Bytes per element of the normalised input a fused norm + linear (TransformerEngine LayerNormLinear: Megatron's
+    QKV, dense FC1 and Mamba in_proj) saves for its weight gradient: the local, pre-gather shard, as
+    `gemm_input_bytes`, except under NVFP4 with sequence parallelism, where it keeps both its row- and column-wise
+    copies (transformer_engine/pytorch/module/layernorm_linear.py forward: `ln_out.update_usage(rowwise_usage=False)`
+    only for MXFP8 / blockwise storage or without the all-gather; NVFP4 needs the column-wise copy, its quantizer
+    not supporting a row-wise-only gather), 2 x 0.5625 bytes; TE 2.8-2.20 alike."""
+    return np.where(lay.fp4 & lay.sp, 2.0 * lay.quant_bytes, gemm_input_bytes(lay))
+
+
 def dropout_mask_bytes(m: ModelSpec, elements):
     """One byte per element of a hidden-dropout mask (Korthikanti Table 2); none at p = 0: torch's dropout
     returns its input unchanged when p = 0 and saves no mask (torch/nn/functional.py `dropout`,
@@ -53,7 +63,9 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
     norm_in = BF16 * region
-    qkv_in = gemm_input_bytes(lay) * region  # norm output, saved sharded under SP and re-gathered in backward
+    # Norm output, saved sharded under SP and re-gathered in backward; MLA's down projections are plain linears
+    # after a separate norm.
+    qkv_in = (gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)) * region
     if m.multi_latent_attention:
         # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
         latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
@@ -78,12 +90,15 @@ def attention_output_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return (BF16 + np.where(lay.fp8_delayed, FP8, 0.0)) * attention_output_elements(m, sh)
 
 
-def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards):
+def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards, fused_norm: bool = True):
+    """`fused_norm`: FC1 fuses the pre-MLP norm (the dense MLP's LayerNormLinear); a MoE layer's shared experts take
+    the norm output through a plain linear."""
     h = m.hidden_size
     region = sh.tokens_sp * h
     gate_up = (2 if m.gated_mlp else 1) * ffn / shards
+    fc1_in = norm_linear_input_bytes(lay) if fused_norm else gemm_input_bytes(lay)
     return (BF16 * region  # norm input
-            + gemm_input_bytes(lay) * region  # fc1 input (norm output)
+            + fc1_in * region  # fc1 input (norm output)
             + BF16 * tokens * gate_up  # fc1 output (gate and up for SwiGLU)
             + gemm_input_bytes(lay) * tokens * ffn / shards  # activation output = fc2 input
             + dropout_mask_bytes(m, region))
@@ -122,7 +137,8 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
-        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp) - \
+        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp,
+                                      fused_norm=False) - \
             (BF16 * region + dropout_mask_bytes(m, region))  # its norm input and mask are the layer's, in base
     return base + routed + shared
 
@@ -156,12 +172,13 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     # Under delayed-scaling FP8, linear_proj keeps its own FP8 copy, so the checkpoint drops the bf16 output too.
     dropped = np.where(on("core_attn"), softmax_stats_bytes(sh) + np.where(lay.fp8_delayed, BF16, 0.0)
                        * attention_output_elements(m, sh), 0.0)
-    dropped = dropped + np.where(on("layernorm"), g_in * region, 0.0)  # input-norm output = QKV input
+    qkv_in = gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)
+    dropped = dropped + np.where(on("layernorm"), qkv_in * region, 0.0)  # input-norm output = QKV input
     if m.multi_latent_attention:
         dropped = dropped + np.where(on("mla_up_proj"), mla_qkv_bytes(m, sh), 0.0)
     if not moe:  # dense MLP: "mlp" keeps only the block input (the pre-MLP norm is fused into FC1)
         gate_up = (2 if m.gated_mlp else 1) * m.ffn_hidden_size / lay.tp
-        fc1_in = g_in * region
+        fc1_in = norm_linear_input_bytes(lay) * region
         inner = BF16 * sh.tokens * gate_up + g_in * sh.tokens * m.ffn_hidden_size / lay.tp
         return dropped + np.where(on("layernorm", "mlp"), fc1_in, 0.0) + np.where(on("mlp"), inner, 0.0)
     f = m.moe_ffn_hidden_size / lay.etp
@@ -173,7 +190,8 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     dropped = dropped + np.where(on("moe_act", "moe"), act_out, 0.0) + np.where(on("moe"), routed_rest, 0.0)
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size / lay.tp
-        shared = g_in * sh.tokens * h + BF16 * sh.tokens * (2 if m.gated_mlp else 1) * fs + g_in * sh.tokens * fs
+        # As held (mlp_activation_bytes, fused_norm=False): the fc1 input is the local shard under SP.
+        shared = g_in * region + BF16 * sh.tokens * (2 if m.gated_mlp else 1) * fs + g_in * sh.tokens * fs
         dropped = dropped + np.where(on("shared_experts", "moe"), shared, 0.0)
     return dropped
 
