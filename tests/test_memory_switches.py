@@ -139,3 +139,39 @@ def test_shared_expert_recompute_drops_what_the_shared_experts_hold(recipe):
     held = M.moe_activation_bytes(m, sh, lay) - M.moe_activation_bytes(no_shared, sh, lay)
     dropped = M.selective_dropped_bytes(m, sh, lay, True) - M.selective_dropped_bytes(no_shared, sh, lay, True)
     assert float(dropped[0]) == pytest.approx(float(held[0]))
+
+
+def test_moe_routing_index_tensors_are_held_per_micro_batch():
+    """The fused permute's int32 row-id map [tokens, 2E + 1], the router's top-k indices (int64) and probabilities
+    (fp32), and with several local experts the two chunk-sort maps per routed copy."""
+    from autoplan.costmodel import compute as C
+    from autoplan.modelio import load_model
+
+    m = load_model("qwen3-30b-a3b")  # 128 experts, top-8
+    for ep, local in ((8, 16), (128, 1)):
+        lay = layouts_from_strategies([Strategy(tp=2, ep=ep, sp=True)], 128, gpu_id="h100")
+        sh = C.shard_of(m, lay, 4096)
+        tokens = 4096 / 2  # the rank's own tokens, sharded over tp
+        copies = tokens * 8
+        expected = 4 * (2 * 128 + 1) * tokens + 12 * 8 * tokens + (16 * copies if local > 1 else 0.0)
+        assert float(sh.local_experts[0]) == local
+        assert float(M.routing_index_bytes(m, sh, lay)[0]) == pytest.approx(expected)
+
+
+def test_dispatcher_state_is_held_once_per_moe_layer_not_per_micro_batch_in_flight(monkeypatch):
+    """Megatron's token dispatcher keeps the last micro batch's probs, routing map and row-id map on each MoE layer:
+    the rank holds it once per layer however many micro batches are in flight."""
+    from autoplan.clusterio import load_cluster
+    from autoplan.modelio import load_model
+    from autoplan.workload import Workload
+
+    m = load_model("qwen3-30b-a3b")
+    s = Strategy(tp=1, pp=4, ep=8, mbs=1, zero=1)
+    wl = Workload(seq_len=4096, global_batch_size=64)
+    with_state = estimate(m, load_cluster("h100", 32), s, wl).stage_memory[0]
+    monkeypatch.setattr(M, "dispatcher_state_bytes", lambda *a: 0.0)
+    without = estimate(m, load_cluster("h100", 32), s, wl).stage_memory[0]
+    layers = with_state.num_layers  # every Qwen3-MoE layer is an MoE layer
+    per_layer = (4 + 1 + 8) * 128 * 4096 + 4 * 4096
+    gib = (with_state.breakdown_gib["activations"] - without.breakdown_gib["activations"])
+    assert gib * GIB == pytest.approx(layers * per_layer)

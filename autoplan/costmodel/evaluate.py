@@ -451,7 +451,10 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     offloaded = np.minimum(lay.cpu_offload_layers, chunk_layers)
     resident = np.where(chunk_layers > 0, (chunk_layers - offloaded) / np.maximum(chunk_layers, 1), 0.0)
     embedding = embedding_in_flight(lay, chunks) * M.embedding_activation_bytes(m, sh)
-    activations = chunks * per_chunk * resident + np.where(st.first, embedding, 0.0)
+    # Megatron's token dispatcher keeps the last micro batch's routing state on each MoE layer (once per layer).
+    dispatcher = st.moe * M.dispatcher_state_bytes(m, sh, lay) if m.is_moe else 0.0
+    activations = chunks * per_chunk * resident + np.where(st.first, embedding, 0.0) + \
+        np.where(lay.deepspeed, 0.0, dispatcher)
     logits_one = M.logits_bytes(m, sh, lay)
     logits = np.where(st.last, logits_one + mtp_activation_bytes(m, sh, lay, logits_one), 0.0)  # + MTP depths
     # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt

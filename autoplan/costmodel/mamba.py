@@ -185,7 +185,7 @@ def latent_moe_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
     region = sh.tokens_sp * m.hidden_size
     routed = (g_in * copies * latent + C.BF16 * copies * (2 if m.gated_mlp else 1) * f + g_in * copies * f
               + M.routing_weight_bytes(copies) + M.weighted_activation_bytes(m, lay, copies, f)
-              + FP32 * sh.tokens_sp * m.num_experts)
+              + FP32 * sh.tokens_sp * m.num_experts + M.routing_index_bytes(m, sh, lay))
     projections = g_in * region + g_in * sh.tokens * latent  # inputs of fc1_latent_proj and fc2_latent_proj
     base = 2 * C.BF16 * region + M.dropout_mask_bytes(m, region)
     shared = 0.0

@@ -124,6 +124,37 @@ def weighted_activation_bytes(m: ModelSpec, lay: Layouts, copies, f):
     return np.where(unfused, BF16 * copies * f, 0.0)
 
 
+def routed_source_tokens(m: ModelSpec, sh: Shard, lay: Layouts):
+    """Tokens this rank's router sees (its own tokens, sharded over tp: compute.shard_of's routed input)."""
+    return sh.expert_tokens / (max(m.moe_router_topk, 1) * lay.etp)
+
+
+def routing_index_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """Index tensors one MoE layer saves for backward, bytes per micro batch, beyond the router's fp32 scores:
+    - the fused permute's row-id map: int32 [tokens, 2E + 1] (TransformerEngine pytorch/triton/permutation.py
+      `make_row_id_map`, saved in permutation.py `_moe_permute_mask_map_setup_context`; TE <= 2.5 an int64 [E,
+      tokens], 8E per token, which 4 (2E + 1) covers); the unpermute reuses it;
+    - the router's top-k: int64 indices and the fp32 softmax over the k chosen scores per token (megatron/core/
+      transformer/moe/moe_utils.py `topk_routing_with_score_function`), 12 bytes per routed copy;
+    - with several local experts, the dispatch and combine chunk sorts keep one row-id map each, one int32 per
+      routed copy (permutation.py `_moe_chunk_sort_setup_context`; int64 before TE 2.6): 16 bytes per copy."""
+    tokens = routed_source_tokens(m, sh, lay)
+    permute_map = 4.0 * (2 * m.num_experts + 1) * tokens
+    topk = 12.0 * max(m.moe_router_topk, 1) * tokens
+    sort_maps = np.where(sh.local_experts > 1, 16.0 * sh.expert_tokens, 0.0)
+    return permute_map + topk + sort_maps
+
+
+def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """What Megatron's alltoall token dispatcher keeps as attributes of each MoE layer between micro batches, bytes
+    per MoE layer (the last micro batch's, held once, not per micro batch in flight): `self.probs` [tokens, E]
+    (fp32 with an fp32 router, bf16 otherwise: 4 bytes), `self.routing_map` bool [tokens, E] and
+    `self.reversed_local_input_permutation_mapping`, the permute's row-id map (megatron/core/transformer/moe/
+    token_dispatcher.py `dispatch_preprocess`)."""
+    tokens = routed_source_tokens(m, sh, lay)
+    return (4.0 + 1.0 + 4.0 * 2) * m.num_experts * tokens + 4.0 * tokens
+
+
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h
@@ -133,7 +164,8 @@ def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
               + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
               + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
               + routing_weight_bytes(copies) + weighted_activation_bytes(m, lay, copies, f)
-              + FP32 * sh.tokens_sp * m.num_experts)  # router logits/probabilities
+              + FP32 * sh.tokens_sp * m.num_experts  # router logits/probabilities
+              + routing_index_bytes(m, sh, lay))
     base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
@@ -185,7 +217,8 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     copies = sh.expert_tokens
     act_out = g_in * copies * f + weighted_activation_bytes(m, lay, copies, f)
     routed_rest = (g_in * copies * h + BF16 * copies * (2 if m.gated_mlp else 1) * f
-                   + routing_weight_bytes(copies) + FP32 * sh.tokens_sp * m.num_experts)
+                   + routing_weight_bytes(copies) + FP32 * sh.tokens_sp * m.num_experts
+                   + routing_index_bytes(m, sh, lay))
     dropped = dropped + np.where(on("layernorm"), BF16 * region, 0.0)  # pre-MLP norm output = router input
     dropped = dropped + np.where(on("moe_act", "moe"), act_out, 0.0) + np.where(on("moe"), routed_rest, 0.0)
     if m.shared_expert_ffn_hidden_size:
