@@ -175,3 +175,27 @@ def test_dispatcher_state_is_held_once_per_moe_layer_not_per_micro_batch_in_flig
     per_layer = (4 + 1 + 8) * 128 * 4096 + 4 * 4096
     gib = (with_state.breakdown_gib["activations"] - without.breakdown_gib["activations"])
     assert gib * GIB == pytest.approx(layers * per_layer)
+
+
+def test_context_parallel_forward_holds_every_ring_step_kv_chunk():
+    """TransformerEngine's p2p ring attention keeps each received K/V chunk and each step's output and fp32 lse
+    until the layer's forward returns: the transient of a stage without logits grows with cp once that exceeds a
+    layer's working set."""
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel import compute as C
+    from autoplan.modelio import load_model
+    from autoplan.workload import Workload
+
+    m = load_model("llama3-70b")  # 64 heads, 8 KV groups, head dim 128
+    s = Strategy(tp=8, pp=2, cp=32, sp=True, mbs=1, zero=1)
+    wl = Workload(seq_len=4096 * 32 * 2, global_batch_size=4)
+    lay = layouts_from_strategies([s], 512, gpu_id="h100")
+    sh = C.shard_of(m, lay, wl.seq_len)
+    h, g, d = 64 / 8, 1.0, 128  # per tp rank
+    kv = 2 * 2 * g * d
+    per_token = 32 * (kv + 2 * h * d + 4 * h) + kv + 4 * h
+    assert float(M.cp_forward_working_bytes(m, sh, lay)[0]) == pytest.approx(per_token * 8192)
+    first_stage = estimate(m, load_cluster("h100", 512), s, wl).stage_memory[0]
+    assert first_stage.breakdown_gib["transient"] * GIB >= per_token * 8192 * (1 - 1e-9)
+    no_cp = layouts_from_strategies([Strategy(tp=8, sp=True)], 8, gpu_id="h100")
+    assert float(M.cp_forward_working_bytes(m, C.shard_of(m, no_cp, 8192), no_cp)[0]) == 0.0

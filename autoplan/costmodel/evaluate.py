@@ -461,6 +461,8 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     # — n layers at once under uniform recompute with groups of n.
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
     transient = worst_layer * np.where(lay.recompute == 2, group + 1, 1)
+    # A context-parallel layer's forward holds every ring step's K/V chunk and output until it returns.
+    transient = np.maximum(transient, M.cp_forward_working_bytes(m, sh, lay))
     # The logits and their gradient are gone before the first layer's backward starts (the output layer's backward
     # consumes them), so on the last stage only the larger of the two is held: the excess of the working set.
     transient = np.where(st.last, np.maximum(transient - logits, 0.0), transient)

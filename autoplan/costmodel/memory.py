@@ -90,6 +90,23 @@ def attention_output_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return (BF16 + np.where(lay.fp8_delayed, FP8, 0.0)) * attention_output_elements(m, sh)
 
 
+def cp_forward_working_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """Bytes a context-parallel ring attention (TransformerEngine AttnFuncWithCPAndKVP2P, Megatron's default
+    --cp-comm-type p2p) holds during one layer's forward, beyond what the layer saves: every received K/V chunk
+    (`p2p_comm_buffers`, one per ring step, none freed before the forward returns, the first a copy of the local
+    K/V) and the per-step outputs and fp32 log-sum-exps (`out_per_step`, `softmax_lse_per_step`) kept for the final
+    correction (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py; TE 1.12-2.20
+    alike): cp x (K/V chunk + output + lse) + one K/V copy + lse, per local token. Zero without CP."""
+    if m.multi_latent_attention:
+        kv = BF16 * sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
+        v_dim = m.v_head_dim
+    else:
+        kv = BF16 * 2 * sh.groups * m.kv_channels
+        v_dim = m.kv_channels
+    per_step = kv + BF16 * sh.heads * v_dim + FP32 * sh.heads
+    return np.where(lay.cp > 1, sh.tokens * (lay.cp * per_step + kv + FP32 * sh.heads), 0.0)
+
+
 def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards, fused_norm: bool = True):
     """`fused_norm`: FC1 fuses the pre-MLP norm (the dense MLP's LayerNormLinear); a MoE layer's shared experts take
     the norm output through a plain linear."""
