@@ -199,3 +199,20 @@ def test_context_parallel_forward_holds_every_ring_step_kv_chunk():
     assert first_stage.breakdown_gib["transient"] * GIB >= per_token * 8192 * (1 - 1e-9)
     no_cp = layouts_from_strategies([Strategy(tp=8, sp=True)], 8, gpu_id="h100")
     assert float(M.cp_forward_working_bytes(m, C.shard_of(m, no_cp, 8192), no_cp)[0]) == 0.0
+
+
+@pytest.mark.parametrize("pp, vpp, plain, overlapped", [(1, 1, 1, 2), (4, 2, 11, 12)])
+def test_all_to_all_overlap_holds_one_more_micro_batch(pp, vpp, plain, overlapped):
+    """Megatron's combined 1F1B (moe_a2a_overlap) runs one more forward ahead: without pipelining micro batch k+1's
+    forward beside micro batch k's backward; interleaved, one extra warm-up micro batch (schedules.py
+    get_pp_rank_microbatches). Rank 0's in-flight (micro batch, chunk) pairs grow by one."""
+    import numpy as np
+
+    from autoplan.costmodel.evaluate import in_flight
+
+    def chunks(overlap):
+        s = Strategy(pp=pp, vpp=vpp, ep=8, moe_a2a_overlap=overlap)
+        lay = layouts_from_strategies([s], 64)
+        return int(in_flight(lay, np.array([0]), np.array([64]))[0])
+
+    assert (chunks(False), chunks(True)) == (plain, overlapped)

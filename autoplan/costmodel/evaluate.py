@@ -407,8 +407,13 @@ def num_microbatches(wl: Workload, lay: Layouts):
 
 
 def in_flight(lay: Layouts, stage, m_micro):
-    """(micro batch, chunk) pairs whose activations rank `stage` holds at its peak (schedules.py warm-up + 1)."""
+    """(micro batch, chunk) pairs whose activations rank `stage` holds at its peak (schedules.py warm-up + 1). The
+    all-to-all overlap schedules one more forward ahead: interleaved, one extra warm-up micro batch
+    (schedules.py `get_pp_rank_microbatches`: `if overlap_moe_expert_parallel_comm: num_warmup_microbatches + 1`);
+    without pipelining, micro batch k + 1's forward runs beside micro batch k's backward
+    (combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining`), so two are held."""
     warmup = np.where(lay.vpp > 1, (lay.pp - stage - 1) * 2 + (lay.vpp - 1) * lay.pp, lay.pp - stage - 1)
+    warmup = warmup + lay.moe_a2a_overlap.astype(int)
     return np.minimum(warmup + 1, m_micro * lay.vpp)
 
 
