@@ -216,3 +216,24 @@ def test_all_to_all_overlap_holds_one_more_micro_batch(pp, vpp, plain, overlappe
         return int(in_flight(lay, np.array([0]), np.array([64]))[0])
 
     assert (chunks(False), chunks(True)) == (plain, overlapped)
+
+
+def test_flex_dispatcher_buffers_are_sized_for_the_whole_expert_parallel_group():
+    """HybridEP allocates its token buffer for every rank's tokens of the EP group (T x G x H x 2 bytes plus the
+    routing probabilities, scales and the gathered routing map): DeepSeek-V3 at ep 64 inside one NVL72 domain,
+    4096 tokens per rank and 4 local experts, about 3.87 GiB; none without the flex dispatcher."""
+    from autoplan.costmodel import compute as C
+    from autoplan.modelio import load_model
+
+    m = load_model("deepseek-v3")
+
+    def buffers(flex, ep, per_domain):
+        lay = layouts_from_strategies([Strategy(ep=ep, moe_flex_dispatcher=flex)], 256, gpu_id="gb200")
+        return float(M.flex_dispatcher_buffer_bytes(m, C.shard_of(m, lay, 4096), lay, per_domain)[0])
+
+    t, g, h, e = 4096, 64, 7168, 4
+    expected = t * g * (h * 2 + e * g * 4 + h / 128 * 4) + e * g * t * g
+    assert buffers(True, 64, 64) == pytest.approx(expected)
+    assert expected / GIB == pytest.approx(3.87, abs=0.01)
+    assert buffers(True, 64, 8) > buffers(True, 64, 64)  # across NVLink domains the internode buffers add
+    assert buffers(False, 64, 64) == 0.0

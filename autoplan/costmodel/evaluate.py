@@ -74,7 +74,8 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     vocab = _vocab_params(m, lay, st)
     dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp,
                                               st, vocab)
-    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab)
+    flex_buffers = M.flex_dispatcher_buffer_bytes(m, sh, lay, _per_domain(lay.etp, lay.ep, hw))
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab, flex_buffers)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
                     memory)
 
@@ -427,8 +428,9 @@ def embedding_in_flight(lay: Layouts, chunks):
 
 
 def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
-                cal: Calibration, vocab=0.0) -> Dict[str, np.ndarray]:
-    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`)."""
+                cal: Calibration, vocab=0.0, comm_buffers=0.0) -> Dict[str, np.ndarray]:
+    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`);
+    `comm_buffers` = communication buffers allocated once per rank besides NCCL's (the flex dispatcher's)."""
     m_micro = num_microbatches(wl, lay)
     chunks = in_flight(lay, stage, m_micro)
     chunk_layers = st.layers / lay.vpp
@@ -486,7 +488,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
         "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
         "logits": logits, "transient": transient,
         "cuda_context": np.full(np.shape(weights), cal.cuda_context_gib * GIB),
-        "nccl": groups * cal.nccl_gib_per_group * GIB,
+        "nccl": groups * cal.nccl_gib_per_group * GIB + comm_buffers,
         "fragmentation": fragmentation,
     }
 

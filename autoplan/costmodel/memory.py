@@ -172,6 +172,31 @@ def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return (4.0 + 1.0 + 4.0 * 2) * m.num_experts * tokens + 4.0 * tokens
 
 
+def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
+    """GPU memory the flex token dispatcher allocates once per rank for its communication buffers, bytes: HybridEP's
+    (the larger of Megatron's two flex backends; DeepEP's NVLink and RDMA buffers are 0.2-0.7 GiB at these sizes).
+    HybridEP sizes its buffers for every rank's tokens of the expert-parallel group G (DeepEP hybrid-ep branch,
+    csrc/hybrid_ep/buffer/intranode.cu: max tokens = T x G; token buffer T G H x 2 bytes, routing probabilities
+    T G (E_local x ranks per NVLink domain) x 4, scaling factors T G (H / 128) x 4, the all-gathered routing map
+    E_local G T G x 1), with T the rank's tokens padded to at least 512 and a multiple of 64 (config.cuh). Across
+    NVLink domains (internode_doca.cu) dispatch adds T H x 2 + T E_local G x 4 + T (H / 128) x 4 + (N - 1) T
+    (2H + 4 E_local r + 4H / 128) and combine 2 (N - 1) T (2H + 4 E_local r), N = the group's domains, r = its ranks
+    per domain. Zero without the flex dispatcher or expert parallelism."""
+    h = float(m.moe_latent_size or m.hidden_size)
+    g = lay.ep.astype(float)
+    tokens = routed_source_tokens(m, sh, lay)
+    t = np.ceil(np.maximum(tokens, 512.0) / 64.0) * 64.0
+    e_local = np.maximum(sh.local_experts, 1.0)
+    r = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), g), 1.0)
+    n = np.ceil(g / r)
+    intranode = t * g * (h * BF16 + e_local * r * FP32 + (h / 128) * FP32) + e_local * g * t * g
+    dispatch = t * h * BF16 + t * e_local * g * FP32 + t * (h / 128) * FP32 + \
+        (n - 1) * t * (2 * h + 4 * e_local * r + 4 * h / 128)
+    combine = 2 * (n - 1) * t * (2 * h + 4 * e_local * r)
+    internode = np.where(n > 1, dispatch + combine, 0.0)
+    return np.where(lay.moe_flex & (lay.ep > 1), intranode + internode, 0.0) if m.is_moe else 0.0 * g
+
+
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h
