@@ -237,3 +237,47 @@ def test_flex_dispatcher_buffers_are_sized_for_the_whole_expert_parallel_group()
     assert expected / GIB == pytest.approx(3.87, abs=0.01)
     assert buffers(True, 64, 8) > buffers(True, 64, 64)  # across NVLink domains the internode buffers add
     assert buffers(False, 64, 64) == 0.0
+
+
+def test_optimizer_step_fp32_grad_copy():
+    """From a bf16 grad buffer Megatron's optimizer step makes an fp32 copy of the rank's gradient shard
+    (distrib_optimizer.py `shard_model_grad.float()`), of every gradient without the distributed optimizer, and
+    none when the precision-aware optimizer reads the bf16 grad (bf16 moments without FP8) or grads are fp32."""
+    import numpy as np
+
+    def copy(**kw):
+        s = Strategy(tp=1, **kw)
+        lay = layouts_from_strategies([s], 8, gpu_id="b200")
+        return float(M.optimizer_step_grad_copy_bytes(np.array([8e9]), np.array([0.0]), lay, np.array([8]))[0])
+
+    assert copy(zero=1, grad_reduce_bf16=True) == pytest.approx(4 * 8e9 / 8)
+    assert copy(zero=0, grad_reduce_bf16=True) == pytest.approx(4 * 8e9)
+    assert copy(zero=1, grad_reduce_bf16=False) == 0.0
+    assert copy(zero=1, grad_reduce_bf16=True, adam_bf16_states=True) == 0.0
+    assert copy(zero=1, grad_reduce_bf16=True, adam_bf16_states=True, fp8="hybrid",
+                fp8_recipe="mxfp8") == pytest.approx(4 * 8e9 / 8)
+
+
+def test_peak_covers_the_optimizer_step_when_it_outweighs_the_activations():
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel.hardware import GIB
+    from autoplan.modelio import load_model
+    from autoplan.workload import Workload
+
+    m = load_model("llama3-8b")
+    s = Strategy(tp=1, pp=1, zero=0, grad_reduce_bf16=True, recompute="full", mbs=1)
+    est = estimate(m, load_cluster("h100", 2), s, Workload(seq_len=512, global_batch_size=2))
+    b = est.memory_breakdown
+    params = 8.03e9
+    assert (b["weights"] + b["grads"] + b["optimizer"] + b["activations"] + b["logits"] + b["transient"]) * GIB \
+        >= (b["weights"] + b["grads"] + b["optimizer"]) * GIB + 4 * params * 0.99
+
+
+def test_each_pre_norm_saves_its_fp32_statistics():
+    from autoplan.costmodel import compute as C
+    from autoplan.modelio import load_model
+
+    m = load_model("llama3-8b")  # RMSNorm: one fp32 per token per norm, two norms per layer
+    lay = layouts_from_strategies([Strategy(tp=2, sp=True)], 8, gpu_id="h100")
+    sh = C.shard_of(m, lay, 4096)
+    assert float(M.norm_statistics_bytes(m, sh)[0]) == pytest.approx(2 * 4 * 4096 / 2)

@@ -473,6 +473,10 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     # The logits and their gradient are gone before the first layer's backward starts (the output layer's backward
     # consumes them), so on the last stage only the larger of the two is held: the excess of the working set.
     transient = np.where(st.last, np.maximum(transient - logits, 0.0), transient)
+    # The optimizer step runs after every activation and logit is freed; its fp32 grad copy (from a bf16 grad
+    # buffer) is held then: the peak is the larger of the two moments.
+    step_copy = M.optimizer_step_grad_copy_bytes(params_dense, params_expert, lay, edp)
+    transient = np.maximum(transient, step_copy - activations - logits)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size

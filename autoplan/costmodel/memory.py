@@ -271,11 +271,22 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     return dropped
 
 
+def norm_statistics_bytes(m: ModelSpec, sh: Shard):
+    """The fp32 statistics each pre-norm of a layer saves per (sequence-parallel local) token: RMSNorm's 1/rms,
+    LayerNorm's mean and 1/std (TransformerEngine LayerNormLinear / TENorm save `rsigma` (and `mu`)); two norms per
+    transformer layer, one per hybrid layer. The sandwich norms' statistics are in `sandwich_norm_bytes`."""
+    stats = 1 if m.normalization == "rmsnorm" else 2
+    return (1 if m.is_hybrid else 2) * stats * FP32 * sh.tokens_sp
+
+
 def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes for one layer and micro batch."""
     if m.bf16_first_layers + m.bf16_last_layers and np.any(lay.fp8):  # bf16 layers save 2-byte GEMM inputs
-        return mix_bf16_layers(m, lay, lambda low: _layer_activation_bytes(m, sh, low, moe))
-    return _layer_activation_bytes(m, sh, lay, moe)
+        none, sel, ckpt = mix_bf16_layers(m, lay, lambda low: _layer_activation_bytes(m, sh, low, moe))
+    else:
+        none, sel, ckpt = _layer_activation_bytes(m, sh, lay, moe)
+    stats = norm_statistics_bytes(m, sh)
+    return none + stats, sel + stats, ckpt
 
 
 def _layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
@@ -322,6 +333,24 @@ def optimizer_bytes_per_param(lay: Layouts):
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), and where TE holds it instead its 16-bit remainder
     (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8."""
     return np.where(lay.adam_bf16, FP32 + 2 * BF16, 3.0 * FP32)
+
+
+def optimizer_step_grad_copy_bytes(params_dense, params_expert, lay: Layouts, edp):
+    """The fp32 copy of the gradients Megatron's optimizer step makes from a bf16 grad buffer, bytes, alive only
+    during the step (released by the next `zero_grad(set_to_none=True)`): the distributed optimizer's
+    `_copy_model_grads_to_main_grads` (optimizer/distrib_optimizer.py: `shard_main_param.grad =
+    shard_model_grad.float()`) for the rank's shard, unless the precision-aware optimizer reads the bf16 grad
+    directly (bf16 Adam moments without FP8 or with delayed FP8: optimizer_config.py
+    `use_precision_aware_optimizer_no_fp8_or_ds_fp8`); without it (zero 0) `main_param.grad =
+    model_param.main_grad.float()` (optimizer/optimizer.py) for every parameter. An fp32 grad buffer is copied to
+    no new tensor (`.float()` of an fp32 tensor is itself). Megatron-FSDP and DeepSpeed: not priced here."""
+    dp = lay.dp * lay.cp
+    shard = params_dense / dp + params_expert / edp
+    precision_aware = lay.adam_bf16 & (~lay.fp8 | lay.fp8_delayed)
+    distributed = np.where(lay.grad_bf16 & ~precision_aware, FP32 * shard, 0.0)
+    plain = np.where(lay.grad_bf16, FP32 * (params_dense + params_expert), 0.0)
+    copy = np.where(lay.zero == 0, plain, np.where(lay.zero == 1, distributed, 0.0))
+    return np.where(lay.deepspeed, 0.0, copy)
 
 
 def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
