@@ -156,10 +156,13 @@ def hybrid_layer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw:
 # --- activation memory ----------------------------------------------------------------------------------------
 
 def mamba_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
-    """Bytes one Mamba layer holds for backward with no recompute (mamba_mixer.py forward with the fused
-    `mamba_chunk_scan_combined` path): the pre-norm input, in_proj's input (the norm output), its output
-    [z, x, B, C, dt], the conv1d output, the scan output y, the fp32 dt after softplus, the gated norm's output
-    (out_proj's input)."""
+    """Bytes one Mamba layer holds for backward with no recompute: the pre-norm input, in_proj's input (the norm
+    output), its output [z, x, B, C, dt], the conv1d output, the scan output y, the fp32 dt after softplus, the
+    gated norm's output (out_proj's input). Megatron trains through the fused `mamba_split_conv1d_scan_combined`
+    (mamba_mixer.py, `use_mamba_mem_eff_path` on by default; mamba_ssm ops/triton/ssd_combined.py), which saves
+    zxbcdt and the scan output and recomputes the conv output and dt in backward, while the gated RMSNorm after
+    it saves its gated input and fp32 1/rms per group: the conv output and fp32 dt counted here are larger than
+    those two, so the sum is an upper bound."""
     from autoplan.costmodel.memory import gemm_input_bytes, norm_linear_input_bytes  # memory.py imports this module
 
     region = sh.tokens_sp * m.hidden_size
