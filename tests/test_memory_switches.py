@@ -281,3 +281,32 @@ def test_each_pre_norm_saves_its_fp32_statistics():
     lay = layouts_from_strategies([Strategy(tp=2, sp=True)], 8, gpu_id="h100")
     sh = C.shard_of(m, lay, 4096)
     assert float(M.norm_statistics_bytes(m, sh)[0]) == pytest.approx(2 * 4 * 4096 / 2)
+
+
+def test_megatron_fsdp_buffers():
+    """Megatron-FSDP: small units are gathered several at a time (prefetch up to 5e8 elements); with bf16
+    parameters TransformerEngine caches every layer's full FP8 weight; unsharded grad buckets and the fp32 grad
+    copy of the optimizer step are priced."""
+    import numpy as np
+
+    from autoplan.costmodel.evaluate import _fsdp_unsharded_grads, _gathered_params
+    from autoplan.costmodel.stages import stage_layers
+    from autoplan.modelio import load_model
+
+    lay = layouts_from_strategies([Strategy(tp=1, zero=3)], 8, gpu_id="h100")
+    st = stage_layers(load_model("llama3-8b"), lay, np.array([0]))
+    dense, vocab = np.array([7.0e9]), np.array([1.05e9])
+    unit = (7.0e9 - 1.05e9) / 32  # ~186M elements per layer
+    gathered = float(_gathered_params(lay, st, dense, np.array([0.0]), vocab)[0])
+    assert gathered == pytest.approx(2 * (unit * (1 + np.ceil(5e8 / unit)) + 1.05e9))  # 4 units, not 2
+    head = np.array([0.525e9])
+    extra = float(_fsdp_unsharded_grads(lay, st, dense, np.array([0.0]), vocab, np.array([0.0]), head)[0])
+    assert extra >= 2 * 0.525e9  # at least the output layer's full grad bucket
+    # FP8 compute with bf16 parameters: the FP8 copies are not sharded under Megatron-FSDP.
+    fp8 = layouts_from_strategies([Strategy(tp=1, zero=3, fp8="hybrid", fp8_recipe="mxfp8")], 8, gpu_id="b200")
+    w_fp8, _, _ = M.state_bytes(dense, np.array([0.0]), fp8, np.array([8]), fp8.fp8)
+    w_bf16, _, _ = M.state_bytes(dense, np.array([0.0]), lay, np.array([8]), lay.fp8)
+    assert float(w_fp8[0] - w_bf16[0]) == pytest.approx(2 * (1 + 1 / 32) * 7.0e9)
+    # The step's fp32 copy of the bf16 grad shard.
+    assert float(M.optimizer_step_grad_copy_bytes(dense, np.array([0.0]), lay, np.array([8]))[0]) == \
+        pytest.approx(4 * 7.0e9 / 8)

@@ -232,10 +232,16 @@ def _vocab_params(m: ModelSpec, lay: Layouts, st):
     """Embedding and LM-head parameters the rank holds (the first stage holds the embedding, the last the head; a
     tied head on a separate last stage keeps its own copy, Megatron shared embedding). Megatron shards the
     vocabulary over tp; DeepSpeed AutoTP replicates embedding and head on every tp rank."""
+    embedding, head = _vocab_parts(m, lay, st)
+    return embedding + head
+
+
+def _vocab_parts(m: ModelSpec, lay: Layouts, st):
+    """(embedding, LM head) parameters of `_vocab_params`."""
     head_w = head_params(m) - (m.hidden_size if m.normalization == "rmsnorm" else 2 * m.hidden_size)
     head_w = np.where(lay.pp > 1, m.vocab_size * m.hidden_size, head_w) if m.tie_embeddings else head_w
-    vocab_params = np.where(st.first, embedding_params(m), 0.0) + np.where(st.last, head_w, 0.0)
-    return np.where(lay.vocab_tp, vocab_params / lay.tp, vocab_params)
+    shards = np.where(lay.vocab_tp, lay.tp, 1)
+    return np.where(st.first, embedding_params(m), 0.0) / shards, np.where(st.last, head_w, 0.0) / shards
 
 
 def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
@@ -261,6 +267,11 @@ def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
 DS_BUCKET_ELEMENTS = 5e8
 DS_MAX_LIVE_PARAMETERS = 1e9
 DS_MAX_REUSE_DISTANCE = 1e9
+# Megatron-FSDP defaults (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py): communication unit
+# at least 1e9 elements; the all-gather prefetch fills half of it; the reduce-scatter queue holds unreduced
+# full-unit grad buckets until it exceeds that capacity.
+FSDP_PREFETCH_ELEMENTS = 5e8
+FSDP_RS_QUEUE_ELEMENTS = 1e9
 
 
 @dataclass(frozen=True)
@@ -464,6 +475,8 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
         np.where(lay.deepspeed, 0.0, dispatcher)
     logits_one = M.logits_bytes(m, sh, lay)
     logits = np.where(st.last, logits_one + mtp_activation_bytes(m, sh, lay, logits_one), 0.0)  # + MTP depths
+    fsdp_grads = _fsdp_unsharded_grads(lay, st, params_dense, params_expert, vocab, activations,
+                                       _vocab_parts(m, lay, st)[1])
     # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt
     # — n layers at once under uniform recompute with groups of n.
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
@@ -479,6 +492,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     transient = np.maximum(transient, step_copy - activations - logits)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
+    grads = grads + fsdp_grads
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size
     # elements of the parameter dtype (stage_1_and_2.py / stage3.py ipg buffer).
     grads = grads + np.where(lay.deepspeed & (lay.zero >= 1),
@@ -497,14 +511,39 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     }
 
 
+def _fsdp_unsharded_grads(lay: Layouts, st, params_dense, params_expert, vocab, activations, head):
+    """Bytes Megatron-FSDP's unsharded gradient buckets add to the peak. Each unit's backward fills a full-unit bf16
+    grad bucket (the parameter dtype) that is freed only once the reduce-scatter queue exceeds its capacity
+    (param_and_grad_buffer.py `fetch_bucket` / `allocate_bucket_storage`; megatron_fsdp.py
+    `suggested_queue_capacity`, at least 1e9 elements, or two units); the output layer's and the embedding's full
+    (tp-shard) grad buckets (not FSDP units) are filled first and last. The queue grows by one unit per layer of
+    backward while that layer's share of the rank's activations is freed, so the peak is the larger of: the
+    output-layer bucket at the start (beside every activation), the full queue once it reaches capacity, less the
+    activations freed by then, and the queue plus the embedding's bucket at the end, less all of them. `vocab`:
+    the rank's vocabulary parameters; `head`: the LM head's among them."""
+    layers = np.maximum(st.layers, 1)
+    unit = (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
+    capacity = np.maximum(FSDP_RS_QUEUE_ELEMENTS, 2 * unit)
+    filled = np.minimum(layers, (capacity + 2 * unit) / np.maximum(unit, 1.0))  # layers of backward to fill it
+    queue = C.BF16 * unit * filled
+    extra = np.maximum.reduce([C.BF16 * head, queue - activations * filled / layers,
+                               queue + C.BF16 * (vocab - head) - activations])
+    megatron_fsdp = (lay.zero >= 3) & ~lay.deepspeed
+    return np.where(megatron_fsdp, np.maximum(extra, 0.0), 0.0)
+
+
 def _gathered_params(lay: Layouts, st, params_dense, params_expert, vocab):
     """bf16 bytes of full (tp-shard) parameters ZeRO-3 holds gathered beside its shard. Megatron-FSDP: the unit
-    being computed and the one prefetched (two transformer layers), plus the embedding and output layer, which are
-    not FSDP units and stay gathered (megatron_fsdp.py: non-unit modules get no release hook). DeepSpeed: up to
+    being computed and the ones prefetched (see FSDP_PREFETCH_ELEMENTS), plus the embedding and output layer, which
+    are not FSDP units and stay gathered (megatron_fsdp.py: non-unit modules get no release hook). DeepSpeed: up to
     stage3_max_live_parameters elements plus the module in use (partitioned_param_coordinator.py)."""
     layers = np.maximum(st.layers, 1)
     unit = (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
-    megatron = 2 * unit + vocab
+    # Megatron-FSDP prefetches units until the prefetched ones reach half its communication unit size (at least
+    # 1e9 elements: megatron_fsdp.py `suggested_communication_unit_size`, `suggested_AG_prefetch_size`;
+    # param_and_grad_buffer.py prefetch loop), so small units are gathered several at a time.
+    prefetch = np.maximum(FSDP_PREFETCH_ELEMENTS, unit)
+    megatron = np.minimum(unit * (1 + np.ceil(prefetch / np.maximum(unit, 1.0))), layers * unit) + vocab
     deepspeed = np.minimum(params_dense + params_expert, DS_MAX_LIVE_PARAMETERS + unit)
     return np.where(lay.zero >= 3, C.BF16 * np.where(lay.deepspeed, deepspeed, megatron), 0.0)
 

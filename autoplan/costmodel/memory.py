@@ -343,13 +343,17 @@ def optimizer_step_grad_copy_bytes(params_dense, params_expert, lay: Layouts, ed
     directly (bf16 Adam moments without FP8 or with delayed FP8: optimizer_config.py
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`); without it (zero 0) `main_param.grad =
     model_param.main_grad.float()` (optimizer/optimizer.py) for every parameter. An fp32 grad buffer is copied to
-    no new tensor (`.float()` of an fp32 tensor is itself). Megatron-FSDP and DeepSpeed: not priced here."""
+    no new tensor (`.float()` of an fp32 tensor is itself). Megatron-FSDP: always (below). DeepSpeed: not priced
+    here.""" 
     dp = lay.dp * lay.cp
     shard = params_dense / dp + params_expert / edp
     precision_aware = lay.adam_bf16 & (~lay.fp8 | lay.fp8_delayed)
     distributed = np.where(lay.grad_bf16 & ~precision_aware, FP32 * shard, 0.0)
     plain = np.where(lay.grad_bf16, FP32 * (params_dense + params_expert), 0.0)
-    copy = np.where(lay.zero == 0, plain, np.where(lay.zero == 1, distributed, 0.0))
+    # Megatron-FSDP keeps its grad shard in the parameter dtype (bf16) and casts it to fp32 at the step
+    # (megatron_fsdp param_and_grad_buffer.py `update_main_grads`: `optimizer_grad.to(param.dtype)`).
+    fsdp = FP32 * shard
+    copy = np.where(lay.zero == 0, plain, np.where(lay.zero == 1, distributed, fsdp))
     return np.where(lay.deepspeed, 0.0, copy)
 
 
@@ -369,6 +373,10 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     # kept (megatron/core/fp8_utils.py `get_fp8_context(is_init=True)` builds the TE modules under TE's quantized
     # model init when `config.fp8_param` is set; the
     # distributed optimizer's fp32 main params are the only high-precision copy, counted in `optimizer`).
-    local = np.where(lay.zero >= 3, params_dense / dp + params_expert / edp, total)
+    # Sharded FP8 copies only when they are the parameters (fp8_param) or under DeepSpeed: with bf16 parameters,
+    # TransformerEngine's Linear caches each layer's full FP8 weight (`_fp8_workspaces["weight"]`, kept unless
+    # FSDP2), so under Megatron-FSDP every layer's tp-local FP8 copy persists.
+    sharded = (lay.zero >= 3) & (lay.fp8_param | lay.deepspeed)
+    local = np.where(sharded, params_dense / dp + params_expert / edp, total)
     weights = np.where(fp8 & lay.fp8_param, 0.0, weights) + np.where(fp8, 2.0 * lay.quant_bytes * local, 0.0)
     return weights, grads, optimizer
