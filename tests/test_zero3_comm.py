@@ -22,8 +22,9 @@ def _one_layer_gather(model, clus, s):
     hw = hardware_of(clus)
     lay = layouts_from_strategies([s], clus.num_gpus)
     st = stage_layers(model, lay, np.zeros(1, int))
-    dense, expert, edp = E._rank_params(model, hw, lay, st)
-    layer = (dense - E._vocab_params(model, lay, st)) / model.num_layers
+    vocab = E._vocab_params(model, lay, st)
+    dense, expert, edp = E._rank_params(model, hw, lay, st, vocab)
+    layer = (dense - vocab) / model.num_layers
     return float(E._dp_groups(hw, lay, edp).time("all_gather", 2.0 * layer, 0.0 * layer)[0])
 
 
@@ -52,7 +53,7 @@ def test_zero3_gathers_exposed_when_the_forward_is_too_short_to_hide_them(dense)
     hw = hardware_of(cluster(64))
     lay = layouts_from_strategies([Strategy(zero=3)], 64)
     st = stage_layers(dense, lay, np.zeros(1, int))
-    params, expert, edp = E._rank_params(dense, hw, lay, st)
+    params, expert, edp = E._rank_params(dense, hw, lay, st, E._vocab_params(dense, lay, st))
     g = E._dp_groups(hw, lay, edp)
     one_gather = float(g.time("all_gather", 2.0 * params, 0.0 * params)[0])
     assert est.time_breakdown["dp_comm"] > est.num_microbatches * one_gather
@@ -76,8 +77,8 @@ def test_zero3_holds_gathered_units_and_the_vocabulary(dense):
     hw = hardware_of(cluster(8))
     lay = layouts_from_strategies([Strategy(zero=3)], 8)
     st = stage_layers(dense, lay, np.zeros(1, int))
-    params, _, _ = E._rank_params(dense, hw, lay, st)
     vocab = E._vocab_params(dense, lay, st)
+    params, _, _ = E._rank_params(dense, hw, lay, st, vocab)
     unit = (params - vocab) / dense.num_layers
     shard = 2.0 * params / 8
     # Megatron-FSDP prefetches units until 5e8 elements are in flight: this small model is gathered whole.
@@ -112,8 +113,9 @@ def test_fsdp_rebuilds_fp8_weight_transposes_every_micro_batch(dense):
                                    Strategy(zero=3, fp8="hybrid", fp8_recipe="mxfp8", fp8_param=True)], 8,
                                   gpu_id="h100")
     st = stage_layers(dense, lay, np.zeros(3, int))
-    params, _, _ = E._rank_params(dense, hw, lay, st)
-    per_micro = E._fp8_transpose_per_micro(lay, DEFAULT, hw, params - E._vocab_params(dense, lay, st))
+    vocab = E._vocab_params(dense, lay, st)
+    params, _, _ = E._rank_params(dense, hw, lay, st, vocab)
+    per_micro = E._fp8_transpose_per_micro(lay, DEFAULT, hw, params - vocab)
     assert per_micro[0] > 0 and per_micro[1] == 0 and per_micro[2] == 0
     est = estimate(dense, cluster(8), Strategy(zero=3, **fp8), workload(2048, 64))
     assert est.time_breakdown["dp_comm"] >= est.num_microbatches * per_micro[0]

@@ -30,6 +30,7 @@ class Shard:
     groups: np.ndarray  # KV heads per rank (replicated when groups < tp)
     expert_tokens: np.ndarray  # routed token copies computed by this rank's experts
     local_experts: np.ndarray
+    routed_tokens: np.ndarray  # tokens this rank's router sees and dispatches: its own, sharded over tp
 
 
 def shard_of(m: ModelSpec, lay: Layouts, seq_len: int) -> Shard:
@@ -37,15 +38,15 @@ def shard_of(m: ModelSpec, lay: Layouts, seq_len: int) -> Shard:
     tokens_sp = np.where(lay.sp, tokens / lay.tp, tokens)
     heads = m.num_attention_heads / lay.tp
     groups = np.maximum(m.num_query_groups / lay.tp, 1.0)
+    # Each rank routes its own (SP-sharded) tokens; with etp > 1 the expert-TP group gathers them.
+    routed_tokens = np.where(lay.tp > 1, tokens / lay.tp, tokens)
     if m.is_moe:
-        # Each rank routes its own (SP-sharded) tokens; with etp > 1 the expert-TP group gathers them.
-        routed_in = np.where(lay.tp > 1, tokens / lay.tp, tokens)
-        expert_tokens = routed_in * m.moe_router_topk * lay.etp
+        expert_tokens = routed_tokens * m.moe_router_topk * lay.etp
         local_experts = m.num_experts / lay.ep
     else:
         expert_tokens = np.zeros_like(tokens)
         local_experts = np.zeros_like(tokens)
-    return Shard(tokens, tokens_sp, heads, groups, expert_tokens, local_experts)
+    return Shard(tokens, tokens_sp, heads, groups, expert_tokens, local_experts, routed_tokens)
 
 
 def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None, eff_scale=1.0):

@@ -70,12 +70,14 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     ep_exposed = _ep_comm(m, hw, lay, sh, st, cal, cpt, a2a_paired_fraction(wl, lay, stage))
     p2p = _p2p(m, hw, lay, sh)
     recompute = _recompute_time(lay, st, cpt, tp_all, ep_exposed, _selective_extra(m, hw, lay, sh, st, cal))
-    params_dense, params_expert, edp = _rank_params(m, hw, lay, st)
-    vocab = _vocab_params(m, lay, st)
+    embedding, head = _vocab_parts(m, lay, st)
+    vocab = embedding + head
+    params_dense, params_expert, edp = _rank_params(m, hw, lay, st, vocab)
     dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp,
                                               st, vocab)
     flex_buffers = M.flex_dispatcher_buffer_bytes(m, sh, lay, _per_domain(lay.etp, lay.ep, hw))
-    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab, flex_buffers)
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab, flex_buffers,
+                         head)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
                     memory)
 
@@ -159,13 +161,12 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
     """Seconds of one expert-parallel all-to-all (a dispatch or a combine) of one micro batch and layer."""
     in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
-    routed_in = np.where(lay.tp > 1, sh.tokens / lay.tp, sh.tokens)
     topk = max(m.moe_router_topk, 1)
     width = m.moe_latent_size or m.hidden_size  # a latent MoE dispatches latent-wide tokens (compute.moe_gemm_time)
-    a2a = collective_time("all_to_all", C.BF16 * routed_in * topk * width, lay.ep,
+    a2a = collective_time("all_to_all", C.BF16 * sh.routed_tokens * topk * width, lay.ep,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
-    flex = flex_all_to_all_time(C.BF16 * routed_in * width, topk, lay.ep, in_domain, hw)
+    flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw)
     return np.where(lay.moe_flex, flex, a2a)
 
 
@@ -244,9 +245,9 @@ def _vocab_parts(m: ModelSpec, lay: Layouts, st):
     return np.where(st.first, embedding_params(m), 0.0) / shards, np.where(st.last, head_w, 0.0) / shards
 
 
-def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
+def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st, vocab):
     """(dense parameters, expert parameters, expert-DP size) held by the rank (theoretical_memory_usage.py split:
-    TP-sharded, replicated, expert-sharded); the dense figure includes `_vocab_params`."""
+    TP-sharded, replicated, expert-sharded); the dense figure includes `vocab` (`_vocab_params`)."""
     n_moe, n_dense = st.moe, st.layers - st.moe
     lp_dense = layer_params(m, False)
     lp_moe = layer_params(m, True) if m.is_moe else lp_dense
@@ -258,7 +259,7 @@ def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st):
     replicated = replicated + np.where(st.last, replicated_mtp, 0.0)
     params_expert = (n_moe * lp_moe.experts + np.where(st.last, expert_mtp, 0.0)) / (lay.ep * lay.etp)
     edp = np.maximum(hw.num_gpus // (lay.etp * lay.ep * lay.pp), 1)
-    return tp_sharded / lay.tp + replicated + _vocab_params(m, lay, st), params_expert, edp
+    return tp_sharded / lay.tp + replicated + vocab, params_expert, edp
 
 
 # DeepSpeed ZeRO defaults (deepspeed/runtime/zero/config.py; integrations/deepspeed.py writes the same values):
@@ -439,9 +440,10 @@ def embedding_in_flight(lay: Layouts, chunks):
 
 
 def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
-                cal: Calibration, vocab=0.0, comm_buffers=0.0) -> Dict[str, np.ndarray]:
-    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`);
-    `comm_buffers` = communication buffers allocated once per rank besides NCCL's (the flex dispatcher's)."""
+                cal: Calibration, vocab=0.0, comm_buffers=0.0, head=0.0) -> Dict[str, np.ndarray]:
+    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`), `head` the
+    LM head's among them; `comm_buffers` = communication buffers allocated once per rank besides NCCL's (the flex
+    dispatcher's)."""
     m_micro = num_microbatches(wl, lay)
     chunks = in_flight(lay, stage, m_micro)
     chunk_layers = st.layers / lay.vpp
@@ -475,8 +477,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
         np.where(lay.deepspeed, 0.0, dispatcher)
     logits_one = M.logits_bytes(m, sh, lay)
     logits = np.where(st.last, logits_one + mtp_activation_bytes(m, sh, lay, logits_one), 0.0)  # + MTP depths
-    fsdp_grads = _fsdp_unsharded_grads(lay, st, params_dense, params_expert, vocab, activations,
-                                       _vocab_parts(m, lay, st)[1])
+    fsdp_grads = _fsdp_unsharded_grads(lay, st, params_dense, params_expert, vocab, activations, head)
     # Backward working set: gradients of one layer's activations, plus (full recompute) the layer being rebuilt
     # — n layers at once under uniform recompute with groups of n.
     group = np.where((lay.recompute == 2) & ~lay.recompute_block, np.maximum(lay.recompute_layers, 1), 1)
@@ -511,6 +512,13 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     }
 
 
+def _zero3_unit(st, params_dense, params_expert, vocab):
+    """(layers, parameters of one unit): ZeRO-3 / Megatron-FSDP units are the rank's transformer layers; the
+    vocabulary is not a unit."""
+    layers = np.maximum(st.layers, 1)
+    return layers, (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
+
+
 def _fsdp_unsharded_grads(lay: Layouts, st, params_dense, params_expert, vocab, activations, head):
     """Bytes Megatron-FSDP's unsharded gradient buckets add to the peak. Each unit's backward fills a full-unit bf16
     grad bucket (the parameter dtype) that is freed only once the reduce-scatter queue exceeds its capacity
@@ -521,8 +529,7 @@ def _fsdp_unsharded_grads(lay: Layouts, st, params_dense, params_expert, vocab, 
     output-layer bucket at the start (beside every activation), the full queue once it reaches capacity, less the
     activations freed by then, and the queue plus the embedding's bucket at the end, less all of them. `vocab`:
     the rank's vocabulary parameters; `head`: the LM head's among them."""
-    layers = np.maximum(st.layers, 1)
-    unit = (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
+    layers, unit = _zero3_unit(st, params_dense, params_expert, vocab)
     capacity = np.maximum(FSDP_RS_QUEUE_ELEMENTS, 2 * unit)
     filled = np.minimum(layers, (capacity + 2 * unit) / np.maximum(unit, 1.0))  # layers of backward to fill it
     queue = C.BF16 * unit * filled
@@ -537,8 +544,7 @@ def _gathered_params(lay: Layouts, st, params_dense, params_expert, vocab):
     being computed and the ones prefetched (see FSDP_PREFETCH_ELEMENTS), plus the embedding and output layer, which
     are not FSDP units and stay gathered (megatron_fsdp.py: non-unit modules get no release hook). DeepSpeed: up to
     stage3_max_live_parameters elements plus the module in use (partitioned_param_coordinator.py)."""
-    layers = np.maximum(st.layers, 1)
-    unit = (np.maximum(params_dense - vocab, 0.0) + params_expert) / layers
+    layers, unit = _zero3_unit(st, params_dense, params_expert, vocab)
     # Megatron-FSDP prefetches units until the prefetched ones reach half its communication unit size (at least
     # 1e9 elements: megatron_fsdp.py `suggested_communication_unit_size`, `suggested_AG_prefetch_size`;
     # param_and_grad_buffer.py prefetch loop), so small units are gathered several at a time.

@@ -40,6 +40,12 @@ def norm_linear_input_bytes(lay: Layouts):
     return np.where(lay.fp4 & lay.sp, 2.0 * lay.quant_bytes, gemm_input_bytes(lay))
 
 
+def qkv_input_bytes(m: ModelSpec, lay: Layouts):
+    """Bytes per element of the saved QKV input (the input-norm output): a fused norm + linear's
+    (`norm_linear_input_bytes`), except MLA, whose down projections are plain linears after a separate norm."""
+    return gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)
+
+
 def dropout_mask_bytes(m: ModelSpec, elements):
     """One byte per element of a hidden-dropout mask (Korthikanti Table 2); none at p = 0: torch's dropout
     returns its input unchanged when p = 0 and saves no mask (torch/nn/functional.py `dropout`,
@@ -63,9 +69,7 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     h = m.hidden_size
     region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
     norm_in = BF16 * region
-    # Norm output, saved sharded under SP and re-gathered in backward; MLA's down projections are plain linears
-    # after a separate norm.
-    qkv_in = (gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)) * region
+    qkv_in = qkv_input_bytes(m, lay) * region  # norm output, saved sharded under SP and re-gathered in backward
     if m.multi_latent_attention:
         # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
         latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
@@ -141,25 +145,23 @@ def weighted_activation_bytes(m: ModelSpec, lay: Layouts, copies, f):
     return np.where(unfused, BF16 * copies * f, 0.0)
 
 
-def routed_source_tokens(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Tokens this rank's router sees (its own tokens, sharded over tp: compute.shard_of's routed input)."""
-    return sh.expert_tokens / (max(m.moe_router_topk, 1) * lay.etp)
+def permute_row_id_map_bytes(m: ModelSpec, sh: Shard):
+    """The fused permute's row-id map: int32 [tokens, 2E + 1] (TransformerEngine pytorch/triton/permutation.py
+    `make_row_id_map`; TE <= 2.5 an int64 [E, tokens], 8E per token, which 4 (2E + 1) covers)."""
+    return 4.0 * (2 * m.num_experts + 1) * sh.routed_tokens
 
 
 def routing_index_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     """Index tensors one MoE layer saves for backward, bytes per micro batch, beyond the router's fp32 scores:
-    - the fused permute's row-id map: int32 [tokens, 2E + 1] (TransformerEngine pytorch/triton/permutation.py
-      `make_row_id_map`, saved in permutation.py `_moe_permute_mask_map_setup_context`; TE <= 2.5 an int64 [E,
-      tokens], 8E per token, which 4 (2E + 1) covers); the unpermute reuses it;
+    - the fused permute's row-id map (`permute_row_id_map_bytes`, saved in permutation.py
+      `_moe_permute_mask_map_setup_context`); the unpermute reuses it;
     - the router's top-k: int64 indices and the fp32 softmax over the k chosen scores per token (megatron/core/
       transformer/moe/moe_utils.py `topk_routing_with_score_function`), 12 bytes per routed copy;
     - with several local experts, the dispatch and combine chunk sorts keep one row-id map each, one int32 per
       routed copy (permutation.py `_moe_chunk_sort_setup_context`; int64 before TE 2.6): 16 bytes per copy."""
-    tokens = routed_source_tokens(m, sh, lay)
-    permute_map = 4.0 * (2 * m.num_experts + 1) * tokens
-    topk = 12.0 * max(m.moe_router_topk, 1) * tokens
+    topk = 12.0 * max(m.moe_router_topk, 1) * sh.routed_tokens
     sort_maps = np.where(sh.local_experts > 1, 16.0 * sh.expert_tokens, 0.0)
-    return permute_map + topk + sort_maps
+    return permute_row_id_map_bytes(m, sh) + topk + sort_maps
 
 
 def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
@@ -168,8 +170,7 @@ def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     (fp32 with an fp32 router, bf16 otherwise: 4 bytes), `self.routing_map` bool [tokens, E] and
     `self.reversed_local_input_permutation_mapping`, the permute's row-id map (megatron/core/transformer/moe/
     token_dispatcher.py `dispatch_preprocess`)."""
-    tokens = routed_source_tokens(m, sh, lay)
-    return (4.0 + 1.0 + 4.0 * 2) * m.num_experts * tokens + 4.0 * tokens
+    return (4.0 + 1.0) * m.num_experts * sh.routed_tokens + permute_row_id_map_bytes(m, sh)
 
 
 def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
@@ -184,7 +185,7 @@ def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_pe
     per domain. Zero without the flex dispatcher or expert parallelism."""
     h = float(m.moe_latent_size or m.hidden_size)
     g = lay.ep.astype(float)
-    tokens = routed_source_tokens(m, sh, lay)
+    tokens = sh.routed_tokens
     t = np.ceil(np.maximum(tokens, 512.0) / 64.0) * 64.0
     e_local = np.maximum(sh.local_experts, 1.0)
     r = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), g), 1.0)
@@ -246,8 +247,7 @@ def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     # Under delayed-scaling FP8, linear_proj keeps its own FP8 copy, so the checkpoint drops the bf16 output too.
     dropped = np.where(on("core_attn"), softmax_stats_bytes(sh) + np.where(lay.fp8_delayed, BF16, 0.0)
                        * attention_output_elements(m, sh), 0.0)
-    qkv_in = gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)
-    dropped = dropped + np.where(on("layernorm"), qkv_in * region, 0.0)  # input-norm output = QKV input
+    dropped = dropped + np.where(on("layernorm"), qkv_input_bytes(m, lay) * region, 0.0)  # = QKV input
     if m.multi_latent_attention:
         dropped = dropped + np.where(on("mla_up_proj"), mla_qkv_bytes(m, sh), 0.0)
     if not moe:  # dense MLP: "mlp" keeps only the block input (the pre-MLP norm is fused into FC1)
@@ -344,7 +344,7 @@ def optimizer_step_grad_copy_bytes(params_dense, params_expert, lay: Layouts, ed
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`); without it (zero 0) `main_param.grad =
     model_param.main_grad.float()` (optimizer/optimizer.py) for every parameter. An fp32 grad buffer is copied to
     no new tensor (`.float()` of an fp32 tensor is itself). Megatron-FSDP: always (below). DeepSpeed: not priced
-    here.""" 
+    here."""
     dp = lay.dp * lay.cp
     shard = params_dense / dp + params_expert / edp
     precision_aware = lay.adam_bf16 & (~lay.fp8 | lay.fp8_delayed)
