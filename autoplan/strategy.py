@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
 
@@ -20,7 +21,7 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # n
 # Keys that are part of the command-line contract, and the extras that plan output may carry.
 CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
 DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules", "fp8_recipe", "first_stage_layers",
-               "last_stage_layers", "pipeline_layout")
+               "last_stage_layers", "pipeline_layout", "cuda_graph_modules")
 # Megatron's other ways to split the layers over pipeline ranks (autoplan/pipeline_split.py); shown when set.
 SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 # Every key that sets how the layers are split over pipeline ranks.
@@ -105,6 +106,11 @@ class Strategy(BaseModel):
     expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
                                                          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
                                                          "fragmentation allowance is added.")
+    cuda_graph_modules: Optional[Tuple[str, ...]] = Field(
+        None, description="Parts of the step replayed from CUDA graphs: full_iteration (Megatron --cuda-graph-impl "
+                          "full_iteration, alone) or per-layer modules (--cuda-graph-impl transformer_engine "
+                          "--cuda-graph-modules: attn, mlp, moe, moe_router, moe_preprocess, mamba); their ops run "
+                          "without the host's per-op dispatch; None = no CUDA graphs.")
 
     @model_validator(mode="before")
     @classmethod
@@ -131,6 +137,24 @@ class Strategy(BaseModel):
         if not names:
             raise ValueError("recompute_modules is empty; name at least one module or drop the key")
         return R.canonical(names)
+
+    @field_validator("cuda_graph_modules")
+    @classmethod
+    def _known_graph_modules(cls, names: Optional[Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
+        """Megatron's CUDA-graph module names, in one canonical order without repeats."""
+        if names is None:
+            return None
+        unknown = [n for n in names if n not in G.MODULES]
+        if unknown:
+            raise ValueError(f"unknown CUDA-graph module {unknown[0]!r}{did_you_mean(unknown[0], G.MODULES)}; "
+                             f"valid: {', '.join(G.MODULES)}")
+        if not names:
+            raise ValueError("cuda_graph_modules is empty; name at least one module or drop the key")
+        names = G.canonical(names)
+        if "full_iteration" in names and len(names) > 1:
+            raise ValueError(f"cuda_graph_modules={'+'.join(names)}: full_iteration captures the whole step and "
+                             f"takes no other module; give full_iteration alone or only per-layer modules")
+        return names
 
     @model_validator(mode="after")
     def _local_rules(self) -> "Strategy":
@@ -190,6 +214,8 @@ class Strategy(BaseModel):
                                                               ("L", self.account_for_loss)) if on) + "]")
         if self.pipeline_layout:
             parts.append(f"layout[{self.pipeline_layout}]")
+        if self.cuda_graph_modules:
+            parts.append("cg(" + "+".join(G.SHORT[n] for n in self.cuda_graph_modules) + ")")
         return " ".join(parts)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -246,10 +272,12 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
             return "none"
         if key == "pipeline_layout":  # case matters: E, t, m, L
             return text
-        if key == "recompute_modules":  # core_attn+moe_act (',' separates strategy keys)
+        if key in ("recompute_modules", "cuda_graph_modules"):  # core_attn+moe_act (',' separates strategy keys)
+            if key == "cuda_graph_modules" and low in _BOOL_FALSE | {"none"}:
+                return None
             return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
         return low
-    if key == "recompute_modules" and isinstance(raw, (list, tuple)):
+    if key in ("recompute_modules", "cuda_graph_modules") and isinstance(raw, (list, tuple)):
         return tuple(str(n).strip().lower() for n in raw)
     return raw
 

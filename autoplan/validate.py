@@ -521,13 +521,52 @@ def _recompute_modules(c: Case) -> Optional[str]:
     ))
 
 
+def _cuda_graphs(c: Case) -> Optional[str]:
+    """[TC]/[V] Megatron's CUDA-graph rules (transformer_config.py `__post_init__` and arguments.py
+    `validate_args` at the verified commit): moe/moe_router need an MoE model, mlp a dense layer; moe needs
+    drop-and-pad MoE (autoplan prices dropless routing only); moe and moe_router exclude each other; moe_preprocess
+    needs moe_router; mamba needs Mamba layers; full recompute needs the full-iteration graph; CPU offloading
+    only under the full-iteration graph; the 1F1B all-to-all overlap excludes capturing the moe/mlp halves;
+    DeepSpeed has no CUDA-graph capture of the training step in the emitted configs."""
+    m, s = c.model, c.strategy
+    mods = s.cuda_graph_modules or ()
+    if not mods:
+        return None
+    has_dense = m.layer_count("-") > 0 if m.is_hybrid else m.num_dense_layers > 0
+    return _first((
+        (c.engine == "deepspeed",
+         lambda: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
+        (any(n in mods for n in ("moe", "moe_router")) and not m.is_moe,
+         lambda: f"cuda_graph_modules moe/moe_router need an MoE model ({m.name} is dense); use attn and mlp"),
+        ("mlp" in mods and not has_dense,
+         lambda: f"cuda_graph_modules mlp needs dense MLP layers ({m.name} has none); use moe_router"),
+        ("moe" in mods,
+         lambda: "cuda_graph_modules moe captures the whole MoE block and needs drop-and-pad routing "
+                 "(--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity), which autoplan does not "
+                 "price; use moe_router+moe_preprocess"),
+        ("moe_preprocess" in mods and "moe_router" not in mods,
+         lambda: "cuda_graph_modules moe_preprocess needs moe_router; add moe_router"),
+        ("mamba" in mods and not (m.is_hybrid and m.layer_count("M")),
+         lambda: f"cuda_graph_modules mamba needs Mamba layers ({m.name} has none); drop it"),
+        (s.recompute == "full" and mods != ("full_iteration",),
+         lambda: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
+                 "use full_iteration or selective recompute"),
+        (s.cpu_offload_layers > 0 and mods != ("full_iteration",),
+         lambda: f"cpu_offload_layers={s.cpu_offload_layers} with per-layer CUDA graphs is refused by Megatron; "
+                 f"use cuda_graph_modules=full_iteration or cpu_offload_layers=0"),
+        (s.moe_a2a_overlap and any(n in mods for n in ("mlp", "moe")),
+         lambda: "cuda_graph_modules mlp/moe cannot be combined with moe_a2a_overlap=true; "
+                 "capture attn+moe_router+moe_preprocess or set moe_a2a_overlap=false"),
+    ))
+
+
 RULES: Tuple[Rule, ...] = (
     _degrees_fit_world, _world_tiles, _dp_matches,
     _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,
     _experts, _moe_runtime,
     _pipeline_split, _virtual_pipeline,
     _sequence, _sequence_parallel, _batch, _interleaved_schedule,
-    _optimizer, _fp8, _recompute, _recompute_modules,
+    _optimizer, _fp8, _recompute, _recompute_modules, _cuda_graphs,
 )
 
 

@@ -115,7 +115,7 @@ def analytic_errors(profile: MeasuredProfile, points, gpu_id: str):
         sh = C.shard_of(m, lay, seq)
         layer = C.layer_time(m, sh, lay, seq, hw, cal, moe=False)
         head = C.head_time(m, sh, lay, hw, cal)
-        emb = C.embedding_time(m, sh, hw, cal)
+        emb = C.embedding_time(m, sh, lay, hw, cal)
         predicted = {("layer", "fwd"): layer.fwd, ("layer", "bwd"): layer.bwd(cal), ("head", "fwd"): head,
                      ("head", "bwd"): 2.0 * head, ("embedding", "fwd"): emb, ("embedding", "bwd"): emb}
         for (part, pass_), value in predicted.items():
@@ -145,7 +145,7 @@ def analytic_profile(model: ModelSpec, gpu_id: str, tps, mbss, seqs) -> Measured
         gemm, core = C.attention_gemm_time(model, sh, lay, hw, cal), C.attention_core_time(model, sh, lay, seq,
                                                                                              hw, cal)
         mlp = C.mlp_gemm_time(model, model.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
-        head, emb = C.head_time(model, sh, lay, hw, cal), C.embedding_time(model, sh, hw, cal)
+        head, emb = C.head_time(model, sh, lay, hw, cal), C.embedding_time(model, sh, lay, hw, cal)
         times = {("attention", "fwd"): gemm + core, ("attention", "bwd"): 2 * gemm + cal.attention_bwd_ratio * core,
                  ("mlp", "fwd"): mlp, ("mlp", "bwd"): 2 * mlp, ("head", "fwd"): head, ("head", "bwd"): 2 * head,
                  ("embedding", "fwd"): emb, ("embedding", "bwd"): emb}

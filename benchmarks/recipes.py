@@ -89,6 +89,7 @@ class RecipeFacts:
     fused_weighted_squared_relu: bool = False  # MoE squared ReLU weighted in Megatron's fused kernel
     pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
     bf16_last_layers: int = 0  # trailing layers the mixed-precision config keeps in bf16 under FP8/FP4
+    cuda_graph_modules: Tuple[str, ...] = ()  # CUDA-graph capture (`cuda_graph_modules`); () = none
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -137,6 +138,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     expandable = (model.startswith("LLAMA3.1_405B") and gpu in ("gb200", "gb300") and fp8) or \
         (model.startswith("DeepSeekV3") and gpu in ("h100", "gb200"))
     common = dict(fp8_param=fp8, grad_reduce_bf16=True, expandable_segments=expandable, te_cross_entropy=True,
+                  cuda_graph_modules=cuda_graph_modules(row, gpu, release),
                   no_dropout=model.startswith(("LLAMA", "DeepSeek", "Qwen")),
                   layout=config_layout(row, gpu),
                   source=f"Megatron-Bridge {tag}" + ("" if release in RELEASE_TAG else f" (nearest to {release})"))
@@ -175,6 +177,81 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
                            moe_flex_dispatcher=True, fused_weighted_squared_relu=True, bf16_last_layers=bf16_tail,
                            **common)
     return RecipeFacts(**common)
+
+
+TE_MOE = ("attn", "moe_router", "moe_preprocess")  # TransformerEngine graphs of attention, router, preprocess
+ROUTER = ("moe_router", "moe_preprocess")
+FULL = ("full_iteration",)
+NEMOTRON_TE = ("attn", "mamba", "moe_router", "moe_preprocess")
+
+
+def cuda_graph_modules(row: Dict[str, str], gpu: str, release: str) -> Tuple[str, ...]:
+    """The CUDA-graph capture of a Megatron-Bridge row's preset, () for none. Read per tag in
+    scripts/performance/configs/<family>/*_workload_base_configs.py (`cuda_graph_impl`, `cuda_graph_scope`, applied
+    by utils/overrides.py `_set_cuda_graph_overrides`; v0.3.0-v0.5.x) and perf_recipes/<family>/<gpu>/*.py (v0.6.0);
+    impl "none" captures nothing whatever the scope (Llama NVFP4 presets); impl "local" + scope full_iteration and
+    impl "full_iteration" are the full-iteration graph. The preset is the one whose layout the row prints (V1 / V2):
+    - Llama3-8B: full iteration on B200 / B300 / GB200 / GB300 (GB300 NVFP4 too; GB200 NVFP4 none); H100 none.
+    - Llama3-70B: GB200 NVFP4 V2 TE attn + mlp from v0.5.0; Llama3.1-405B: GB300 NVFP4 V1 (gbs 64) full iteration
+      before v0.6.0; every other Llama preset none.
+    - DeepSeek-V3: GB200 TE attn/moe_router/moe_preprocess, MXFP8 full iteration from v0.5.0; GB300 bf16 TE, MXFP8
+      full iteration from v0.5.0 (none before: `cuda_graph_scope = []` only), FP8-CS / NVFP4 none; B200 MXFP8 pp 8
+      vpp 2 ep 32 TE; B300 pp 8 ep 8 mbs 2 (v0.5.0 V2) TE; H100 none.
+    - Qwen3-235B: GB200 TE, MXFP8 pp 8 vpp 3 (V2) full iteration from v0.5.0; GB300 pp 1 ep 64 (V1) and the bf16
+      pp 4 vpp 12 ep 16 (v0.3.0 V2) moe_router/moe_preprocess, MXFP8 pp 4 vpp 12 full iteration from v0.5.0, else TE;
+      B200 / B300 / H100 none (their full-iteration presets start at v0.5.1 with another layout).
+    - GPT-OSS-120B: B300 TE; GB300 TE, MXFP8 ep 16 (V2) full iteration from v0.5.0; GB200 MXFP8 full iteration
+      from v0.5.0; H100, B200 and GB200 bf16 none.
+    - Nemotron-3 Nano and 3.5 Lightning (Lightning's recipe is Nano's, perf_recipes/nemotronh/gb200/nemotronh.py):
+      TE attn/mamba/moe_router/moe_preprocess on Blackwell, attn + mamba on H100 bf16, mamba on H100 FP8-CS;
+      Super: TE attn/mamba/moe_router/moe_preprocess except B200 bf16 / MXFP8 (none). Presets from v0.4.0; the
+      26.02.01 Nemotron rows use them."""
+    model, prec, notes = row["model"], row["precision"], row["notes"]
+    pp, vpp, ep, mbs = row["pp"] or "1", row["vpp"] or "1", row["ep"] or "1", row["mbs"] or "1"
+    mx = prec == "fp8" and "MXFP8" in notes
+    fp4 = prec == "nvfp4"
+    v05 = _at_least(release, "v0.5.0")
+    if model.startswith("LLAMA3_8B"):
+        if gpu == "h100" or (fp4 and gpu != "gb300"):
+            return ()
+        return FULL
+    if model.startswith("LLAMA3_70B"):
+        return ("attn", "mlp") if gpu == "gb200" and fp4 and v05 else ()
+    if model.startswith("LLAMA3.1_405B"):
+        return FULL if gpu == "gb300" and fp4 and row["gbs"] == "64" and _tag(release) < "v0.6.0" else ()
+    if model.startswith("DeepSeekV3"):
+        if gpu == "gb200":
+            return FULL if mx and v05 else TE_MOE
+        if gpu == "gb300":
+            return (FULL if v05 else ()) if mx else (TE_MOE if prec == "bf16" else ())
+        if gpu == "b200":
+            return TE_MOE if mx and (pp, vpp, ep) == ("8", "2", "32") else ()
+        if gpu == "b300":
+            return TE_MOE if (pp, ep, mbs) == ("8", "8", "2") else ()
+        return ()
+    if model.startswith("Qwen3"):
+        if gpu == "gb200":
+            return FULL if mx and vpp == "3" and v05 else TE_MOE
+        if gpu == "gb300":
+            if pp == "1" or (prec == "bf16" and vpp == "12" and ep == "16"):
+                return ROUTER
+            return FULL if mx and vpp == "12" and v05 else TE_MOE
+        return ()
+    if model.startswith("GPT OSS"):
+        if gpu == "b300":
+            return TE_MOE
+        if gpu == "gb300":
+            return FULL if mx and ep == "16" and v05 else TE_MOE
+        if gpu == "gb200":
+            return FULL if mx and v05 else ()
+        return ()
+    if model.startswith(("Nemotron_3_Nano", "Nemotron_3_5")):
+        if gpu == "h100":
+            return ("attn", "mamba") if prec == "bf16" else ("mamba",)
+        return NEMOTRON_TE
+    if model.startswith("Nemotron_3_Super"):
+        return () if gpu in ("h100",) or (gpu == "b200" and not fp4) else NEMOTRON_TE
+    return ()
 
 
 def deepseek_v3_layout(gpu: str, pp: str, vpp: str) -> Optional[str]:

@@ -74,6 +74,7 @@ class _StrategyView:
         self.uneven = s.first_stage_layers is not None or s.last_stage_layers is not None
         self.full, self.block = s.recompute == "full", s.recompute_method == "block"
         self.custom_modules = s.recompute == "selective" and s.recompute_modules is not None
+        self.cuda_graph = bool(s.cuda_graph_modules)
 
 
 class _LayoutsView:
@@ -88,6 +89,7 @@ class _LayoutsView:
         self.full, self.block = lay.recompute == 2, lay.recompute_block
         # Layouts hold Megatron's default module set as its bit mask; Layouts.strategy writes it as None.
         self.custom_modules = (lay.recompute == 1) & (lay.recompute_modules != R.mask(R.DEFAULT))
+        self.cuda_graph = lay.cuda_graph != 0
 
 
 # What DeepSpeed (its config + `deepspeed.initialize` + autoplan's ds_train.py) cannot run: one list of
@@ -147,6 +149,9 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
     (lambda v, m: m.mtp_num_layers > 0,
      lambda s, m: f"ds_train.py builds no multi-token-prediction depth (mtp_num_layers={m.mtp_num_layers}); "
                   f"use --engine megatron or plan the model with mtp_num_layers=0"),
+    (lambda v, m: v.cuda_graph,
+     lambda s, m: f"the DeepSpeed launch files capture no CUDA graphs (cuda_graph_modules="
+                  f"{'+'.join(s.cuda_graph_modules or ())}); {_ALT} drop cuda_graph_modules"),
     (lambda v, m: (v.pp > 1) & v.full & v.block,
      lambda s, m: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, "
                   f"pp={s.pp}); use recompute_method=uniform"),

@@ -358,6 +358,20 @@ def _recompute_args(s: Strategy) -> List[str]:
     return a
 
 
+def _cuda_graph_args(s: Strategy) -> List[str]:
+    """[TC] cuda_graph_impl / cuda_graph_modules: the full-iteration graph is its own impl and takes no modules
+    (arguments.py: "--cuda-graph-modules must be empty when --cuda-graph-impl=full_iteration") and needs the NaN
+    check off ("--no-check-for-nan-in-loss-and-grad should be set with --cuda-graph-impl=full_iteration");
+    per-layer graphs are TransformerEngine's (`transformer_engine`, whose capture needs the TE RNG tracker:
+    validate_args turns it on with a warning, so it is written out)."""
+    mods = s.cuda_graph_modules or ()
+    if not mods:
+        return []
+    if mods == ("full_iteration",):
+        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad", "--te-rng-tracker"]
+    return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", *mods, "--te-rng-tracker"]
+
+
 def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
     iters = probe_iters if probe else DEFAULT_TRAIN_ITERS
     a = ["--micro-batch-size", str(plan.strategy.mbs), "--global-batch-size", str(plan.workload.global_batch_size),
@@ -379,7 +393,7 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
     return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
-            + _precision_args(plan) + _recompute_args(s) + _optimizer_args(m, s)
+            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _optimizer_args(m, s)
             + _training_args(plan, probe, probe_iters))
 
 
@@ -424,6 +438,9 @@ def train_script(plan: Plan, probe: bool = False) -> str:
                    if needs_max_connections_1(plan) else "")
     if plan.strategy.expandable_segments:  # the plan's memory has no fragmentation allowance (PyTorch allocator)
         connections += "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+        if plan.strategy.cuda_graph_modules and plan.strategy.cuda_graph_modules != ("full_iteration",):
+            # [V] TransformerEngine graphs with expandable segments need NCCL's graph registration off.
+            connections += "export NCCL_GRAPH_REGISTER=0\n"
     return f"""#!/usr/bin/env bash
 {_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from autoplan.errors import InputError
 from autoplan.integrations.shell import command_words, read_script
 
-_LIST_FLAGS = {"recompute-modules"}  # nargs="+" arguments this reader uses
+_LIST_FLAGS = {"recompute-modules", "cuda-graph-modules", "cuda-graph-scope"}  # nargs="+" arguments this reader uses
 FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a value
     "group-query-attention", "multi-latent-attention", "swiglu", "quick-geglu", "untie-embeddings-and-output-weights",
     "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
@@ -25,7 +25,8 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "moe-enable-deepep", "fp8-param-gather", "recompute-activations", "moe-permute-fusion", "log-throughput",
     "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
     "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
-    "account-for-loss-in-pipeline-split",
+    "account-for-loss-in-pipeline-split", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker",
+    "no-check-for-nan-in-loss-and-grad",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -53,6 +54,7 @@ READ_FLAGS = frozenset({
     "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
     "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype", "yarn-beta-fast", "yarn-beta-slow",
+    "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -60,6 +62,7 @@ NOT_PRICED_FLAGS = frozenset({
     "no-bias-gelu-fusion", "no-rope-fusion", "moe-router-dtype",
     "lr-decay-style", "lr-warmup-iters", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "log-interval",
     "log-throughput", "log-memory-interval", "eval-iters", "save", "load", "save-interval", "data-path",
+    "te-rng-tracker", "no-check-for-nan-in-loss-and-grad",
 })
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 _ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
@@ -218,6 +221,9 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
         if flag in f:
             s[key] = typed(f, flag, int)
     s.update(_overlaps(f, s, is_moe))
+    graphs = _cuda_graphs(f, is_moe)
+    if graphs:
+        s["cuda_graph_modules"] = graphs
     offload = typed(f, "cpu-offloading-num-layers", int, 0)
     if offload:
         s["cpu_offload_layers"] = offload
@@ -225,6 +231,25 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
     if "cross-entropy-loss-fusion" in f and typed(f, "cross-entropy-fusion-impl", str, "native") == "te":
         s["te_cross_entropy"] = True
     return s
+
+
+def _cuda_graphs(f: Dict[str, Optional[str]], is_moe: bool) -> Optional[Tuple[str, ...]]:
+    """Strategy.cuda_graph_modules from --cuda-graph-impl and --cuda-graph-modules (or the deprecated
+    --cuda-graph-scope, --enable-cuda-graph = local, --external-cuda-graph = transformer_engine) [V]/[TC]:
+    impl full_iteration, or a module list naming full_iteration, is the full-iteration graph; an empty module list
+    captures whole layers (attention and the MLP or MoE half); impl none captures nothing."""
+    impl = typed(f, "cuda-graph-impl", str)
+    if impl is None:
+        impl = "local" if "enable-cuda-graph" in f else "transformer_engine" if "external-cuda-graph" in f else "none"
+    if impl == "none":
+        return None
+    names = (f.get("cuda-graph-modules") or f.get("cuda-graph-scope") or "").split()
+    if impl == "full_iteration" or "full_iteration" in names:
+        return ("full_iteration",)
+    names = [n for n in names if n != "full"]  # the deprecated "full" = whole layers
+    if not names:
+        return ("attn", "moe" if is_moe else "mlp")
+    return tuple(names)
 
 
 def expandable_segments(env: Dict[str, str]) -> bool:

@@ -14,6 +14,7 @@ from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
 import numpy as np
 
 from autoplan import pipeline_split as PS
+from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
@@ -521,7 +522,15 @@ SWITCHES = {
     # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
     "fused_weighted_squared_relu": ("fused_sq_relu", lambda p, lay, v: ~np.asarray(v, bool) | (
         ~lay.deepspeed & (p.model.is_moe and not p.model.gated_mlp))),
+    # CUDA graphs (validate._cuda_graphs; the model-wide rules empty the space and validate names them): Megatron
+    # only; full recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves.
+    "cuda_graph_modules": ("cuda_graph", lambda p, lay, v: (np.asarray(v) == 0) | (
+        ~lay.deepspeed & ((lay.recompute != 2) | (np.asarray(v) == G.BIT["full_iteration"]))
+        & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
+        & ((lay.cpu_offload_layers == 0) | (np.asarray(v) == G.BIT["full_iteration"])))),
 }
+# Switches whose value is stored encoded in its Layouts column.
+ENCODED = {"cuda_graph_modules": G.mask}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
 LABELS = ("fp8", "fp8_recipe")
 
@@ -537,7 +546,11 @@ def _apply_switches(problem: Problem, lay: Layouts):
     for key, (col, allowed) in SWITCHES.items():
         if key not in problem.fixed:
             continue
-        want = _fixed_value(problem, key)
+        if key in ENCODED:  # a tuple value (e.g. module names) is one value; a list holds alternatives
+            raw = problem.fixed[key]
+            want = ENCODED[key](raw[0] if isinstance(raw, list) else raw)
+        else:
+            want = _fixed_value(problem, key)
         dtype = getattr(lay, col).dtype
         cols[col] = np.full(len(lay), want, dtype=dtype)
         keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))

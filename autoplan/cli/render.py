@@ -13,7 +13,8 @@ import sys
 # Pipes and CI logs get a wide, fixed width so tables do not wrap; terminals use their own width.
 console = Console(width=None if sys.stdout.isatty() else 160)
 SHORT = {"weights": "weights", "grads": "grads", "optimizer": "optim", "activations": "activ", "logits": "logits",
-         "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag"}
+         "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag",
+         "cuda_graphs": "graphs"}
 
 
 def estimate_tables(est: Estimate, title: str = "Estimate") -> List[Table]:

@@ -11,7 +11,7 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.91  # refitted 2026-12-03 (each local expert's GEMM priced on its own; was 0.84)
+    gemm_scale: float = 0.92  # refitted 2026-12-03 with CUDA graphs priced (was 0.91; 0.84 before per-expert GEMMs)
     gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
     # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
     # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
@@ -29,7 +29,7 @@ class Calibration:
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.63  # refitted 2026-12-03 (was 0.52)
+    grouped_gemm_eff: float = 0.52  # refitted 2026-12-03 with CUDA graphs priced (was 0.63)
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term. Measured, not
     # fitted: DeepGEMM's published grouped-GEMM tables (H800 FP8, 256 to 8192 rows per expert;
@@ -46,7 +46,12 @@ class Calibration:
     # 32 us per expert GEMM issued by its per-expert grouped GEMM on SM100 (8 experts x 128 tokens in 0.267 ms vs
     # 0.069 ms as one kernel; profiles/microbenchmarks/grouped_linear_multistream_sm100_nvfp4.yaml,
     # benchmarks/microbench.py).
-    kernel_overhead_s: float = 2.6e-5  # refitted 2026-12-03 (was 3.8 us)
+    kernel_overhead_s: float = 3.0e-5  # refitted 2026-12-03 with CUDA graphs priced, at its bound (was 26 us)
+    # Fixed cost per op replayed from a CUDA graph (Strategy.cuda_graph_modules): no host dispatch, only the GPU's
+    # launch of each kernel node. Measured, not fitted: NVIDIA developer blog "Getting Started with CUDA Graphs"
+    # (A. Gray, 2019): 20 kernels of 2.9 us each take 3.8 us per kernel streamed and 3.4 us per kernel replayed
+    # from a graph, i.e. 0.5 us per graph node (a V100-era figure; no Hopper / Blackwell figure was found).
+    graph_kernel_s: float = 0.5e-6
     # Fraction of TP communication hidden when tp_comm_overlap is on (userbuffers overlap; Megatron-LM
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
@@ -68,7 +73,7 @@ class Calibration:
     # GEMM itself is twice as fast. Fraction of the FP4 peak lost to them; no published microbenchmark separates
     # it, so it is fitted with the other constants (benchmarks/calibrate.py; the hold-out check refits it on the
     # training rows only).
-    fp4_overhead: float = 0.42  # refitted 2026-12-03 with the other constants (was 0.47)
+    fp4_overhead: float = 0.44  # refitted 2026-12-03 with CUDA graphs priced (was 0.42)
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)

@@ -14,6 +14,7 @@ from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.params import norms_per_layer
+from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.model import ModelSpec
 
@@ -67,6 +68,30 @@ def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None
 
 def elementwise_time(num_bytes, hw: Hardware, cal: Calibration, kernels):
     return num_bytes / (hw.hbm_bytes_per_s * cal.hbm_eff) + kernels * cal.kernel_overhead_s
+
+
+def scoped(cal: Calibration, lay: Layouts, part: str) -> Calibration:
+    """`cal` with the per-op cost of the ops of `part` (a key of autoplan.cuda_graphs.COVERED_BY): the host's
+    dispatch of each op (`kernel_overhead_s`) unless the candidate captures that part in a CUDA graph, whose replay
+    launches its kernels with no host work (`graph_kernel_s`)."""
+    if not np.any(lay.cuda_graph):
+        return cal
+    return replace(cal, kernel_overhead_s=np.where(G.captured(lay.cuda_graph, part), cal.graph_kernel_s,
+                                                   cal.kernel_overhead_s))
+
+
+def kernel_costs(lay: Layouts, cal: Calibration, counts) -> np.ndarray:
+    """Fixed cost of `counts` ((part, kernels) pairs) of memory-bound kernels, each at its part's per-op cost."""
+    return sum(k * scoped(cal, lay, part).kernel_overhead_s for part, k in counts)
+
+
+# Memory-bound kernels of one layer per CUDA-graph part (norms, rotary, residual adds, activation; the router's
+# top-k, softmax and auxiliary loss; the dispatcher's count and sort maps; permute, unpermute and the expert
+# activation). Counts read off Megatron's layer code paths (transformer_layer.py, moe/router.py,
+# moe/token_dispatcher.py), fused kernels counted once.
+DENSE_KERNELS = (("attn", 5), ("mlp", 5))
+MOE_KERNELS = (("attn", 5), ("moe_router", 4), ("moe_preprocess", 3), ("moe", 6))
+HYBRID_MOE_KERNELS = (("moe_router", 4), ("moe_preprocess", 3), ("moe", 5))
 
 
 @dataclass(frozen=True)
@@ -154,12 +179,13 @@ def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Cali
     up = (2 if m.gated_mlp else 1) * f
     width = m.moe_latent_size or m.hidden_size
     eff = cal.grouped_gemm_eff * grouped_token_efficiency(per_expert, cal)
+    cal_router, cal = scoped(cal, lay, "moe_router"), scoped(cal, lay, "moe")
     # TransformerEngine's grouped GEMM issues one cuBLASLt GEMM per local expert on 4 streams
     # (transformer_engine/common/gemm/cublaslt_gemm.cu `multi_stream_cublas_gemm`), so each expert's GEMM pays its
     # own per-op cost (calibration.kernel_overhead_s; the measured per-expert issue time is its cross-check).
     experts = (gemm_time(per_expert, up, width, lay, hw, cal, eff_scale=eff) +
                gemm_time(per_expert, width, f, lay, hw, cal, eff_scale=eff)) * sh.local_experts
-    router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal, fp8=np.zeros_like(lay.fp8))
+    router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal_router, fp8=np.zeros_like(lay.fp8))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
@@ -230,14 +256,17 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
         from autoplan.costmodel.mamba import hybrid_layer_time  # mamba.py builds on this module
 
         return hybrid_layer_time(m, sh, lay, seq_len, hw, cal, moe)
-    attn = attention_gemm_time(m, sh, lay, hw, cal)
-    core = attention_core_time(m, sh, lay, seq_len, hw, cal, window)
+    cal_attn = scoped(cal, lay, "attn")
+    attn = attention_gemm_time(m, sh, lay, hw, cal_attn)
+    core = attention_core_time(m, sh, lay, seq_len, hw, cal_attn, window)
     if moe:
         mlp = moe_gemm_time(m, sh, lay, hw, cal)
     else:
-        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
-    kernels = (10 if not moe else 18) + norms_per_layer(m) - 2  # the sandwich norms' extra kernels
-    elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, kernels)
+        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, scoped(cal, lay, "mlp"), lay.tp)
+    extra_norms = norms_per_layer(m) - 2  # sandwich norms: one more kernel in each half
+    counts = (MOE_KERNELS if moe else DENSE_KERNELS) + (("attn", extra_norms / 2), ("moe" if moe else "mlp",
+                                                                                   extra_norms / 2))
+    elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, 0) + kernel_costs(lay, cal, counts)
     return LayerTime(attn, core, mlp, elem)
 
 
@@ -245,6 +274,7 @@ def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibrat
     """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward; plus the
     MTP depths (autoplan/costmodel/mtp.py), whose backward the caller takes as twice the forward like the head's."""
     no_fp8 = np.zeros_like(lay.fp8)
+    cal = scoped(cal, lay, "rest")
     vocab = m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)
     gemm = gemm_time(sh.tokens, vocab, m.hidden_size, lay, hw, cal, fp8=no_fp8)
     xent = elementwise_time(3 * 4 * sh.tokens * vocab, hw, cal, 6)
@@ -257,9 +287,9 @@ def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibrat
     return gemm + xent
 
 
-def embedding_time(m: ModelSpec, sh: Shard, hw: Hardware, cal: Calibration):
+def embedding_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
     """Embedding lookup: write tokens x h (memory bound)."""
-    return elementwise_time(2 * BF16 * sh.tokens * m.hidden_size, hw, cal, 2)
+    return elementwise_time(2 * BF16 * sh.tokens * m.hidden_size, hw, cal, 0) + kernel_costs(lay, cal, (("rest", 2),))
 
 
 def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration, moe: bool,
@@ -274,26 +304,28 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
 
     h = m.hidden_size
     gated = 3 if m.gated_mlp else 2
-    t = part(["layernorm"], lambda: elementwise_time(2 * 2 * BF16 * sh.tokens_sp * h, hw, cal, 2))  # 2 norms r+w
+    # Each rebuilt op pays its own part's per-op cost (captured in a CUDA graph or dispatched by the host).
+    cal_attn, cal_mlp, cal_moe = scoped(cal, lay, "attn"), scoped(cal, lay, "mlp"), scoped(cal, lay, "moe")
+    t = part(["layernorm"], lambda: elementwise_time(2 * 2 * BF16 * sh.tokens_sp * h, hw, cal_attn, 2))  # 2 norms
     if m.multi_latent_attention:
         def up():
-            s = gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal)
+            s = gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.v_head_dim), m.kv_lora_rank, lay, hw, cal_attn)
             if m.q_lora_rank:
                 s = s + gemm_time(sh.tokens, sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim), m.q_lora_rank,
-                                  lay, hw, cal)
+                                  lay, hw, cal_attn)
             return s
         t = t + part(["mla_up_proj"], up)
     if not moe:
-        return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
-                        + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal, 1))
+        return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal_mlp, lay.tp)
+                        + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal_mlp, 1))
     f = m.moe_ffn_hidden_size / lay.etp
     whole = R.has(lay.recompute_modules, "moe")
-    act = part(["moe_act"], lambda: elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal, 1))
+    act = part(["moe_act"], lambda: elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal_moe, 1))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size
-        shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal, lay.tp)
-                      + elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal, 1))
+        shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal_moe, lay.tp)
+                      + elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal_moe, 1))
     block = part(["moe"], lambda: moe_gemm_time(m, sh, lay, hw, cal) + a2a_fwd
-                 + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal, 8))
+                 + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal_moe, 8))
     return t + np.where(whole, block, act + shared)

@@ -11,6 +11,7 @@ from typing import Dict
 
 import numpy as np
 
+from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.costmodel import compute as C
 from autoplan.costmodel import memory as M
@@ -26,7 +27,7 @@ from autoplan.workload import Workload
 
 TIME_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
 MEMORY_KEYS = ("weights", "grads", "optimizer", "activations", "logits", "transient", "cuda_context", "nccl",
-               "fragmentation")
+               "fragmentation", "cuda_graphs")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def _compute(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, sh, st, cal
         fwd, bwd = fwd + delta, bwd + cal.attention_bwd_ratio * delta
         core = core + st.window * w_core
     head = C.head_time(m, sh, lay, hw, cal)
-    emb = C.embedding_time(m, sh, hw, cal)
+    emb = C.embedding_time(m, sh, lay, hw, cal)
     fwd = fwd + np.where(st.last, head, 0.0) + np.where(st.first, emb, 0.0)
     bwd = bwd + np.where(st.last, 2.0 * head, 0.0) + np.where(st.first, emb, 0.0)
     return _Compute(fwd, bwd, core, dense.attn_core, n_moe * moe_fwd, n_moe * moe_bwd, emb, head)
@@ -490,7 +491,12 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     # The optimizer step runs after every activation and logit is freed; its fp32 grad copy (from a bf16 grad
     # buffer) is held then: the peak is the larger of the two moments.
     step_copy = M.optimizer_step_grad_copy_bytes(params_dense, params_expert, lay, edp)
-    transient = np.maximum(transient, step_copy - activations - logits)
+    # A full-iteration CUDA graph keeps the forward-backward's memory in its private pool, which the eager optimizer
+    # step cannot reuse (PyTorch docs, CUDA semantics, "Graph memory management": the pool lives as long as the
+    # graph), so the step's copy comes on top instead of after the activations are freed.
+    full_graph = G.captured(lay.cuda_graph, "rest")
+    transient = np.where(full_graph, transient + step_copy, np.maximum(transient, step_copy - activations - logits))
+    graph_buffers = M.cuda_graph_static_bytes(m, sh, lay, wl.seq_len, chunk_layers, chunks, m_micro)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     grads = grads + fsdp_grads
@@ -508,7 +514,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
         "logits": logits, "transient": transient,
         "cuda_context": np.full(np.shape(weights), cal.cuda_context_gib * GIB),
         "nccl": groups * cal.nccl_gib_per_group * GIB + comm_buffers,
-        "fragmentation": fragmentation,
+        "fragmentation": fragmentation, "cuda_graphs": graph_buffers,
     }
 
 

@@ -8,6 +8,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.strategy import Strategy
 
@@ -74,8 +75,12 @@ class Layouts:
     fused_sq_relu: Optional[np.ndarray] = None
     # object: a --pipeline-model-parallel-layout string or None; first/last then hold its end ranks' layer counts.
     layout: Optional[np.ndarray] = None
+    # int: CUDA-graph capture scopes, bit mask of autoplan.cuda_graphs.MODULES (Strategy.cuda_graph_modules); None = 0.
+    cuda_graph: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
+        if self.cuda_graph is None:
+            object.__setattr__(self, "cuda_graph", np.zeros(len(self.tp), dtype=np.int64))
         if self.account is None:
             object.__setattr__(self, "account", np.zeros(len(self.tp), dtype=np.int64))
         if self.layout is None:
@@ -127,6 +132,7 @@ class Layouts:
             moe_flex_dispatcher=bool(self.moe_flex[i]), te_cross_entropy=bool(self.te_cross_entropy[i]),
             expandable_segments=bool(self.expandable_segments[i]), adam_bf16_states=bool(self.adam_bf16[i]),
             fused_weighted_squared_relu=bool(self.fused_sq_relu[i]),
+            cuda_graph_modules=G.names_of(int(self.cuda_graph[i])) or None,
         )
 
 
@@ -177,6 +183,7 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         expandable_segments=col(lambda s: s.expandable_segments, bool),
         adam_bf16=col(lambda s: s.adam_bf16_states, bool),
         fused_sq_relu=col(lambda s: s.fused_weighted_squared_relu, bool),
+        cuda_graph=col(lambda s: G.mask(s.cuda_graph_modules)),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
         quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),

@@ -106,6 +106,7 @@ def mamba_mixer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal:
     heads = m.mamba_num_heads / lay.tp
     groups = np.maximum(m.mamba_num_groups / lay.tp, 1.0)
     d_local = heads * m.mamba_head_dim
+    cal = C.scoped(cal, lay, "mamba")
     gemm = C.gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal) + C.gemm_time(T, h, d_local, lay, hw, cal)
     scan_compute = T * ssd_flops_per_token(m, heads, groups) / (hw.peak_flops_bf16 * cal.attention_eff_fwd)
     scan_memory = T * ssd_bytes_per_token(m, heads, groups) / (hw.hbm_bytes_per_s * cal.hbm_eff)
@@ -123,17 +124,20 @@ def symbol_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardw
     layer_elem = (2 + 3) * C.BF16 * sh.tokens_sp * m.hidden_size  # pre-norm (r+w) and residual add (2r+w)
     if symbol == "E":
         elem = C.elementwise_bytes(m, sh, lay, True, attention=False) + layer_elem
-        return C.LayerTime(zero, zero, C.moe_gemm_time(m, sh, lay, hw, cal), C.elementwise_time(elem, hw, cal, 12))
+        elem_time = C.elementwise_time(elem, hw, cal, 0) + C.kernel_costs(lay, cal, C.HYBRID_MOE_KERNELS)
+        return C.LayerTime(zero, zero, C.moe_gemm_time(m, sh, lay, hw, cal), elem_time)
     if symbol == "M":
         mixer = mamba_mixer_time(m, sh, lay, hw, cal)
         return C.LayerTime(mixer.gemm, zero, zero, mixer.elementwise, mixer.scan)
     if symbol == "*":
         rotary = 2 * (sh.heads + sh.groups) * m.kv_channels * C.BF16 * sh.tokens \
             if m.position_embedding == "rope" else 0.0
+        cal = C.scoped(cal, lay, "attn")
         return C.LayerTime(C.attention_gemm_time(m, sh, lay, hw, cal),
                            C.attention_core_time(m, sh, lay, seq_len, hw, cal), zero,
                            C.elementwise_time(layer_elem + rotary, hw, cal, 4))
     act = (3 if m.gated_mlp else 2) * m.ffn_hidden_size / lay.tp * C.BF16 * sh.tokens
+    cal = C.scoped(cal, lay, "mlp")
     return C.LayerTime(zero, zero, C.mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp),
                        C.elementwise_time(layer_elem + act, hw, cal, 4))
 

@@ -15,6 +15,7 @@ import numpy as np
 from autoplan.costmodel.compute import BF16, Shard, mix_bf16_layers
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.mamba import hybrid_layer_activation_bytes
+from autoplan import cuda_graphs as G
 from autoplan.model import ModelSpec
 from autoplan.recompute import has
 
@@ -333,6 +334,32 @@ def optimizer_bytes_per_param(lay: Layouts):
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), and where TE holds it instead its 16-bit remainder
     (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8."""
     return np.where(lay.adam_bf16, FP32 + 2 * BF16, 3.0 * FP32)
+
+
+# Per token of one micro batch, the batch tensors a full-iteration graph copies into its static buffers: token ids,
+# labels and position ids (int64) and the loss mask (fp32) (megatron/core/full_cuda_graph.py StaticBufferLoader).
+FULL_GRAPH_BATCH_BYTES_PER_TOKEN = 8 + 8 + 8 + 4
+
+
+def cuda_graph_static_bytes(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, chunk_layers, copies,
+                            num_microbatches):
+    """Static buffers CUDA graphs keep besides the activations, bytes. Per-layer graphs (TransformerEngine impl):
+    each captured layer keeps its own static input, the bf16 hidden states (megatron/core/transformer/module.py
+    `get_layer_static_inputs`), and, when its attention is captured, a bool causal mask of mbs x s/cp x s
+    (transformer_layer.py `get_layer_static_inputs`); a buffer is reused once its micro batch's backward ran
+    (cuda_graphs.py), so each of a model chunk's `chunk_layers` layers holds one set per micro batch in flight
+    (`copies`, as its activations). Counted beside the activations although the graph may save its static input
+    in place of the layer input (an upper bound). Full iteration: a static copy of every micro batch's input
+    tensors (full_cuda_graph.py StaticBufferLoader)."""
+    bits = lay.cuda_graph
+    per_layer = np.any([G.captured(bits, p) for p in ("attn", "mlp", "moe_router", "mamba")], axis=0)
+    attn_layers = chunk_layers * (m.layer_count("*") / max(m.num_layers, 1) if m.is_hybrid else 1.0)
+    per_layer_kind = ~G.captured(bits, "rest")  # not full_iteration
+    hidden = BF16 * sh.tokens_sp * m.hidden_size
+    mask = lay.mbs * (seq_len / lay.cp) * seq_len  # 1 byte per bool
+    layer_buffers = copies * (chunk_layers * hidden + np.where(G.captured(bits, "attn"), attn_layers * mask, 0.0))
+    full = num_microbatches * lay.mbs * seq_len * FULL_GRAPH_BATCH_BYTES_PER_TOKEN
+    return np.where(per_layer & per_layer_kind, layer_buffers, 0.0) + np.where(G.captured(bits, "rest"), full, 0.0)
 
 
 def optimizer_step_grad_copy_bytes(params_dense, params_expert, lay: Layouts, edp):

@@ -38,6 +38,7 @@ def mtp_forward_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal:
         return 0.0
     seq = sh.tokens * lay.cp / lay.mbs  # the sequence length the shard was cut from
     layers = sum(mamba.symbol_time(m, sh, lay, seq, hw, cal, k).fwd for k in m.mtp_depth_pattern)
+    cal = C.scoped(cal, lay, "rest")  # eh_proj and the depth's norms sit outside the per-layer graph scopes
     eh_proj = C.gemm_time(sh.tokens, m.hidden_size / lay.tp, 2 * m.hidden_size, lay, hw, cal)
     norms = C.elementwise_time(3 * 2 * C.BF16 * sh.tokens_sp * m.hidden_size, hw, cal, 3)
     return m.mtp_num_layers * (layers + eh_proj + norms + head_fwd)
