@@ -560,6 +560,16 @@ def _cuda_graphs(c: Case) -> Optional[str]:
     ))
 
 
+def module_set_problem(model: ModelSpec, cluster: ClusterSpec, workload: Workload, key: str, value,
+                       engine: str = "megatron") -> Optional[str]:
+    """The model- and engine-wide rule a fixed module set (`recompute_modules` or `cuda_graph_modules`) breaks on
+    its own, before any layout is chosen (e.g. mla_up_proj without MLA, moe_router on a dense model), or None."""
+    probe = Strategy(recompute="selective", recompute_modules=value) if key == "recompute_modules" else \
+        Strategy(cuda_graph_modules=value)
+    rule = _recompute_modules if key == "recompute_modules" else _cuda_graphs
+    return rule(Case(model, cluster, workload, probe, engine))
+
+
 RULES: Tuple[Rule, ...] = (
     _degrees_fit_world, _world_tiles, _dp_matches,
     _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,

@@ -21,7 +21,7 @@ from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
-from autoplan.validate import effective_fp8_recipe, interleaving_blocked
+from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -49,6 +49,15 @@ class Problem:
             raise InputError(f"--allow {sorted(unknown)[0]!r} is unknown; valid: {', '.join(ALLOW_CHOICES)}")
         if not 0.0 <= self.mem_headroom < 1.0:
             raise InputError(f"mem-headroom={self.mem_headroom} must be in [0, 1); e.g. 0.1 keeps 10% free")
+        for key in ("recompute_modules", "cuda_graph_modules"):  # module sets the model itself rules out
+            want = self.fixed.get(key)
+            if want is None:
+                continue
+            sets = want if isinstance(want, list) else [want]
+            problems = [module_set_problem(self.model, self.cluster, self.workload, key, v, self.engine)
+                        for v in sets if v is not None]
+            if problems and all(problems):
+                raise InputError(problems[0])
 
 
 def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:

@@ -34,6 +34,10 @@ def megatron_plans():
                                        8, 128, 8, pp=2, recompute="full", recompute_method="block",
                                        recompute_layers=2),
         "tiny_moe_pp_ep": make_plan(TINY_MOE, 8, 128, 8, pp=2, ep=4, etp=1),
+        "mixtral_te_graphs": make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_a2a_overlap=True,
+                                       cuda_graph_modules=("attn", "moe_router", "moe_preprocess")),
+        "llama_full_iteration_graph": make_plan(LLAMA_8B, 8, 4096, 64, cuda_graph_modules=("full_iteration",),
+                                                recompute="full", recompute_method="uniform", recompute_layers=1),
     })
     return plans
 
@@ -56,11 +60,17 @@ def test_megatron_core_accepts_emitted_layouts(tmp_path):
         text = dense.replace("--global-batch-size 128\n", f"--global-batch-size {gbs}\n")
         (tmp_path / f"{name}.txt").write_text(text)
         pairs.append((64, tmp_path / f"{name}.txt"))
+    # Full recompute under per-layer CUDA graphs, which megatron-core refuses (validate._cuda_graphs says so too).
+    graphs = tmp_path / "per_layer_graphs_full_recompute.txt"
+    graphs.write_text((tmp_path / "llama_full_iteration_graph.txt").read_text().replace(
+        "--cuda-graph-impl full_iteration", "--cuda-graph-impl transformer_engine --cuda-graph-modules attn mlp"))
+    pairs.append((8, graphs))
     lines = run_check("megatron_check.py", pairs)
     assert len(lines) == len(pairs)
-    assert all(line.startswith("OK ") for line in lines[:-3]), lines
-    assert all(line.startswith("REJECTED ") for line in lines[-3:]), lines[-3:]
-    assert "virtual pipeline stage" in lines[-2] and "not divisible" in lines[-1]
+    assert all(line.startswith("OK ") for line in lines[:-4]), lines
+    assert all(line.startswith("REJECTED ") for line in lines[-4:]), lines[-4:]
+    assert "virtual pipeline stage" in lines[-3] and "not divisible" in lines[-2]
+    assert "full recompute is only supported with full iteration CUDA graph" in lines[-1]
 
 
 def deepspeed_plans():

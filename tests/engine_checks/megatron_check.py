@@ -112,6 +112,15 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
                   moe_aux_loss_coeff=num("moe-aux-loss-coeff", float, 0.0),
                   moe_router_dtype=flags.get("moe-router-dtype"),
                   overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags)
+    impl = flags.get("cuda-graph-impl", "none")
+    if impl != "none":
+        # The verified Megatron-LM commit's --cuda-graph-impl full_iteration / --cuda-graph-modules are megatron-core
+        # 0.16.1's cuda_graph_impl "local" with cuda_graph_scope ["full_iteration"] / cuda_graph_scope (arguments.py
+        # at core_v0.16.1: --cuda-graph-scope, nargs="+").
+        modules = (flags.get("cuda-graph-modules") or "").split()
+        kw.update(cuda_graph_impl="local" if impl == "full_iteration" else impl,
+                  cuda_graph_scope=["full_iteration"] if impl == "full_iteration" else modules,
+                  use_te_rng_tracker="te-rng-tracker" in flags)
     if "multi-latent-attention" in flags:
         kw.update(multi_latent_attention=True, q_lora_rank=num("q-lora-rank"), kv_lora_rank=num("kv-lora-rank"),
                   qk_head_dim=num("qk-head-dim"), qk_pos_emb_head_dim=num("qk-pos-emb-head-dim"),
