@@ -53,9 +53,11 @@ Facts read there, per family (config names are those files' constants / function
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
   v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
 
+- CUDA graphs: each preset's `cuda_graph_impl` / `cuda_graph_scope` (`cuda_graph_modules` below; the table there).
+
 CPU activation offload, FP8 primary weights, per-module selective recompute, the TE fused cross entropy and
 expandable segments are Strategy switches (`cpu_offload_layers`, `fp8_param`, `recompute_modules`,
-`te_cross_entropy`, `expandable_segments`) priced by the cost model; dropout 0 is the model's `hidden_dropout` (set
+`te_cross_entropy`, `expandable_segments`, `cuda_graph_modules`) priced by the cost model; dropout 0 is the model's `hidden_dropout` (set
 to 0 for the rows whose providers do so). Where the summary table prints a layout no config has, `config_layout`
 gives the config's.
 """

@@ -39,7 +39,8 @@ class Calibration:
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per op (GPU launch floor and the host's dispatch of the op in eager PyTorch), s; paid by every GEMM
-    # (each local expert's GEMM on its own, compute.moe_gemm_time) and every elementwise kernel. The fit lands well
+    # (each local expert's GEMM on its own, compute.moe_gemm_time) and every elementwise kernel not captured in a
+    # CUDA graph (captured ones pay graph_kernel_s below). The fit lands well
     # above a bare launch (a few us): small ops are host-bound in eager mode (TransformerEngine issue #1499:
     # GroupedLinear's time is dominated by PyTorch op overheads on the CPU; issue #2897: hundreds of us of host
     # work per grouped MLP block on GB200). Cross-check, not used in the fit: TransformerEngine PR #3134 measures
