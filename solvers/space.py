@@ -54,10 +54,12 @@ class Problem:
             if want is None:
                 continue
             sets = want if isinstance(want, list) else [want]
-            problems = [module_set_problem(self.model, self.cluster, self.workload, key, v, self.engine)
+            # Model-wide rules only; what an engine cannot run is named where the search applies the switch.
+            problems = [module_set_problem(self.model, self.cluster, self.workload, key, v)
                         for v in sets if v is not None]
             if problems and all(problems):
-                raise InputError(problems[0])
+                shown = "+".join(sets[0]) if isinstance(sets[0], (list, tuple)) else sets[0]
+                raise InputError(f"--fix {key}={shown}: {problems[0]}")
 
 
 def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:
