@@ -28,7 +28,7 @@ SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 SPLIT_KEYS = ("first_stage_layers", "last_stage_layers") + SPLIT_SWITCHES + ("pipeline_layout",)
 OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
                 "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
-                "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu")
+                "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu", "te_op_fuser")
 
 
 class Strategy(BaseModel):
@@ -106,6 +106,10 @@ class Strategy(BaseModel):
     expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
                                                          "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
                                                          "fragmentation allowance is added.")
+    te_op_fuser: bool = Field(False, description=(
+        "TransformerEngine's operation fuser for the MoE experts (Megatron --use-transformer-engine-op-fuser): the "
+        "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
+        "Megatron's per-expert bias loop and eager clamps; Megatron engine only."))
     cuda_graph_modules: Optional[Tuple[str, ...]] = Field(
         None, description="Parts of the step replayed from CUDA graphs: full_iteration (Megatron --cuda-graph-impl "
                           "full_iteration, alone) or per-layer modules (--cuda-graph-impl transformer_engine "

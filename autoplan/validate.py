@@ -406,6 +406,10 @@ def _optimizer(c: Case) -> Optional[str]:
          lambda: f"fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts (got "
                  f"engine={c.engine}, moe={c.model.is_moe}, activation={c.model.activation}); set "
                  f"fused_weighted_squared_relu=false"),
+        # use_transformer_engine_op_fuser is a Megatron TransformerConfig switch (TransformerEngine's op fuser).
+        (s.te_op_fuser and c.engine == "deepspeed",
+         lambda: "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
+                 "te_op_fuser=false or use engine megatron"),
     ))
 
 

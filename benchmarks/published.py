@@ -244,6 +244,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         fused_weighted_squared_relu=bool(facts and facts.fused_weighted_squared_relu and model.is_moe
                                          and not model.gated_mlp),
         cuda_graph_modules=(facts.cuda_graph_modules or None) if facts else None,
+        te_op_fuser=bool(facts and facts.te_op_fuser),
     )
 
 

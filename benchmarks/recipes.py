@@ -51,7 +51,9 @@ Facts read there, per family (config names are those files' constants / function
   parallel cross entropy (transformer_engine/pytorch/cross_entropy.py) writes the logits gradient in place into
   the bf16 logits, so no fp32 softmax copy is held.
 - GPT-OSS-120B: selective `layernorm` + `moe_act` on B200 / GB200 / H100; `moe_a2a_overlap` on GB200 from
-  v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0.
+  v0.4.0 and on GB200 / GB300 MXFP8 from v0.5.0; TransformerEngine's op fuser (CuteDSL fused grouped MLP) on GB200 /
+  GB300 MXFP8 from v0.5.0 (`te_op_fuser`), elsewhere Megatron's unfused expert path (per-expert bias loop, eager
+  clamps; compute.unfused_expert_extras).
 
 - CUDA graphs: each preset's `cuda_graph_impl` / `cuda_graph_scope` (`cuda_graph_modules` below; the table there).
 
@@ -92,6 +94,7 @@ class RecipeFacts:
     pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
     bf16_last_layers: int = 0  # trailing layers the mixed-precision config keeps in bf16 under FP8/FP4
     cuda_graph_modules: Tuple[str, ...] = ()  # CUDA-graph capture (`cuda_graph_modules`); () = none
+    te_op_fuser: bool = False  # TransformerEngine op fuser's fused grouped MLP for the experts
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
     layout: Tuple[Tuple[str, int], ...] = ()
     source: str = ""
@@ -168,8 +171,12 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         a2a = (gpu == "gb200" and _at_least(release, "v0.4.0")) or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
         modules = "layernorm/moe_act" if gpu in ("b200", "gb200", "h100") else ""
+        # The GB200 / GB300 MXFP8 V2 presets (v0.5.0+) run the experts through TransformerEngine's op fuser with
+        # the CuteDSL fused grouped MLP (scripts/performance/utils/overrides.py `cutedsl_fused_grouped_mlp`:
+        # use_transformer_engine_op_fuser; v0.6.0 `_apply_gpt_oss_120b_full_iter_fp8mx_configs`).
+        op_fuser = gpu in ("gb200", "gb300") and fp8 and "MXFP8" in row["notes"] and _at_least(release, "v0.5.0")
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
-                           moe_a2a_overlap=a2a, **common)
+                           moe_a2a_overlap=a2a, te_op_fuser=op_fuser, **common)
     if model.startswith("Nemotron_3"):
         modules = nemotron3_modules(model, gpu, row["precision"])
         # nemotron_3_super_bf16_with_nvfp4_mixed (training/mixed_precision.py): first_last_layers_bf16 with

@@ -75,6 +75,7 @@ class _StrategyView:
         self.full, self.block = s.recompute == "full", s.recompute_method == "block"
         self.custom_modules = s.recompute == "selective" and s.recompute_modules is not None
         self.cuda_graph = bool(s.cuda_graph_modules)
+        self.op_fuser = s.te_op_fuser
 
 
 class _LayoutsView:
@@ -90,6 +91,7 @@ class _LayoutsView:
         # Layouts hold Megatron's default module set as its bit mask; Layouts.strategy writes it as None.
         self.custom_modules = (lay.recompute == 1) & (lay.recompute_modules != R.mask(R.DEFAULT))
         self.cuda_graph = lay.cuda_graph != 0
+        self.op_fuser = lay.op_fuser
 
 
 # What DeepSpeed (its config + `deepspeed.initialize` + autoplan's ds_train.py) cannot run: one list of
@@ -152,6 +154,8 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
     (lambda v, m: v.cuda_graph,
      lambda s, m: f"the DeepSpeed launch files capture no CUDA graphs (cuda_graph_modules="
                   f"{'+'.join(s.cuda_graph_modules or ())}); {_ALT} drop cuda_graph_modules"),
+    (lambda v, m: v.op_fuser,
+     lambda s, m: f"DeepSpeed has no TransformerEngine op fuser (te_op_fuser=true); {_ALT} te_op_fuser=false"),
     (lambda v, m: (v.pp > 1) & v.full & v.block,
      lambda s, m: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, "
                   f"pp={s.pp}); use recompute_method=uniform"),

@@ -372,6 +372,11 @@ def _cuda_graph_args(s: Strategy) -> List[str]:
     return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", *mods, "--te-rng-tracker"]
 
 
+def _op_fuser_args(s: Strategy) -> List[str]:
+    """[TC] use_transformer_engine_op_fuser (a TransformerConfig field, so a generated flag of arguments.py)."""
+    return ["--use-transformer-engine-op-fuser"] if s.te_op_fuser else []
+
+
 def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
     iters = probe_iters if probe else DEFAULT_TRAIN_ITERS
     a = ["--micro-batch-size", str(plan.strategy.mbs), "--global-batch-size", str(plan.workload.global_batch_size),
@@ -393,7 +398,8 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
     return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
-            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _optimizer_args(m, s)
+            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _op_fuser_args(s)
+            + _optimizer_args(m, s)
             + _training_args(plan, probe, probe_iters))
 
 

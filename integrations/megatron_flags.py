@@ -26,7 +26,7 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
     "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker",
-    "no-check-for-nan-in-loss-and-grad",
+    "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -55,6 +55,7 @@ READ_FLAGS = frozenset({
     "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
     "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype", "yarn-beta-fast", "yarn-beta-slow",
     "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
+    "use-transformer-engine-op-fuser",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -221,6 +222,8 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
         if flag in f:
             s[key] = typed(f, flag, int)
     s.update(_overlaps(f, s, is_moe))
+    if "use-transformer-engine-op-fuser" in f:
+        s["te_op_fuser"] = True
     graphs = _cuda_graphs(f, is_moe)
     if graphs:
         s["cuda_graph_modules"] = graphs

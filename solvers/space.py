@@ -540,6 +540,7 @@ SWITCHES = {
         & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
         & ((lay.cpu_offload_layers == 0) | (np.asarray(v) == G.BIT["full_iteration"])))),
 }
+SWITCHES["te_op_fuser"] = ("op_fuser", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed)  # Megatron only
 # Switches whose value is stored encoded in its Layouts column.
 ENCODED = {"cuda_graph_modules": G.mask}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.

@@ -188,3 +188,30 @@ def test_a_fixed_module_set_the_model_rules_out_is_refused_before_the_search(den
 
     with pytest.raises(InputError, match=message):
         Problem(dense, cluster(8), workload(2048, 32), fixed=fixed)
+
+
+# ---- Megatron's unfused expert path (gpt-oss-style experts) and TransformerEngine's op fuser -------------------
+
+def test_clamped_biased_experts_pay_megatrons_unfused_passes_unless_the_op_fuser_runs_them(moe):
+    gptoss = moe.model_copy(update={"swiglu_limit": 7.0, "add_bias_linear": True, "activation": "swiglu"})
+    lay = layouts_from_strategies([Strategy(ep=8), Strategy(ep=8, te_op_fuser=True)], 8)
+    sh = C.shard_of(gptoss, lay, 2048)
+    extra_bytes, extra_ops = C.unfused_expert_extras(gptoss, sh, lay)
+    copies, f, h, experts = sh.expert_tokens[0], gptoss.moe_ffn_hidden_size, gptoss.hidden_size, 1
+    assert np.isclose(extra_bytes[0] * 3, (18 * f + 13 * h) * 2 * copies)
+    assert np.isclose(extra_ops[0] * 3, 7 + 6 * experts + 2)
+    assert extra_bytes[1] == 0 and extra_ops[1] == 0
+    hw = hardware_of(cluster(8))
+    t = C.layer_time(gptoss, sh, lay, 2048, hw, DEFAULT, moe=True)
+    assert t.fwd[0] > t.fwd[1]
+    plain = C.unfused_expert_extras(moe, C.shard_of(moe, lay, 2048), lay)  # SwiGLU without biases: nothing extra
+    assert plain == (0.0, 0.0)
+
+
+def test_op_fuser_is_emitted_read_back_and_refused_by_deepspeed(dense):
+    plan = make_plan(MIXTRAL, 64, 4096, 256, ep=8, te_op_fuser=True)
+    text = emit_megatron(plan)["megatron_args.txt"]
+    assert "--use-transformer-engine-op-fuser" in text
+    assert from_megatron_args(text).strategy.get("te_op_fuser") is True
+    broken = first_broken_rule(dense, cluster(8), workload(2048, 32), Strategy(te_op_fuser=True), engine="deepspeed")
+    assert broken and "te_op_fuser" in broken

@@ -50,6 +50,7 @@ ROUND_TRIP.update({
     "window_block": make_plan(TINY.model_copy(update={"sliding_window": 64, "num_sliding_window_layers": 2,
                                                       "add_qkv_bias": True, "qk_layernorm": True}),
                               8, 128, 8, recompute="full", recompute_method="block", recompute_layers=2),
+    "te_op_fuser": make_plan(MIXTRAL, 64, 4096, 256, ep=8, te_op_fuser=True),
     "cuda_graphs_per_layer": make_plan(MIXTRAL, 64, 4096, 256, ep=8,
                                        cuda_graph_modules=("attn", "moe_router", "moe_preprocess")),
     "cuda_graphs_full_iteration": make_plan(LLAMA_8B, 8, 4096, 64, cuda_graph_modules=("full_iteration",),

@@ -223,6 +223,40 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attentio
     return norms_and_residuals + rotary + act
 
 
+# Element passes (2 bytes each) per routed copy and ops per MoE layer of Megatron's unfused expert path, forward +
+# backward (`unfused_expert_extras`).
+CLAMP_PASSES, CLAMP_OPS = 8 + 10, 4 + 3  # x f: 2 clamps + cat forward, their gradients backward; + 1 H2D scalar
+BIAS_PASSES = 7 + 6  # x the output width: bias x probability, add, cat (+ cast) forward; dbias, dprob backward
+
+
+def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts):
+    """(bytes, kernels) of one MoE layer's forward, as forward equivalents (a third of the forward + backward total:
+    the caller prices backward as twice the forward), that Megatron's TEGroupedMLP runs around the grouped GEMMs
+    for gpt-oss-style experts and not for plain SwiGLU ones (megatron/core/transformer/moe/experts.py,
+    megatron/core/fusions/fused_bias_geglu.py):
+    - clamped GLU (ModelSpec.swiglu_limit): `weighted_bias_quick_geglu_impl` clamps gate and linear halves and
+      concatenates them eagerly, outside the compiled activation, and builds the linear offset as a device tensor
+      on every call: forward 2 clamps + cat over the [copies, 2f] FC1 output (8 passes of f), backward their
+      gradients (10 passes);
+    - expert biases (ModelSpec.add_bias_linear): FC2 runs with skip_bias_add and `_apply_bias` adds bias x routing
+      probability for each local expert in a Python loop, then concatenates: forward 2 ops per local expert plus
+      the cat and cast, backward the bias and probability gradients, 4 ops per local expert; under MXFP8 FC1's bias
+      gradient is quantised once per local expert (transformer_engine/pytorch/module/grouped_linear.py
+      `bgrad_quantize`).
+    TransformerEngine's op fuser (Strategy.te_op_fuser) runs bias, clamp and weighting inside its fused grouped MLP:
+    nothing extra."""
+    if not m.is_moe or not (m.swiglu_limit or m.add_bias_linear):
+        return 0.0, 0.0
+    copies, f = sh.expert_tokens, m.moe_ffn_hidden_size / lay.etp
+    width = m.moe_latent_size or m.hidden_size
+    clamped = bool(m.swiglu_limit and m.gated_mlp)
+    passes = (CLAMP_PASSES * f if clamped else 0.0) + (BIAS_PASSES * width if m.add_bias_linear else 0.0)
+    experts = sh.local_experts
+    ops = (CLAMP_OPS if clamped else 0) + (np.where(lay.fp8, 7, 6) * experts + 2 if m.add_bias_linear else 0)
+    unfused = ~lay.op_fuser
+    return np.where(unfused, passes * BF16 * copies, 0.0) / 3.0, np.where(unfused, ops, 0.0) / 3.0
+
+
 def without_low_precision(lay: Layouts) -> Layouts:
     """`lay` with every GEMM in bf16 (the layers an FP8/FP4 recipe leaves in bf16)."""
     return replace(lay, fp8=np.zeros_like(lay.fp8), fp4=np.zeros_like(lay.fp4))
@@ -267,6 +301,9 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
     counts = (MOE_KERNELS if moe else DENSE_KERNELS) + (("attn", extra_norms / 2), ("moe" if moe else "mlp",
                                                                                    extra_norms / 2))
     elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, 0) + kernel_costs(lay, cal, counts)
+    if moe:
+        extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay)
+        elem = elem + elementwise_time(extra_bytes, hw, cal, 0) + kernel_costs(lay, cal, (("moe", extra_ops),))
     return LayerTime(attn, core, mlp, elem)
 
 
@@ -320,7 +357,10 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
                         + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal_mlp, 1))
     f = m.moe_ffn_hidden_size / lay.etp
     whole = R.has(lay.recompute_modules, "moe")
-    act = part(["moe_act"], lambda: elementwise_time(gated * f * BF16 * sh.expert_tokens, hw, cal_moe, 1))
+    # gpt-oss's clamped GLU repeats its eager clamps and cat too (unfused_expert_extras): 8 more passes, 3 more ops.
+    clamped = (m.swiglu_limit > 0) & m.gated_mlp & ~lay.op_fuser
+    act = part(["moe_act"], lambda: elementwise_time((gated + np.where(clamped, 8, 0)) * f * BF16 * sh.expert_tokens,
+                                                     hw, cal_moe, np.where(clamped, 4, 1)))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size

@@ -77,8 +77,12 @@ class Layouts:
     layout: Optional[np.ndarray] = None
     # int: CUDA-graph capture scopes, bit mask of autoplan.cuda_graphs.MODULES (Strategy.cuda_graph_modules); None = 0.
     cuda_graph: Optional[np.ndarray] = None
+    # bool: TransformerEngine's op fuser runs the experts (Strategy.te_op_fuser); None = none.
+    op_fuser: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
+        if self.op_fuser is None:
+            object.__setattr__(self, "op_fuser", np.zeros(len(self.tp), dtype=bool))
         if self.cuda_graph is None:
             object.__setattr__(self, "cuda_graph", np.zeros(len(self.tp), dtype=np.int64))
         if self.account is None:
@@ -132,7 +136,7 @@ class Layouts:
             moe_flex_dispatcher=bool(self.moe_flex[i]), te_cross_entropy=bool(self.te_cross_entropy[i]),
             expandable_segments=bool(self.expandable_segments[i]), adam_bf16_states=bool(self.adam_bf16[i]),
             fused_weighted_squared_relu=bool(self.fused_sq_relu[i]),
-            cuda_graph_modules=G.names_of(int(self.cuda_graph[i])) or None,
+            cuda_graph_modules=G.names_of(int(self.cuda_graph[i])) or None, te_op_fuser=bool(self.op_fuser[i]),
         )
 
 
@@ -184,6 +188,7 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         adam_bf16=col(lambda s: s.adam_bf16_states, bool),
         fused_sq_relu=col(lambda s: s.fused_weighted_squared_relu, bool),
         cuda_graph=col(lambda s: G.mask(s.cuda_graph_modules)),
+        op_fuser=col(lambda s: s.te_op_fuser, bool),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
         quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),

@@ -124,7 +124,9 @@ def symbol_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardw
     layer_elem = (2 + 3) * C.BF16 * sh.tokens_sp * m.hidden_size  # pre-norm (r+w) and residual add (2r+w)
     if symbol == "E":
         elem = C.elementwise_bytes(m, sh, lay, True, attention=False) + layer_elem
-        elem_time = C.elementwise_time(elem, hw, cal, 0) + C.kernel_costs(lay, cal, C.HYBRID_MOE_KERNELS)
+        extra_bytes, extra_ops = C.unfused_expert_extras(m, sh, lay)
+        elem_time = C.elementwise_time(elem + extra_bytes, hw, cal, 0) + \
+            C.kernel_costs(lay, cal, C.HYBRID_MOE_KERNELS + (("moe", extra_ops),))
         return C.LayerTime(zero, zero, C.moe_gemm_time(m, sh, lay, hw, cal), elem_time)
     if symbol == "M":
         mixer = mamba_mixer_time(m, sh, lay, hw, cal)
