@@ -114,7 +114,13 @@ def mamba_mixer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal:
     conv = 2 * C.BF16 * T * mamba_conv_channels(m) / lay.tp  # read + write
     gated_norm = 3 * C.BF16 * T * d_local  # read y and z, write the normed output
     layer = (2 + 3) * C.BF16 * sh.tokens_sp * h  # pre-norm (r+w) and residual add (2r+w)
-    return MixerTime(gemm, scan, C.elementwise_time(conv + gated_norm + layer, hw, cal, 6))
+    # Megatron's training path turns the in_proj output [s, b, d] into [b, s, d] and the scan's output back with
+    # `.contiguous()` (megatron/core/ssm/mamba_mixer.py `_ssm_training`): real copies once the micro batch is above
+    # 1, forward and (their gradients) backward; priced as forward equivalents, 2/3 of a read + write each, since the
+    # caller takes backward elementwise work as twice the forward.
+    layout = np.where(lay.mbs > 1, 2 * C.BF16 * T * (mamba_in_proj_width(m) / lay.tp + d_local), 0.0) * 2.0 / 3.0
+    copies = np.where(lay.mbs > 1, 4.0 / 3.0, 0.0)
+    return MixerTime(gemm, scan, C.elementwise_time(conv + gated_norm + layer + layout, hw, cal, 6 + copies))
 
 
 def symbol_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
