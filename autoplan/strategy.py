@@ -321,4 +321,5 @@ def strategy_from_mapping(values: Dict[str, Any]) -> Strategy:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err.get("loc", ())) or "strategy"
-        raise InputError(f"strategy {loc}={err.get('input')!r}: {err['msg']}") from None
+        message = err["msg"].removeprefix("Value error, ")
+        raise InputError(f"strategy {loc}={err.get('input')!r}: {message}") from None

@@ -529,8 +529,9 @@ def _cuda_graphs(c: Case) -> Optional[str]:
     """[TC]/[V] Megatron's CUDA-graph rules (transformer_config.py `__post_init__` and arguments.py
     `validate_args` at the verified commit): moe/moe_router need an MoE model, mlp a dense layer; moe needs
     drop-and-pad MoE (autoplan prices dropless routing only); moe and moe_router exclude each other; moe_preprocess
-    needs moe_router; mamba needs Mamba layers; full recompute needs the full-iteration graph; CPU offloading
-    only under the full-iteration graph; the 1F1B all-to-all overlap excludes capturing the moe/mlp halves;
+    needs moe_router; mamba needs Mamba layers; full recompute needs the full-iteration graph; no CPU offloading;
+    the 1F1B all-to-all overlap excludes capturing the moe/mlp halves; moe recompute excludes a moe_router graph;
+    hidden dropout excludes recomputing a captured mlp/moe block;
     DeepSpeed has no CUDA-graph capture of the training step in the emitted configs."""
     m, s = c.model, c.strategy
     mods = s.cuda_graph_modules or ()
@@ -555,21 +556,40 @@ def _cuda_graphs(c: Case) -> Optional[str]:
         (s.recompute == "full" and mods != ("full_iteration",),
          lambda: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
                  "use full_iteration or selective recompute"),
-        (s.cpu_offload_layers > 0 and mods != ("full_iteration",),
-         lambda: f"cpu_offload_layers={s.cpu_offload_layers} with per-layer CUDA graphs is refused by Megatron; "
-                 f"use cuda_graph_modules=full_iteration or cpu_offload_layers=0"),
+        # transformer_config.py: CPU offloading is refused under every impl at megatron-core 0.16.1 and under the
+        # per-layer impls at the verified Megatron-LM commit.
+        (s.cpu_offload_layers > 0,
+         lambda: f"cpu_offload_layers={s.cpu_offload_layers} cannot be combined with CUDA graphs "
+                 f"(cuda_graph_modules={'+'.join(mods)}); set cpu_offload_layers=0 or drop cuda_graph_modules"),
         (s.moe_a2a_overlap and any(n in mods for n in ("mlp", "moe")),
          lambda: "cuda_graph_modules mlp/moe cannot be combined with moe_a2a_overlap=true; "
                  "capture attn+moe_router+moe_preprocess or set moe_a2a_overlap=false"),
+        # transformer_config.py: "moe recompute is not supported with moe_router CUDA graph".
+        ("moe_router" in mods and s.recompute == "selective" and "moe" in (s.recompute_modules or ()),
+         lambda: "recompute module moe cannot be combined with cuda_graph_modules moe_router; recompute moe_act "
+                 "or drop moe_router"),
+        # transformer_config.py: with hidden dropout a captured MLP / MoE half cannot be recomputed in its graph.
+        (m.hidden_dropout > 0 and s.recompute == "selective"
+         and any(n in (s.recompute_modules or ()) for n in ("mlp", "moe"))
+         and any(n in mods for n in ("full_iteration", "mlp", "moe")),
+         lambda: f"hidden_dropout={m.hidden_dropout} forbids recomputing a captured mlp/moe block "
+                 f"(cuda_graph_modules={'+'.join(mods)}); drop mlp/moe from recompute_modules or the graph"),
     ))
 
 
 def module_set_problem(model: ModelSpec, cluster: ClusterSpec, workload: Workload, key: str, value,
-                       engine: str = "megatron") -> Optional[str]:
-    """The model- and engine-wide rule a fixed module set (`recompute_modules` or `cuda_graph_modules`) breaks on
-    its own, before any layout is chosen (e.g. mla_up_proj without MLA, moe_router on a dense model), or None."""
-    probe = Strategy(recompute="selective", recompute_modules=value) if key == "recompute_modules" else \
-        Strategy(cuda_graph_modules=value)
+                       engine: str = "megatron", others: Optional[dict] = None) -> Optional[str]:
+    """The rule a fixed module set (`recompute_modules` or `cuda_graph_modules`) breaks before any layout is chosen,
+    on its own (e.g. mla_up_proj without MLA, moe_router on a dense model) or with the other fixed switches in
+    `others` (e.g. a captured MLP with the all-to-all overlap), or None."""
+    from autoplan.strategy import strategy_from_mapping
+
+    fields = {"recompute": "selective", "recompute_modules": value} if key == "recompute_modules" else \
+        {**(others or {}), "cuda_graph_modules": value}
+    try:
+        probe = strategy_from_mapping(fields)
+    except InputError as e:  # an unknown name: the field's own one-line message
+        return str(e)
     rule = _recompute_modules if key == "recompute_modules" else _cuda_graphs
     return rule(Case(model, cluster, workload, probe, engine))
 

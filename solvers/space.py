@@ -55,11 +55,14 @@ class Problem:
                 continue
             sets = want if isinstance(want, list) else [want]
             # Model-wide rules only; what an engine cannot run is named where the search applies the switch.
-            problems = [module_set_problem(self.model, self.cluster, self.workload, key, v)
+            others = {k: v[0] if isinstance(v, list) else v for k, v in self.fixed.items()
+                      if k in ("moe_a2a_overlap", "cpu_offload_layers", "recompute", "recompute_modules")
+                      and not (isinstance(v, list) and len(v) != 1)}
+            problems = [module_set_problem(self.model, self.cluster, self.workload, key, v,
+                                           others=others if key == "cuda_graph_modules" else None)
                         for v in sets if v is not None]
             if problems and all(problems):
-                shown = "+".join(sets[0]) if isinstance(sets[0], (list, tuple)) else sets[0]
-                raise InputError(f"--fix {key}={shown}: {problems[0]}")
+                raise InputError(problems[0])
 
 
 def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:
@@ -317,6 +320,10 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
+    graphs = problem.fixed.get("cuda_graph_modules")
+    graphs = graphs[0] if isinstance(graphs, list) else graphs
+    if graphs and tuple(graphs) != ("full_iteration",):
+        allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]
@@ -533,12 +540,16 @@ SWITCHES = {
     # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
     "fused_weighted_squared_relu": ("fused_sq_relu", lambda p, lay, v: ~np.asarray(v, bool) | (
         ~lay.deepspeed & (p.model.is_moe and not p.model.gated_mlp))),
-    # CUDA graphs (validate._cuda_graphs; the model-wide rules empty the space and validate names them): Megatron
-    # only; full recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves.
+    # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
+    # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
+    # offload; no moe recompute under a moe_router graph; no captured mlp/moe recompute with hidden dropout.
     "cuda_graph_modules": ("cuda_graph", lambda p, lay, v: (np.asarray(v) == 0) | (
         ~lay.deepspeed & ((lay.recompute != 2) | (np.asarray(v) == G.BIT["full_iteration"]))
         & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
-        & ((lay.cpu_offload_layers == 0) | (np.asarray(v) == G.BIT["full_iteration"])))),
+        & (lay.cpu_offload_layers == 0)
+        & ~((np.bitwise_and(v, G.BIT["moe_router"]) > 0) & (lay.recompute == 1) & R.has(lay.recompute_modules, "moe"))
+        & ~((p.model.hidden_dropout > 0) & (np.bitwise_and(v, G.mask(("full_iteration", "mlp", "moe"))) > 0)
+            & (lay.recompute == 1) & R.has(lay.recompute_modules, "mlp", "moe")))),
 }
 SWITCHES["te_op_fuser"] = ("op_fuser", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed)  # Megatron only
 # Switches whose value is stored encoded in its Layouts column.
@@ -565,10 +576,17 @@ def _apply_switches(problem: Problem, lay: Layouts):
             want = _fixed_value(problem, key)
         dtype = getattr(lay, col).dtype
         cols[col] = np.full(len(lay), want, dtype=dtype)
-        keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))
+    if not cols:
+        return lay, keep
+    # Every rule reads the candidates with all fixed switches written (one switch's rule may test another's).
+    lay = Layouts(**{**lay.__dict__, **cols})
+    for key, (col, allowed) in SWITCHES.items():
+        if key in problem.fixed:
+            want = cols[col][0] if len(lay) else 0
+            keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))
     if "overlap_param_gather" in problem.fixed and _fixed_value(problem, "overlap_param_gather"):
-        keep &= cols.get("overlap_grad_reduce", lay.overlap_grad_reduce)  # validate._optimizer
-    return (Layouts(**{**lay.__dict__, **cols}) if cols else lay), keep
+        keep &= lay.overlap_grad_reduce  # validate._optimizer
+    return lay, keep
 
 
 def stamp_fixed(problem: Problem, strategy: Strategy) -> Strategy:

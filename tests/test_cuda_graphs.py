@@ -152,14 +152,51 @@ def test_graph_flags_are_read_back(flags, expected):
     assert from_megatron_args(text).strategy.get("cuda_graph_modules") == expected
 
 
-def test_the_search_keeps_a_fixed_scope_and_its_rules(dense):
+def test_the_search_keeps_a_fixed_scope_and_its_rules(dense, moe):
     from autoplan.solvers.api import solve
-    from autoplan.solvers.space import Problem
+    from autoplan.solvers.space import Problem, enumerate_grid
 
     problem = Problem(dense, cluster(8), workload(2048, 32), fixed={"cuda_graph_modules": ("attn", "mlp")})
     result = solve(problem, "enumerate", top_k=5)
     assert result.plans and all(p.strategy.cuda_graph_modules == ("attn", "mlp") for p in result.plans)
-    assert all(p.strategy.recompute != "full" for p in result.plans)  # full recompute needs full_iteration
+    grid = enumerate_grid(problem).layouts
+    assert len(grid) and not np.any(grid.recompute == 2)  # full recompute needs the full-iteration graph
+    full = enumerate_grid(Problem(dense, cluster(8), workload(2048, 32),
+                                  fixed={"cuda_graph_modules": ("full_iteration",)})).layouts
+    assert np.any(full.recompute == 2)
+    # Each switch's rule reads the candidates with every fixed switch written: the all-to-all overlap excludes a
+    # captured MLP half row by row too (Problem refuses this pair up front; the rows are checked here directly).
+    from autoplan.solvers.space import _apply_switches
+
+    problem = Problem(moe, cluster(8), workload(2048, 32), fixed={"cuda_graph_modules": ("attn", "moe_router")})
+    object.__setattr__(problem, "fixed", {"cuda_graph_modules": ("attn", "mlp"), "moe_a2a_overlap": True})
+    lay = layouts_from_strategies([Strategy(ep=8), Strategy(ep=8, vpp=1)], 8)
+    written, keep = _apply_switches(problem, lay)
+    assert written.moe_a2a_overlap.all() and not keep.any()
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(cuda_graph_modules=("attn", "moe_router"), recompute="selective", recompute_modules=("moe",)),
+     "recompute module moe cannot be combined with cuda_graph_modules moe_router"),
+    (dict(cuda_graph_modules=("full_iteration",), cpu_offload_layers=2), "cannot be combined with CUDA graphs"),
+])
+def test_more_engine_rules(moe, keys, message):
+    broken = first_broken_rule(moe, cluster(8), workload(2048, 32), Strategy(ep=8, **keys))
+    assert broken and message in broken
+
+
+def test_hidden_dropout_forbids_recomputing_a_captured_mlp(dense):
+    s = Strategy(cuda_graph_modules=("attn", "mlp"), recompute="selective", recompute_modules=("mlp",))
+    assert first_broken_rule(dense, cluster(8), workload(2048, 32), s) is None
+    dropout = dense.model_copy(update={"hidden_dropout": 0.1})
+    assert "hidden_dropout=0.1" in first_broken_rule(dropout, cluster(8), workload(2048, 32), s)
+
+
+def test_an_unknown_fixed_module_name_is_one_line(dense):
+    from autoplan.solvers.space import Problem
+
+    with pytest.raises(InputError, match="unknown CUDA-graph module 'atn'"):
+        Problem(dense, cluster(8), workload(2048, 32), fixed={"cuda_graph_modules": ("atn",)})
 
 
 def test_published_rows_carry_their_presets_graphs():
@@ -215,3 +252,11 @@ def test_op_fuser_is_emitted_read_back_and_refused_by_deepspeed(dense):
     assert from_megatron_args(text).strategy.get("te_op_fuser") is True
     broken = first_broken_rule(dense, cluster(8), workload(2048, 32), Strategy(te_op_fuser=True), engine="deepspeed")
     assert broken and "te_op_fuser" in broken
+
+
+def test_fixed_switches_that_exclude_each_other_are_named_before_the_search(moe):
+    from autoplan.solvers.space import Problem
+
+    fixed = {"moe_a2a_overlap": [True], "cuda_graph_modules": [("attn", "mlp")]}  # as `--fix` parses them
+    with pytest.raises(InputError, match="cannot be combined with moe_a2a_overlap=true"):
+        Problem(moe, cluster(8), workload(2048, 32), fixed=fixed)

@@ -12,7 +12,7 @@ import numpy as np
 
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
-from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.costmodel.params import norms_per_layer
 from autoplan import cuda_graphs as G
 from autoplan import recompute as R
@@ -225,15 +225,15 @@ def elementwise_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool, attentio
 
 # Element passes (2 bytes each) per routed copy and ops per MoE layer of Megatron's unfused expert path, forward +
 # backward (`unfused_expert_extras`).
-CLAMP_PASSES, CLAMP_OPS = 8 + 10, 4 + 3  # x f: 2 clamps + cat forward, their gradients backward; + 1 H2D scalar
-BIAS_PASSES = 7 + 6  # x the output width: bias x probability, add, cat (+ cast) forward; dbias, dprob backward
+CLAMP_FWD, CLAMP_BWD, CLAMP_FWD_OPS, CLAMP_BWD_OPS = 8, 10, 4, 3  # x f: 2 clamps + cat, their gradients; + H2D
+BIAS_FWD, BIAS_BWD = 7, 6  # x the output width: bias x probability, add, cat (+ cast) forward; dbias, dprob backward
 
 
-def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts):
+def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts, forward_only: bool = False):
     """(bytes, kernels) of one MoE layer's forward, as forward equivalents (a third of the forward + backward total:
-    the caller prices backward as twice the forward), that Megatron's TEGroupedMLP runs around the grouped GEMMs
-    for gpt-oss-style experts and not for plain SwiGLU ones (megatron/core/transformer/moe/experts.py,
-    megatron/core/fusions/fused_bias_geglu.py):
+    the caller prices backward as twice the forward; `forward_only`: the forward alone, what a recompute repeats),
+    that Megatron's TEGroupedMLP runs around the grouped GEMMs for gpt-oss-style experts and not for plain SwiGLU
+    ones (megatron/core/transformer/moe/experts.py, megatron/core/fusions/fused_bias_geglu.py):
     - clamped GLU (ModelSpec.swiglu_limit): `weighted_bias_quick_geglu_impl` clamps gate and linear halves and
       concatenates them eagerly, outside the compiled activation, and builds the linear offset as a device tensor
       on every call: forward 2 clamps + cat over the [copies, 2f] FC1 output (8 passes of f), backward their
@@ -250,11 +250,17 @@ def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts):
     copies, f = sh.expert_tokens, m.moe_ffn_hidden_size / lay.etp
     width = m.moe_latent_size or m.hidden_size
     clamped = bool(m.swiglu_limit and m.gated_mlp)
-    passes = (CLAMP_PASSES * f if clamped else 0.0) + (BIAS_PASSES * width if m.add_bias_linear else 0.0)
     experts = sh.local_experts
-    ops = (CLAMP_OPS if clamped else 0) + (np.where(lay.fp8, 7, 6) * experts + 2 if m.add_bias_linear else 0)
+    mxfp8 = lay.fp8 & (lay.quant_bytes == QUANTISED_BYTES["mxfp8"])
+    clamp_passes = CLAMP_FWD + (0 if forward_only else CLAMP_BWD)
+    bias_passes = BIAS_FWD + (0 if forward_only else BIAS_BWD)
+    passes = (clamp_passes * f if clamped else 0.0) + (bias_passes * width if m.add_bias_linear else 0.0)
+    clamp_ops = CLAMP_FWD_OPS + (0 if forward_only else CLAMP_BWD_OPS)
+    bias_ops = 2 * experts + 2 + (0 if forward_only else (4 + mxfp8) * experts)
+    ops = (clamp_ops if clamped else 0) + (bias_ops if m.add_bias_linear else 0)
+    share = 1.0 if forward_only else 1.0 / 3.0
     unfused = ~lay.op_fuser
-    return np.where(unfused, passes * BF16 * copies, 0.0) / 3.0, np.where(unfused, ops, 0.0) / 3.0
+    return np.where(unfused, passes * BF16 * copies, 0.0) * share, np.where(unfused, ops, 0.0) * share
 
 
 def without_low_precision(lay: Layouts) -> Layouts:
@@ -366,6 +372,9 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
         fs = m.shared_expert_ffn_hidden_size
         shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal_moe, lay.tp)
                       + elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal_moe, 1))
-    block = part(["moe"], lambda: moe_gemm_time(m, sh, lay, hw, cal) + a2a_fwd
-                 + elementwise_time(elementwise_bytes(m, sh, lay, True), hw, cal_moe, 8))
+    def moe_block():
+        extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay, forward_only=True)
+        return moe_gemm_time(m, sh, lay, hw, cal) + a2a_fwd + \
+            elementwise_time(elementwise_bytes(m, sh, lay, True) + extra_bytes, hw, cal_moe, 8 + extra_ops)
+    block = part(["moe"], moe_block)
     return t + np.where(whole, block, act + shared)

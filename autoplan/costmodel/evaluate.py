@@ -116,7 +116,7 @@ def _compute(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, sh, st, cal
     bwd = n_dense * dense_bwd + n_moe * moe_bwd
     if m.sliding_window:
         # Replace the core-attention part of window layers.
-        w_core = C.attention_core_time(m, sh, lay, seq, hw, cal, window=m.sliding_window)
+        w_core = C.attention_core_time(m, sh, lay, seq, hw, C.scoped(cal, lay, "attn"), window=m.sliding_window)
         delta = (w_core - dense.attn_core) * st.window
         fwd, bwd = fwd + delta, bwd + cal.attention_bwd_ratio * delta
         core = core + st.window * w_core

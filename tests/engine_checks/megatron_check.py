@@ -78,6 +78,8 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
         recompute_granularity=flags.get("recompute-granularity"), recompute_method=flags.get("recompute-method"),
         recompute_num_layers=num("recompute-num-layers"), tp_comm_overlap="tp-comm-overlap" in flags,
     )
+    if flags.get("recompute-modules"):
+        kw["recompute_modules"] = flags["recompute-modules"].split()
     if kw["pipeline_model_parallel_layout"]:
         # arguments.py validate_args: a layout sets vpp to its stage count / pp (None for one stage per rank).
         from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
@@ -111,7 +113,8 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
                   moe_router_load_balancing_type=flags.get("moe-router-load-balancing-type", "aux_loss"),
                   moe_aux_loss_coeff=num("moe-aux-loss-coeff", float, 0.0),
                   moe_router_dtype=flags.get("moe-router-dtype"),
-                  overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags)
+                  overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags,
+                  moe_grouped_gemm="moe-grouped-gemm" in flags)
     impl = flags.get("cuda-graph-impl", "none")
     if impl != "none":
         # The verified Megatron-LM commit's --cuda-graph-impl full_iteration / --cuda-graph-modules are megatron-core
