@@ -95,6 +95,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
         "cp_comm": m_micro * at(rc.cp, crit),
         "ep_comm": m_micro * at(rc.ep, crit),
         "pp_comm": m_micro * at(rc.p2p, crit),
+        "offload": m_micro * at(rc.offload, crit),
         "bubble": bubble,
         "dp_comm": at(rc.dp_exposed, tail_idx),
         "optimizer": at(rc.optimizer, tail_idx),

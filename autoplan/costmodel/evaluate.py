@@ -25,7 +25,8 @@ from autoplan.costmodel.stages import stage_layers
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload
 
-TIME_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble", "dp_comm", "optimizer")
+TIME_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "offload", "bubble", "dp_comm",
+             "optimizer")
 MEMORY_KEYS = ("weights", "grads", "optimizer", "activations", "logits", "transient", "cuda_context", "nccl",
                "fragmentation", "cuda_graphs")
 
@@ -43,10 +44,11 @@ class RankCost:
     dp_exposed: np.ndarray  # per step
     optimizer: np.ndarray  # per step
     memory: Dict[str, np.ndarray]
+    offload: np.ndarray = 0.0  # exposed host<->device copies of CPU-offloaded activations, per micro batch
 
     @property
     def per_microbatch(self):
-        return self.fwd_bwd + self.recompute + self.tp + self.cp + self.ep + self.p2p
+        return self.fwd_bwd + self.recompute + self.tp + self.cp + self.ep + self.p2p + self.offload
 
 
 def _spans(group_stride, group_size, hw: Hardware):
@@ -79,8 +81,32 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     flex_buffers = M.flex_dispatcher_buffer_bytes(m, sh, lay, _per_domain(lay.etp, lay.ep, hw))
     memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab, flex_buffers,
                          head)
+    offload = _offload_exposed(m, hw, lay, sh, st, cpt, cal)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
-                    memory)
+                    memory, offload)
+
+
+def _offload_exposed(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cpt: _Compute, cal: Calibration):
+    """Exposed seconds per micro batch of CPU activation offload (Megatron --cpu-offloading-num-layers, pp = 1).
+    TransformerEngine copies a layer's saved tensors to the host on a side stream while the next layer computes,
+    and brings them back one layer ahead in backward (transformer_engine/pytorch/cpu_offload.py, the
+    double-buffered offload handler): each offloaded layer exposes what its copy takes beyond one layer's forward,
+    and again beyond one layer's backward, at the profile's host link rate (`host_bandwidth_gbytes_per_s`)."""
+    if not np.any(lay.cpu_offload_layers):
+        return 0.0
+    none, selective, checkpoint = M.layer_activation_bytes(m, sh, lay, moe=False)
+    if m.is_moe:
+        moe_none, moe_sel, moe_ckpt = M.layer_activation_bytes(m, sh, lay, moe=True)
+        share = st.moe / np.maximum(st.layers, 1)
+        none, selective = (1 - share) * none + share * moe_none, (1 - share) * selective + share * moe_sel
+        checkpoint = np.maximum(checkpoint, moe_ckpt)
+    saved = np.select([lay.recompute == 0, lay.recompute == 1], [none, selective], checkpoint)
+    copy = saved / hw.host_bytes_per_s
+    layers = np.maximum(st.layers, 1)
+    layer_fwd = (cpt.fwd - np.where(st.first, cpt.emb, 0.0) - np.where(st.last, cpt.head, 0.0)) / layers
+    layer_bwd = (cpt.bwd - np.where(st.first, cpt.emb, 0.0) - np.where(st.last, 2.0 * cpt.head, 0.0)) / layers
+    offloaded = np.minimum(lay.cpu_offload_layers, st.layers)
+    return offloaded * (np.maximum(copy - layer_fwd, 0.0) + np.maximum(copy - layer_bwd, 0.0))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class Hardware:
     capacity_bytes: float  # framework-visible device memory
     nvlink_bytes_per_s: float  # per direction
     network_bytes_per_s: float  # per GPU per direction
+    host_bytes_per_s: float  # host<->device copies per GPU per direction (CPU activation offload)
     nvlink_bus_eff: float
     network_bus_eff: float
     nvlink_latency_s: float
@@ -48,6 +49,7 @@ def hardware_of(cluster: ClusterSpec) -> Hardware:
         capacity_bytes=g.hbm_gib * GIB,
         nvlink_bytes_per_s=g.nvlink_bandwidth_gbytes_per_s * 1e9,
         network_bytes_per_s=max(g.network_bandwidth_gbytes_per_s, 1e-3) * 1e9,
+        host_bytes_per_s=g.host_bandwidth_gbytes_per_s * 1e9,
         nvlink_bus_eff=g.nvlink_bus_efficiency,
         network_bus_eff=g.network_bus_efficiency,
         nvlink_latency_s=g.nvlink_latency_us * 1e-6,
