@@ -35,7 +35,7 @@ import numpy as np
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import estimate
 from benchmarks import holdout, ranking
-from benchmarks.calibrate import PARAMETERS, Predictor, fit  # numpy-only Nelder-Mead over the bounds
+from benchmarks.calibrate import PARAMETERS, Predictor, fit, holdout_start  # numpy-only Nelder-Mead over the bounds
 from benchmarks.naive import NaiveBar, precision_of
 from benchmarks.published import POLICIES, PublishedRun, build_run, exclusion_reason, load_runs, read_rows, stem
 
@@ -137,7 +137,7 @@ def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_
     train = [i for i in sides["train"] if runs[i].id not in no_fit]
     held = sides["holdout"]
     predictor = Predictor(runs)
-    fitted = fit(predictor, train, DEFAULT, max_evals)
+    fitted = fit(predictor, train, holdout_start(), max_evals)
     model_out = predictor(fitted, held) / predictor.measured[held] - 1.0
     bar_train = NaiveBar.fit([runs[i] for i in train])
     naive_out = np.array([bar_train.predict(runs[i]) / runs[i].measured_tokens_per_gpu - 1.0 for i in held])
