@@ -31,6 +31,19 @@ OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"
                 "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu", "te_op_fuser")
 
 
+def _module_set(names: Optional[Tuple[str, ...]], valid: Tuple[str, ...], canonical, what: str,
+                key: str) -> Optional[Tuple[str, ...]]:
+    """A module-name set checked against `valid` and put in `canonical` order; None stays None."""
+    if names is None:
+        return None
+    unknown = [n for n in names if n not in valid]
+    if unknown:
+        raise ValueError(f"unknown {what} {unknown[0]!r}{did_you_mean(unknown[0], valid)}; valid: {', '.join(valid)}")
+    if not names:
+        raise ValueError(f"{key} is empty; name at least one module or drop the key")
+    return canonical(names)
+
+
 class Strategy(BaseModel):
     """A complete parallel strategy. dp is derived: world / (tp * pp * cp)."""
 
@@ -132,30 +145,14 @@ class Strategy(BaseModel):
     @classmethod
     def _known_modules(cls, names: Optional[Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
         """Megatron's module names, in one canonical order without repeats."""
-        if names is None:
-            return None
-        unknown = [n for n in names if n not in R.MODULES]
-        if unknown:
-            raise ValueError(f"unknown recompute module {unknown[0]!r}{did_you_mean(unknown[0], R.MODULES)}; "
-                             f"valid: {', '.join(R.MODULES)}")
-        if not names:
-            raise ValueError("recompute_modules is empty; name at least one module or drop the key")
-        return R.canonical(names)
+        return _module_set(names, R.MODULES, R.canonical, "recompute module", "recompute_modules")
 
     @field_validator("cuda_graph_modules")
     @classmethod
     def _known_graph_modules(cls, names: Optional[Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
         """Megatron's CUDA-graph module names, in one canonical order without repeats."""
-        if names is None:
-            return None
-        unknown = [n for n in names if n not in G.MODULES]
-        if unknown:
-            raise ValueError(f"unknown CUDA-graph module {unknown[0]!r}{did_you_mean(unknown[0], G.MODULES)}; "
-                             f"valid: {', '.join(G.MODULES)}")
-        if not names:
-            raise ValueError("cuda_graph_modules is empty; name at least one module or drop the key")
-        names = G.canonical(names)
-        if "full_iteration" in names and len(names) > 1:
+        names = _module_set(names, G.MODULES, G.canonical, "CUDA-graph module", "cuda_graph_modules")
+        if names and "full_iteration" in names and len(names) > 1:
             raise ValueError(f"cuda_graph_modules={'+'.join(names)}: full_iteration captures the whole step and "
                              f"takes no other module; give full_iteration alone or only per-layer modules")
         return names

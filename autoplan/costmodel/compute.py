@@ -306,10 +306,9 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
     extra_norms = norms_per_layer(m) - 2  # sandwich norms: one more kernel in each half
     counts = (MOE_KERNELS if moe else DENSE_KERNELS) + (("attn", extra_norms / 2), ("moe" if moe else "mlp",
                                                                                    extra_norms / 2))
-    elem = elementwise_time(elementwise_bytes(m, sh, lay, moe), hw, cal, 0) + kernel_costs(lay, cal, counts)
-    if moe:
-        extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay)
-        elem = elem + elementwise_time(extra_bytes, hw, cal, 0) + kernel_costs(lay, cal, (("moe", extra_ops),))
+    extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay) if moe else (0.0, 0.0)
+    elem = elementwise_time(elementwise_bytes(m, sh, lay, moe) + extra_bytes, hw, cal, 0) + \
+        kernel_costs(lay, cal, counts + (("moe", extra_ops),))
     return LayerTime(attn, core, mlp, elem)
 
 
@@ -363,10 +362,10 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
                         + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal_mlp, 1))
     f = m.moe_ffn_hidden_size / lay.etp
     whole = R.has(lay.recompute_modules, "moe")
-    # gpt-oss's clamped GLU repeats its eager clamps and cat too (unfused_expert_extras): 8 more passes, 3 more ops.
+    # gpt-oss's clamped GLU repeats its eager clamps and cat too (unfused_expert_extras): CLAMP_FWD more passes.
     clamped = (m.swiglu_limit > 0) & m.gated_mlp & ~lay.op_fuser
-    act = part(["moe_act"], lambda: elementwise_time((gated + np.where(clamped, 8, 0)) * f * BF16 * sh.expert_tokens,
-                                                     hw, cal_moe, np.where(clamped, 4, 1)))
+    act = part(["moe_act"], lambda: elementwise_time(
+        (gated + np.where(clamped, CLAMP_FWD, 0)) * f * BF16 * sh.expert_tokens, hw, cal_moe, np.where(clamped, 4, 1)))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size

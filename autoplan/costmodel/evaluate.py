@@ -79,27 +79,24 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
     dp_exposed, optimizer = _dp_and_optimizer(hw, wl, lay, cal, cpt, recompute, params_dense, params_expert, edp,
                                               st, vocab)
     flex_buffers = M.flex_dispatcher_buffer_bytes(m, sh, lay, _per_domain(lay.etp, lay.ep, hw))
-    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, vocab, flex_buffers,
-                         head)
-    offload = _offload_exposed(m, hw, lay, sh, st, cpt, cal)
+    layer_bytes = layer_saved_bytes(m, sh, lay, st)
+    memory = rank_memory(m, lay, st, sh, stage, wl, params_dense, params_expert, edp, cal, layer_bytes, vocab,
+                         flex_buffers, head)
+    offload = _offload_exposed(hw, lay, st, cpt, layer_bytes)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
                     memory, offload)
 
 
-def _offload_exposed(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cpt: _Compute, cal: Calibration):
+def _offload_exposed(hw: Hardware, lay: Layouts, st, cpt: _Compute, layer_bytes):
     """Exposed seconds per micro batch of CPU activation offload (Megatron --cpu-offloading-num-layers, pp = 1).
     TransformerEngine copies a layer's saved tensors to the host on a side stream while the next layer computes,
     and brings them back one layer ahead in backward (transformer_engine/pytorch/cpu_offload.py, the
     double-buffered offload handler): each offloaded layer exposes what its copy takes beyond one layer's forward,
-    and again beyond one layer's backward, at the profile's host link rate (`host_bandwidth_gbytes_per_s`)."""
+    and again beyond one layer's backward, at the profile's host link rate (`host_bandwidth_gbytes_per_s`).
+    `layer_bytes`: `layer_saved_bytes`."""
     if not np.any(lay.cpu_offload_layers):
         return 0.0
-    none, selective, checkpoint = M.layer_activation_bytes(m, sh, lay, moe=False)
-    if m.is_moe:
-        moe_none, moe_sel, moe_ckpt = M.layer_activation_bytes(m, sh, lay, moe=True)
-        share = st.moe / np.maximum(st.layers, 1)
-        none, selective = (1 - share) * none + share * moe_none, (1 - share) * selective + share * moe_sel
-        checkpoint = np.maximum(checkpoint, moe_ckpt)
+    none, selective, checkpoint, _ = layer_bytes  # `layer_saved_bytes`
     saved = np.select([lay.recompute == 0, lay.recompute == 1], [none, selective], checkpoint)
     copy = saved / hw.host_bytes_per_s
     layers = np.maximum(st.layers, 1)
@@ -466,23 +463,30 @@ def embedding_in_flight(lay: Layouts, chunks):
     return np.where(lay.vpp > 1, chunk0, chunks)
 
 
+def layer_saved_bytes(m: ModelSpec, sh, lay: Layouts, st):
+    """(no recompute, selective recompute, full-recompute checkpoint, the larger layer kind's no-recompute) bytes one
+    of the rank's layers saves per micro batch: dense and MoE layers mixed by their share on the rank."""
+    moe_share = np.where(st.layers > 0, st.moe / np.maximum(st.layers, 1), 0.0)
+    dense_none, dense_sel, ckpt = M.layer_activation_bytes(m, sh, lay, moe=False)
+    if m.is_moe:
+        moe_none, moe_sel, _ = M.layer_activation_bytes(m, sh, lay, moe=True)  # the same layer-input checkpoint
+    else:
+        moe_none = moe_sel = dense_none
+    per_layer_none = (1 - moe_share) * dense_none + moe_share * moe_none
+    per_layer_sel = (1 - moe_share) * dense_sel + moe_share * moe_sel
+    worst_layer = np.maximum(dense_none, moe_none) if m.is_moe else dense_none
+    return per_layer_none, per_layer_sel, ckpt, worst_layer
+
+
 def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_dense, params_expert, edp,
-                cal: Calibration, vocab=0.0, comm_buffers=0.0, head=0.0) -> Dict[str, np.ndarray]:
-    """Bytes per memory key on the rank; `vocab` = its embedding / LM-head parameters (`_vocab_params`), `head` the
-    LM head's among them; `comm_buffers` = communication buffers allocated once per rank besides NCCL's (the flex
-    dispatcher's)."""
+                cal: Calibration, layer_bytes, vocab=0.0, comm_buffers=0.0, head=0.0) -> Dict[str, np.ndarray]:
+    """Bytes per memory key on the rank; `layer_bytes` = `layer_saved_bytes`, `vocab` = its embedding / LM-head
+    parameters (`_vocab_params`), `head` the LM head's among them; `comm_buffers` = communication buffers allocated
+    once per rank besides NCCL's (the flex dispatcher's)."""
     m_micro = num_microbatches(wl, lay)
     chunks = in_flight(lay, stage, m_micro)
     chunk_layers = st.layers / lay.vpp
-    n_moe_frac = np.where(st.layers > 0, st.moe / np.maximum(st.layers, 1), 0.0)
-    dense_none, dense_sel, ckpt = M.layer_activation_bytes(m, sh, lay, moe=False)
-    if m.is_moe:
-        moe_none, moe_sel, _ = M.layer_activation_bytes(m, sh, lay, moe=True)
-    else:
-        moe_none = moe_sel = dense_none
-    per_layer_none = (1 - n_moe_frac) * dense_none + n_moe_frac * moe_none
-    per_layer_sel = (1 - n_moe_frac) * dense_sel + n_moe_frac * moe_sel
-    worst_layer = np.maximum(dense_none, moe_none) if m.is_moe else dense_none
+    per_layer_none, per_layer_sel, ckpt, worst_layer = layer_bytes
     # Full recompute keeps the layer inputs of recomputed layers (uniform: one per group of n layers) and
     # full activations of the others.
     chunk_recomputed = np.minimum(np.where(lay.recompute_block, lay.recompute_layers, chunk_layers), chunk_layers)
