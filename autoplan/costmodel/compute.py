@@ -362,10 +362,12 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
                         + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal_mlp, 1))
     f = m.moe_ffn_hidden_size / lay.etp
     whole = R.has(lay.recompute_modules, "moe")
-    # gpt-oss's clamped GLU repeats its eager clamps and cat too (unfused_expert_extras): CLAMP_FWD more passes.
+    # gpt-oss's clamped GLU repeats its eager clamps, cat and device scalar too (unfused_expert_extras): CLAMP_FWD
+    # more passes and CLAMP_FWD_OPS more ops beside the fused activation.
     clamped = (m.swiglu_limit > 0) & m.gated_mlp & ~lay.op_fuser
     act = part(["moe_act"], lambda: elementwise_time(
-        (gated + np.where(clamped, CLAMP_FWD, 0)) * f * BF16 * sh.expert_tokens, hw, cal_moe, np.where(clamped, 4, 1)))
+        (gated + np.where(clamped, CLAMP_FWD, 0)) * f * BF16 * sh.expert_tokens, hw, cal_moe,
+        np.where(clamped, 1 + CLAMP_FWD_OPS, 1)))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size
