@@ -49,15 +49,16 @@ class Problem:
             raise InputError(f"--allow {sorted(unknown)[0]!r} is unknown; valid: {', '.join(ALLOW_CHOICES)}")
         if not 0.0 <= self.mem_headroom < 1.0:
             raise InputError(f"mem-headroom={self.mem_headroom} must be in [0, 1); e.g. 0.1 keeps 10% free")
+        # The other single-valued fixed switches a CUDA-graph module set is checked with.
+        others = {k: v[0] if isinstance(v, list) else v for k, v in self.fixed.items()
+                  if k in ("moe_a2a_overlap", "cpu_offload_layers", "recompute", "recompute_modules")
+                  and not (isinstance(v, list) and len(v) != 1)}
         for key in ("recompute_modules", "cuda_graph_modules"):  # module sets the model itself rules out
             want = self.fixed.get(key)
             if want is None:
                 continue
             sets = want if isinstance(want, list) else [want]
             # Model-wide rules only; what an engine cannot run is named where the search applies the switch.
-            others = {k: v[0] if isinstance(v, list) else v for k, v in self.fixed.items()
-                      if k in ("moe_a2a_overlap", "cpu_offload_layers", "recompute", "recompute_modules")
-                      and not (isinstance(v, list) and len(v) != 1)}
             problems = [module_set_problem(self.model, self.cluster, self.workload, key, v,
                                            others=others if key == "cuda_graph_modules" else None)
                         for v in sets if v is not None]
