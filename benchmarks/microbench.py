@@ -49,6 +49,38 @@ def grouped_gemm_half_tokens(half_dim: float = DEFAULT.gemm_half_dim) -> float:
     return fit_half_tokens(relative_grouped_efficiency(load("grouped_gemm_deepgemm_h800_fp8.yaml")), half_dim)
 
 
+def same_m_pairs(table: Dict) -> List[Tuple[Tuple[float, float, float, float], Tuple[float, float, float, float]]]:
+    """Pairs of rows of one kind with the same m (rows, or rows per group) and different (n, k): the dense rows, and
+    the contiguous grouped rows of each m. Each row as (m, n, k, TFLOP/s)."""
+    dense = [(float(m), float(n), float(k), float(tf)) for m, n, k, tf in table["dense"]]
+    kinds = [dense] + [[(float(m), float(n), float(k), float(tf)) for _, m, n, k, tf in table["contiguous"]
+                        if m == rows] for rows in sorted({r[1] for r in table["contiguous"]})]
+    return [(a, b) for rows in kinds for i, a in enumerate(rows) for b in rows[i + 1:] if a[2] != b[2]]
+
+
+def fit_half_k(pairs, half_dim: float) -> float:
+    """k0 >= 0 minimising the squared log error, over pairs of GEMMs with the same m, of the cost model's rate ratio:
+    the shape term (`size_efficiency`) times k / (k + k0) of each GEMM's reduction dimension k
+    (compute.reduction_efficiency, forward GEMM). Grid search, one per step up to 4096."""
+    grid = np.arange(0.0, 4097.0)
+    err = np.zeros_like(grid)
+    for (m1, n1, k1, tf1), (m2, n2, k2, tf2) in pairs:
+        shape = np.log(size_efficiency(m1, n1, k1, half_dim) / size_efficiency(m2, n2, k2, half_dim))
+        model = shape + np.log((k1 / (k1 + grid)) / (k2 / (k2 + grid)))
+        err += (model - np.log(tf1 / tf2)) ** 2
+    return float(grid[np.argmin(err)])
+
+
+def lowp_gemm_half_k(half_dim: float = DEFAULT.gemm_half_dim) -> float:
+    return fit_half_k(same_m_pairs(load("grouped_gemm_deepgemm_h800_fp8.yaml")), half_dim)
+
+
+def bf16_rate_spread(table: Dict, min_size: float = 3072.0) -> float:
+    """Largest relative departure of a bf16 square GEMM's rate from the mean over sizes >= min_size."""
+    rates = np.array([bf16 for size, bf16, _ in table["rows"] if size >= min_size])
+    return float(np.max(np.abs(rates / rates.mean() - 1.0)))
+
+
 def expert_gemm_issue_seconds(table: Dict) -> float:
     """Seconds to issue one expert's GEMM in TransformerEngine's per-expert (multi-stream cuBLASLt) grouped GEMM, from
     the "pure" row: the loop issues the experts' GEMMs one after another, and the last one runs after its issue, so
@@ -70,6 +102,13 @@ def main() -> int:
               f"shape term alone {shape:.3f}")
     m0 = fit_half_tokens(points, DEFAULT.gemm_half_dim)
     print(f"grouped_gemm_half_tokens = {m0:.0f} (calibration.py: {DEFAULT.grouped_gemm_half_tokens:g})")
+    for a, b in same_m_pairs(load("grouped_gemm_deepgemm_h800_fp8.yaml")):
+        print(f"  m {a[0]:5.0f}: (n {a[1]:5.0f}, k {a[2]:5.0f}) {a[3]:5.0f} TFLOP/s vs (n {b[1]:5.0f}, k {b[2]:5.0f}) "
+              f"{b[3]:5.0f} TFLOP/s: ratio {a[3] / b[3]:.3f}, shape term alone "
+              f"{size_efficiency(*a[:3], DEFAULT.gemm_half_dim) / size_efficiency(*b[:3], DEFAULT.gemm_half_dim):.3f}")
+    print(f"lowp_gemm_half_k = {lowp_gemm_half_k():.0f} (calibration.py: {DEFAULT.lowp_gemm_half_k:g})")
+    spread = bf16_rate_spread(load("gemm_square_torchao_b200.yaml"))
+    print(f"bf16 square GEMMs on B200, k = 3072..8192: rates within {spread:.1%} of their mean (no k term for bf16)")
     issue = expert_gemm_issue_s()
     print(f"per-expert GEMM issue = {issue * 1e6:.1f} us (TransformerEngine multi-stream grouped GEMM, SM100); "
           f"calibration.py kernel_overhead_s, fitted on the published runs and paid by each expert's GEMM: "

@@ -188,6 +188,56 @@ def test_grouped_gemm_efficiency_falls_with_rows_per_expert():
     assert grouped_token_efficiency([512.0], replace(DEFAULT, grouped_gemm_half_tokens=0.0))[0] == 1.0
 
 
+def test_low_precision_gemms_slow_with_each_gemms_reduction_dimension():
+    """FP8 / FP4 GEMMs pay compute.reduction_efficiency over the reduction dimensions of their forward (k), input
+    gradient (n) and weight gradient (m) GEMMs; bf16 GEMMs do not."""
+    from dataclasses import replace
+
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel.calibration import DEFAULT
+    from autoplan.costmodel.compute import gemm_time, reduction_efficiency
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.layout import layouts_from_strategies
+    from autoplan.strategy import Strategy
+
+    k0 = DEFAULT.lowp_gemm_half_k
+    assert reduction_efficiency(8192.0, 8192.0, 8192.0, k0) == pytest.approx(1.0)
+    # One short dimension: the harmonic mean of 1, 1 and the short GEMM's relative rate.
+    short = (1024.0 / (1024.0 + k0)) / (8192.0 / (8192.0 + k0))
+    for dims in ((1024.0, 8192.0, 8192.0), (8192.0, 1024.0, 8192.0), (8192.0, 8192.0, 1024.0)):
+        assert reduction_efficiency(*dims, k0) == pytest.approx(3.0 / (2.0 + 1.0 / short))
+    assert reduction_efficiency(1024.0, 1024.0, 1024.0, 0.0) == pytest.approx(1.0)
+
+    hw = hardware_of(load_cluster("b200", 8))
+    no_floor = replace(DEFAULT, kernel_overhead_s=0.0)
+    for fp8, slower in (("hybrid", True), ("none", False)):
+        lay = layouts_from_strategies([Strategy(tp=1, pp=1, mbs=1, zero=1, fp8=fp8)], 8)
+        per_flop = [float(gemm_time(16384.0, 16384.0, k, lay, hw, no_floor)[0]) / k for k in (1024.0, 16384.0)]
+        without = [float(gemm_time(16384.0, 16384.0, k, lay, hw, replace(no_floor, lowp_gemm_half_k=0.0))[0]) / k
+                   for k in (1024.0, 16384.0)]
+        assert (per_flop[0] / per_flop[1] > without[0] / without[1] * 1.1) is slower
+        assert per_flop[0] / per_flop[1] >= without[0] / without[1] - 1e-12
+
+
+def test_low_precision_reduction_term_follows_the_published_microbenchmark():
+    """calibration.lowp_gemm_half_k is the least-squares fit to DeepGEMM's same-m GEMM pairs (benchmarks/microbench.py),
+    and the fit recovers a k0 from rates generated with it."""
+    from autoplan.costmodel.calibration import DEFAULT
+    from benchmarks.microbench import (bf16_rate_spread, fit_half_k, load, lowp_gemm_half_k, same_m_pairs,
+                                       size_efficiency)
+
+    assert lowp_gemm_half_k() == DEFAULT.lowp_gemm_half_k
+    assert len(same_m_pairs(load("grouped_gemm_deepgemm_h800_fp8.yaml"))) == 3
+
+    def rate(m, n, k, k0=800.0):
+        return 1000.0 * size_efficiency(m, n, k, 400.0) * k / (k + k0)
+
+    shapes = [(4096.0, 4096.0, 7168.0), (4096.0, 7168.0, 2048.0), (4096.0, 2048.0, 1024.0)]
+    pairs = [((*a, rate(*a)), (*b, rate(*b))) for i, a in enumerate(shapes) for b in shapes[i + 1:]]
+    assert fit_half_k(pairs, 400.0) == 800.0
+    assert bf16_rate_spread(load("gemm_square_torchao_b200.yaml")) < 0.05
+
+
 def test_each_local_expert_gemm_pays_its_own_per_op_cost():
     """TransformerEngine issues one GEMM per local expert (multi_stream_cublas_gemm), so the expert GEMMs of a MoE
     layer pay the per-op cost twice per local expert (fc1, fc2), plus once for the router GEMM."""

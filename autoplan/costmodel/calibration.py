@@ -11,8 +11,18 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.92  # refitted 2026-12-03 with the unfused expert path and offload time priced
+    gemm_scale: float = 0.93  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.92)
     gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
+    # FP8 / FP4 GEMMs lose rate as their reduction dimension k shrinks, k / (k + lowp_gemm_half_k) normalised at
+    # k = 8192 (compute.reduction_efficiency): each output tile pays a fixed prologue and epilogue beside a main loop
+    # that grows with k. Measured, not fitted: DeepGEMM's published H800 FP8 tables
+    # (profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) run (m, 7168, 2048) GEMMs at 0.79-0.85 of the
+    # rate of (m, 4096, 7168) ones of the same m, where the shape term alone gives 0.97; least squares over the three
+    # such pairs with the shape term above gives 536 (benchmarks/microbench.py `lowp_gemm_half_k`). Applied to FP8 and
+    # FP4 GEMMs on every GPU (that Blackwell's FP8 / FP4 kernels lose the same share is assumed, not measured); bf16 GEMMs get
+    # none: torchao's published B200 bf16 GEMMs (pytorch/ao PR #2427) run within 4.3% of one rate from k = 3072 to
+    # 8192 (profiles/microbenchmarks/gemm_square_torchao_b200.yaml).
+    lowp_gemm_half_k: float = 536.0
     # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
     # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
     # Fig. 5, panel "Attention forward speed, head dim 128 (H100 80GB SXM5)", BF16, sequence 8k: cuDNN
@@ -29,7 +39,7 @@ class Calibration:
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.58  # refitted 2026-12-03 with the unfused expert path priced (was 0.52)
+    grouped_gemm_eff: float = 0.61  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.58)
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term. Measured, not
     # fitted: DeepGEMM's published grouped-GEMM tables (H800 FP8, 256 to 8192 rows per expert;
@@ -57,7 +67,7 @@ class Calibration:
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
     # Fraction of EP all-to-all hidden with moe_a2a_overlap (DeepSeek-V3 DualPipe / Megatron 1F1B a2a overlap).
-    a2a_overlap_hidden: float = 0.87  # refitted 2026-12-03 (was 0.95, its bound); the hidden part is also capped by MoE compute
+    a2a_overlap_hidden: float = 0.88  # refitted 2026-12-03 (was 0.87); the hidden part is also capped by MoE compute
     # Fraction of the last-microbatch backward (forward) during which DP grad reduce (param gather) can overlap.
     dp_overlap_window: float = 0.85
     # Megatron's default DP bucket is 40M parameters (megatron/core/distributed/distributed_data_parallel_config.py
@@ -74,7 +84,7 @@ class Calibration:
     # GEMM itself is twice as fast. Fraction of the FP4 peak lost to them; no published microbenchmark separates
     # it, so it is fitted with the other constants (benchmarks/calibrate.py; the hold-out check refits it on the
     # training rows only).
-    fp4_overhead: float = 0.44  # refitted 2026-12-03 with CUDA graphs priced (was 0.42)
+    fp4_overhead: float = 0.45  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.44)
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)

@@ -61,9 +61,28 @@ def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None
     peak = np.where(use_fp4, hw.peak_flops_fp4 * hw.gemm_eff_fp4 * (1 - cal.fp4_overhead), peak)
     harmonic = 3.0 / (1.0 / np.maximum(mm, 1) + 1.0 / np.maximum(nn, 1) + 1.0 / np.maximum(kk, 1))
     size_eff = harmonic / (harmonic + cal.gemm_half_dim)
+    size_eff = size_eff * np.where(use_fp8, reduction_efficiency(mm, nn, kk, cal.lowp_gemm_half_k), 1.0)
     t_compute = flops / (peak * cal.gemm_scale * size_eff * eff_scale)
     t_memory = BF16 * (mm * kk + kk * nn + mm * nn) / (hw.hbm_bytes_per_s * cal.hbm_eff)
     return np.maximum(t_compute, t_memory) + cal.kernel_overhead_s
+
+
+REFERENCE_K = 8192.0  # reduction dimension at which reduction_efficiency is 1 (GPU profiles' MAMF shapes are large)
+
+
+def reduction_efficiency(mm, nn, kk, half_k: float):
+    """Rate of a low-precision GEMM's forward, its input gradient and its weight gradient relative to k = 8192,
+    as one forward-equivalent factor (the caller prices backward as twice the forward): each of the three GEMMs
+    reduces over its own dimension (forward kk, input gradient nn, weight gradient mm) and runs at
+    d / (d + half_k) normalised at REFERENCE_K (calibration.lowp_gemm_half_k), so the factor is the harmonic mean
+    of the three."""
+    ref = REFERENCE_K / (REFERENCE_K + half_k)
+
+    def slowdown(d):
+        d = np.maximum(np.asarray(d, dtype=float), 1.0)
+        return ref * (d + half_k) / d
+
+    return 3.0 / (slowdown(kk) + slowdown(nn) + slowdown(mm))
 
 
 def elementwise_time(num_bytes, hw: Hardware, cal: Calibration, kernels):
