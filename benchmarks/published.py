@@ -134,8 +134,6 @@ def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
         return "fine-tuning task (SFT/LoRA): packed/short sequences and frozen weights, not pre-training"
     if row["id"].startswith("mb_26.06.01_") and model.startswith("GPT OSS"):
         return "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
-    if "(w/ MTP)" in notes:
-        return "DeepSeek-V3 with multi-token prediction: the MTP module is not modelled"
     if model not in CATALOGUE:
         return f"no public config for {model!r} to complete the missing dims"
     if row["gpu"] not in GPU_IDS:
@@ -188,6 +186,11 @@ def _int(cell: str, default: Optional[int] = None) -> Optional[int]:
     return int(float(cell)) if cell else default
 
 
+# The source's DeepSeek-V3 tables mark runs "(w/o MTP)" and "(w/ MTP)"; the catalogue model carries the public
+# config's one MTP depth (mtp.py prices it), which the "(w/o MTP)" runs leave out.
+NO_MTP = "(w/o MTP)"
+
+
 def build_model(row: Dict[str, str]) -> Tuple[ModelSpec, Tuple[str, ...]]:
     """The run's model: the row's dims over the catalogue entry of the same public config."""
     base = load_model(CATALOGUE[row["model"]])
@@ -200,6 +203,8 @@ def build_model(row: Dict[str, str]) -> Tuple[ModelSpec, Tuple[str, ...]]:
             continue
         updates[name] = value
     data = {**base.model_dump(), **updates, "name": row["model"]}
+    if NO_MTP in row.get("notes", ""):
+        data["mtp_num_layers"] = 0  # the run states it trains without the catalogue model's MTP depth
     return ModelSpec.model_validate(data), tuple(missing)
 
 

@@ -83,6 +83,20 @@ def test_hybrid_model_files_reproduce_the_published_flops_per_token():
         assert model_flops_per_token(model, 8192) == pytest.approx(flops, rel=2e-3)
 
 
+def test_deepseek_rows_train_with_or_without_mtp_as_they_say(runs_and_excluded):
+    """The "(w/o MTP)" DeepSeek-V3 rows drop the catalogue model's MTP depth; the "(w/ MTP)" row keeps it and is
+    priced (mtp.py), not excluded."""
+    runs, excluded = runs_and_excluded
+    by_id = {r.id: r for r in runs}
+    marked = {r["id"]: r["notes"] for r in read_rows() if "MTP)" in r["notes"]}
+    assert any("(w/o MTP)" in n for n in marked.values()) and any("(w/ MTP)" in n for n in marked.values())
+    for row_id, notes in marked.items():
+        if row_id not in by_id:
+            continue  # the tflops twin of a tokens row
+        assert by_id[row_id].model.mtp_num_layers == (0 if "(w/o MTP)" in notes else 1)
+    assert not [i for i, _ in excluded if i in marked]
+
+
 def test_gpu_dominance_follows_every_profile_figure():
     assert dominates("b300", "b200") and dominates("gb300", "gb200") and dominates("h200", "h100")
     assert not dominates("b200", "b300") and not dominates("h100", "h100")
