@@ -233,6 +233,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
     fp8, recipe = fp8_setting(row, gpu)
     fsdp = row["zero_or_distopt"].startswith("fsdp")
     a2a = facts.moe_a2a_overlap if facts else row["model"].startswith("DeepSeekV3")
+    account = bool(facts and facts.account_for_split and pp > 1 and not facts.pipeline_layout)
     return Strategy(
         tp=tp, pp=pp, vpp=layout.get("vpp", _int(row["vpp"], 1) or 1), cp=cp,
         ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
@@ -246,6 +247,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         expandable_segments=bool(facts and facts.expandable_segments),
         adam_bf16_states=bool(facts and facts.adam_bf16_states and not fsdp),  # Bridge drops it under FSDP
         pipeline_layout=facts.pipeline_layout if facts and pp > 1 else None,
+        account_for_embedding=account, account_for_loss=account,
         fused_weighted_squared_relu=bool(facts and facts.fused_weighted_squared_relu and model.is_moe
                                          and not model.gated_mlp),
         cuda_graph_modules=(facts.cuda_graph_modules or None) if facts else None,

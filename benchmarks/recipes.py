@@ -41,6 +41,13 @@ Facts read there, per family (config names are those files' constants / function
   (src/megatron/bridge/training/mixed_precision.py): its last 14 layers in bf16 (`bf16_last_layers`).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
+- Pipeline split: the Qwen3-235B-A22B and Llama3.1-405B pre-training recipes the perf configs start from set
+  `account_for_embedding_in_pipeline_split = account_for_loss_in_pipeline_split = True` in every tag
+  (src/megatron/bridge/recipes/qwen/qwen3_moe.py `qwen3_235b_a22b_pretrain_config` and recipes/llama/llama3.py
+  `llama31_405b_pretrain_config`, v0.3.0-v0.5.1; recipes/qwen/h100/qwen3_moe.py and recipes/llama/h100/llama3.py,
+  v0.6.0, which perf_recipes/<family>/common.py builds on): the embedding and the loss count as one layer each, so
+  94 + 2 and 126 + 2 layers split evenly over every pp x vpp the tables print (Strategy `account_for_embedding`,
+  `account_for_loss`, used where pp > 1).
 - Dropout: the Bridge model providers set `hidden_dropout = 0.0` for Llama (models/llama/llama_bridge.py),
   DeepSeek-V3 (models/deepseek/deepseek_v3_bridge.py) and Qwen (models/qwen/qwen2_bridge.py); torch's dropout
   with p = 0 returns its input, so no mask is saved.
@@ -92,6 +99,7 @@ class RecipeFacts:
     adam_bf16_states: bool = False  # precision-aware optimizer with bf16 Adam moments
     fused_weighted_squared_relu: bool = False  # MoE squared ReLU weighted in Megatron's fused kernel
     pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
+    account_for_split: bool = False  # account_for_embedding/loss_in_pipeline_split both set by the recipe
     bf16_last_layers: int = 0  # trailing layers the mixed-precision config keeps in bf16 under FP8/FP4
     cuda_graph_modules: Tuple[str, ...] = ()  # CUDA-graph capture (`cuda_graph_modules`); () = none
     te_op_fuser: bool = False  # TransformerEngine op fuser's fused grouped MLP for the experts
@@ -155,7 +163,8 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
             offload = 92
         if model.startswith("LLAMA3_8B") and gpu == "h100" and not fsdp:
             return RecipeFacts(recompute="full", recompute_layers=5, **common)
-        return RecipeFacts(cpu_offload_layers=offload, **common)
+        return RecipeFacts(cpu_offload_layers=offload, account_for_split=model.startswith("LLAMA3.1_405B"),
+                           **common)
     if model.startswith("DeepSeekV3"):
         a2a = gpu == "h100" or (gpu == "b200" and pp == "8" and vpp == "2" and ep == "32") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
@@ -166,7 +175,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
     if model.startswith("Qwen3"):
         a2a = gpu == "h100" or (gpu == "b300" and tag == "v0.3.0") or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))
-        return RecipeFacts(moe_a2a_overlap=a2a, **common)
+        return RecipeFacts(moe_a2a_overlap=a2a, account_for_split=model.startswith("Qwen3_235B"), **common)
     if model.startswith("GPT OSS"):
         a2a = (gpu == "gb200" and _at_least(release, "v0.4.0")) or \
             (gpu in ("gb200", "gb300") and fp8 and _at_least(release, "v0.5.0"))

@@ -97,6 +97,21 @@ def test_deepseek_rows_train_with_or_without_mtp_as_they_say(runs_and_excluded):
     assert not [i for i, _ in excluded if i in marked]
 
 
+def test_bridge_rows_split_the_pipeline_as_their_recipe(runs_and_excluded):
+    """Qwen3-235B and Llama3.1-405B recipes count the embedding and the loss as a layer each
+    (account_for_*_in_pipeline_split), which makes every published pp x vpp split even."""
+    runs, _ = runs_and_excluded
+    checked = 0
+    for r in runs:
+        s = r.strategy
+        if r.facts is None or s.pp == 1 or not r.model_name.startswith(("Qwen3_235B", "LLAMA3.1_405B")):
+            continue
+        assert s.account_for_embedding and s.account_for_loss, r.id
+        assert (r.model.num_layers + 2) % (s.pp * s.vpp) == 0, r.id
+        checked += 1
+    assert checked >= 30
+
+
 def test_gpu_dominance_follows_every_profile_figure():
     assert dominates("b300", "b200") and dominates("gb300", "gb200") and dominates("h200", "h100")
     assert not dominates("b200", "b300") and not dominates("h100", "h100")

@@ -11,7 +11,7 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.93  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.92)
+    gemm_scale: float = 0.90  # refitted 2026-12-03 with the recipes' pipeline split accounting (was 0.93)
     gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
     # FP8 / FP4 GEMMs lose rate as their reduction dimension k shrinks, k / (k + lowp_gemm_half_k) normalised at
     # k = 8192 (compute.reduction_efficiency): each output tile pays a fixed prologue and epilogue beside a main loop
@@ -39,7 +39,7 @@ class Calibration:
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.61  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.58)
+    grouped_gemm_eff: float = 0.63  # refitted 2026-12-03 with the recipes' pipeline split accounting (was 0.61)
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term. Measured, not
     # fitted: DeepGEMM's published grouped-GEMM tables (H800 FP8, 256 to 8192 rows per expert;
@@ -67,7 +67,7 @@ class Calibration:
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
     # Fraction of EP all-to-all hidden with moe_a2a_overlap (DeepSeek-V3 DualPipe / Megatron 1F1B a2a overlap).
-    a2a_overlap_hidden: float = 0.88  # refitted 2026-12-03 (was 0.87); the hidden part is also capped by MoE compute
+    a2a_overlap_hidden: float = 0.77  # refitted 2026-12-03 (was 0.88); the hidden part is also capped by MoE compute
     # Fraction of the last-microbatch backward (forward) during which DP grad reduce (param gather) can overlap.
     dp_overlap_window: float = 0.85
     # Megatron's default DP bucket is 40M parameters (megatron/core/distributed/distributed_data_parallel_config.py
@@ -84,7 +84,7 @@ class Calibration:
     # GEMM itself is twice as fast. Fraction of the FP4 peak lost to them; no published microbenchmark separates
     # it, so it is fitted with the other constants (benchmarks/calibrate.py; the hold-out check refits it on the
     # training rows only).
-    fp4_overhead: float = 0.45  # refitted 2026-12-03 with the low-precision reduction term priced (was 0.44)
+    fp4_overhead: float = 0.47  # refitted 2026-12-03 with the recipes' pipeline split accounting (was 0.45)
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)
