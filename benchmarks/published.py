@@ -46,6 +46,7 @@ from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
 from autoplan.model import ModelSpec
 from autoplan.modelio import load_model
+from autoplan.pipeline_split import bridge_split
 from autoplan.results import Estimate
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
@@ -234,7 +235,7 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
     fsdp = row["zero_or_distopt"].startswith("fsdp")
     a2a = facts.moe_a2a_overlap if facts else row["model"].startswith("DeepSeekV3")
     account = bool(facts and facts.account_for_split and pp > 1 and not facts.pipeline_layout)
-    return Strategy(
+    strategy = Strategy(
         tp=tp, pp=pp, vpp=layout.get("vpp", _int(row["vpp"], 1) or 1), cp=cp,
         ep=_int(row["ep"], 1) if model.is_moe else 1, etp=_int(row["etp"], 1) if model.is_moe else 1,
         mbs=layout.get("mbs", _int(row["mbs"], 1)), sp=tp > 1, zero=3 if fsdp else 1, fp8=fp8, fp8_recipe=recipe,
@@ -253,6 +254,19 @@ def base_strategy(row: Dict[str, str], model: ModelSpec, gpu: str,
         cuda_graph_modules=(facts.cuda_graph_modules or None) if facts else None,
         te_op_fuser=bool(facts and facts.te_op_fuser),
     )
+    return with_unstated_split(strategy, model)
+
+
+def with_unstated_split(s: Strategy, model: ModelSpec) -> Strategy:
+    """`s` with the stage split autoplan's own planner gives (pipeline_split.bridge_split, as `estimate` does for a
+    user's pp) where the row and its recipe state none and the layers do not divide the pipeline stages: Megatron
+    cannot run such a split evenly, so the run used some uneven split that no config this project can read states
+    (the DeepSeek-V3 25.11 rows without MTP: 61 layers over pp 8 x vpp 4 and pp 2 x vpp 4)."""
+    stated = s.pipeline_layout or s.account_for_embedding or s.account_for_loss or s.first_stage_layers
+    if s.pp < 2 or stated or model.num_layers % (s.pp * s.vpp) == 0:
+        return s
+    split = bridge_split(model, s.pp, s.vpp)
+    return s.model_copy(update=split[0]) if split else s
 
 
 def with_recompute(s: Strategy, recompute: str, layers: Optional[int] = None, modules: str = "") -> Strategy:

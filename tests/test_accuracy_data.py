@@ -112,6 +112,28 @@ def test_bridge_rows_split_the_pipeline_as_their_recipe(runs_and_excluded):
     assert checked >= 30
 
 
+def test_every_pipelined_run_has_a_split_megatron_can_run(runs_and_excluded):
+    """A row whose layers do not divide its pipeline stages and that states no split gets the split autoplan's own
+    planner gives (published.with_unstated_split); rows with a stated split keep it."""
+    from autoplan.pipeline_split import layout_problem
+    from benchmarks.published import with_unstated_split
+
+    runs, _ = runs_and_excluded
+    filled = 0
+    for r in runs:
+        s = r.strategy
+        if s.pp < 2:
+            continue
+        if s.pipeline_layout:
+            assert layout_problem(s.pipeline_layout, s.pp, s.vpp, r.model.num_layers, r.model.mtp_num_layers) is None
+            filled += "25.11" in r.id and r.model_name.startswith("DeepSeekV3") and r.model.mtp_num_layers == 0
+            continue
+        units = r.model.num_layers + s.account_for_embedding + s.account_for_loss
+        assert s.first_stage_layers or units % (s.pp * s.vpp) == 0, r.id
+        assert with_unstated_split(s, r.model) == s  # a stated or even split is left as it is
+    assert filled == 2
+
+
 def test_gpu_dominance_follows_every_profile_figure():
     assert dominates("b300", "b200") and dominates("gb300", "gb200") and dominates("h200", "h100")
     assert not dominates("b200", "b300") and not dominates("h100", "h100")
