@@ -25,6 +25,11 @@ from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
+
+
+def _one(value):
+    """A fixed key's single value: the first alternative of a list; a tuple (e.g. module names) is one value."""
+    return value[0] if isinstance(value, list) else value
 ENGINES = ("megatron", "deepspeed")
 
 
@@ -50,7 +55,7 @@ class Problem:
         if not 0.0 <= self.mem_headroom < 1.0:
             raise InputError(f"mem-headroom={self.mem_headroom} must be in [0, 1); e.g. 0.1 keeps 10% free")
         # The other single-valued fixed switches a CUDA-graph module set is checked with.
-        others = {k: v[0] if isinstance(v, list) else v for k, v in self.fixed.items()
+        others = {k: _one(v) for k, v in self.fixed.items()
                   if k in ("moe_a2a_overlap", "cpu_offload_layers", "recompute", "recompute_modules")
                   and not (isinstance(v, list) and len(v) != 1)}
         for key in ("recompute_modules", "cuda_graph_modules"):  # module sets the model itself rules out
@@ -207,8 +212,7 @@ def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
     f = problem.fixed
 
     def one(key):
-        v = f.get(key)
-        return v[0] if isinstance(v, list) else v
+        return _one(f.get(key))
 
     m, L = problem.model, problem.model.num_layers
     text = one("pipeline_layout")
@@ -321,8 +325,7 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     allowed = set(_choices(problem, "recompute", ["none", "selective", "full"]))
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
-    graphs = problem.fixed.get("cuda_graph_modules")
-    graphs = graphs[0] if isinstance(graphs, list) else graphs
+    graphs = _one(problem.fixed.get("cuda_graph_modules"))
     if graphs and tuple(graphs) != ("full_iteration",):
         allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
     out = [o for o in opts if names[o[0]] in allowed]
@@ -504,8 +507,7 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
 
 def _effective_recipe(problem: Problem) -> str:
     """The FP8 recipe every FP8 candidate runs: the one fixed, else the GPU's default (validate.py)."""
-    recipe = problem.fixed.get("fp8_recipe")
-    recipe = recipe[0] if isinstance(recipe, list) else recipe
+    recipe = _one(problem.fixed.get("fp8_recipe"))
     return effective_fp8_recipe(recipe, problem.cluster.gpu.id)
 
 
@@ -571,8 +573,7 @@ def _apply_switches(problem: Problem, lay: Layouts):
         if key not in problem.fixed:
             continue
         if key in ENCODED:  # a tuple value (e.g. module names) is one value; a list holds alternatives
-            raw = problem.fixed[key]
-            want = ENCODED[key](raw[0] if isinstance(raw, list) else raw)
+            want = ENCODED[key](_one(problem.fixed[key]))
         else:
             want = _fixed_value(problem, key)
         dtype = getattr(lay, col).dtype
