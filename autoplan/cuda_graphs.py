@@ -19,6 +19,7 @@ from typing import Iterable, Optional, Tuple
 import numpy as np
 
 MODULES: Tuple[str, ...] = ("full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba")
+FULL_ITERATION: Tuple[str, ...] = ("full_iteration",)  # the whole-step graph, which takes no other module
 BIT = {name: 1 << i for i, name in enumerate(MODULES)}
 SHORT = {"full_iteration": "full", "attn": "attn", "mlp": "mlp", "moe": "moe", "moe_router": "router",
          "moe_preprocess": "prep", "mamba": "mamba"}
@@ -38,6 +39,11 @@ def mask(names: Optional[Iterable[str]]) -> int:
     return sum(BIT[m] for m in canonical(names))
 
 
+def is_full_iteration(names: Optional[Iterable[str]]) -> bool:
+    """Whether a module set is the full-iteration graph (alone, as Megatron takes it)."""
+    return tuple(names or ()) == FULL_ITERATION
+
+
 def names_of(bits: int) -> Tuple[str, ...]:
     return tuple(m for m in MODULES if bits & BIT[m])
 
@@ -45,5 +51,5 @@ def names_of(bits: int) -> Tuple[str, ...]:
 def captured(bits, part: str) -> np.ndarray:
     """Per candidate: whether the ops of `part` (a key of COVERED_BY; "rest" = embedding, loss and anything outside
     the per-layer scopes) run from a CUDA graph under the scope masks `bits`."""
-    covering = mask(("full_iteration",) + COVERED_BY[part])
+    covering = mask(FULL_ITERATION + COVERED_BY[part])
     return np.bitwise_and(np.asarray(bits, dtype=np.int64), covering) > 0

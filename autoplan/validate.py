@@ -20,6 +20,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from autoplan import cuda_graphs as G
 from autoplan import pipeline_split as PS
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
@@ -553,7 +554,7 @@ def _cuda_graphs(c: Case) -> Optional[str]:
          lambda: "cuda_graph_modules moe_preprocess needs moe_router; add moe_router"),
         ("mamba" in mods and not (m.is_hybrid and m.layer_count("M")),
          lambda: f"cuda_graph_modules mamba needs Mamba layers ({m.name} has none); drop it"),
-        (s.recompute == "full" and mods != ("full_iteration",),
+        (s.recompute == "full" and not G.is_full_iteration(mods),
          lambda: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
                  "use full_iteration or selective recompute"),
         # transformer_config.py: CPU offloading is refused under every impl at megatron-core 0.16.1 and under the

@@ -75,6 +75,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
+from autoplan import cuda_graphs as G
+
 # Container release -> Megatron-Bridge tag (tag dates 2026-02-26, 04-16, 06-16, 08-19).
 RELEASE_TAG = {"26.02": "v0.3.0", "26.02.01": "v0.3.0", "26.04": "v0.4.0", "26.04.01": "v0.4.0",
                "26.06": "v0.5.0", "26.06.01": "v0.5.0", "26.08": "v0.6.0"}
@@ -199,7 +201,7 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
 
 TE_MOE = ("attn", "moe_router", "moe_preprocess")  # TransformerEngine graphs of attention, router, preprocess
 ROUTER = ("moe_router", "moe_preprocess")
-FULL = ("full_iteration",)
+FULL = G.FULL_ITERATION
 NEMOTRON_TE = ("attn", "mamba", "moe_router", "moe_preprocess")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional, Tuple
 
+from autoplan import cuda_graphs as G
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
@@ -367,7 +368,7 @@ def _cuda_graph_args(s: Strategy) -> List[str]:
     mods = s.cuda_graph_modules or ()
     if not mods:
         return []
-    if mods == ("full_iteration",):
+    if G.is_full_iteration(mods):
         return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad", "--te-rng-tracker"]
     return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", *mods, "--te-rng-tracker"]
 
@@ -444,7 +445,7 @@ def train_script(plan: Plan, probe: bool = False) -> str:
                    if needs_max_connections_1(plan) else "")
     if plan.strategy.expandable_segments:  # the plan's memory has no fragmentation allowance (PyTorch allocator)
         connections += "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
-        if plan.strategy.cuda_graph_modules and plan.strategy.cuda_graph_modules != ("full_iteration",):
+        if plan.strategy.cuda_graph_modules and not G.is_full_iteration(plan.strategy.cuda_graph_modules):
             # [V] TransformerEngine graphs with expandable segments need NCCL's graph registration off.
             connections += "export NCCL_GRAPH_REGISTER=0\n"
     return f"""#!/usr/bin/env bash

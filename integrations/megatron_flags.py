@@ -13,6 +13,7 @@ import itertools
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from autoplan import cuda_graphs as G
 from autoplan.errors import InputError
 from autoplan.integrations.shell import command_words, read_script
 
@@ -248,7 +249,7 @@ def _cuda_graphs(f: Dict[str, Optional[str]], is_moe: bool) -> Optional[Tuple[st
         return None
     names = (f.get("cuda-graph-modules") or f.get("cuda-graph-scope") or "").split()
     if impl == "full_iteration" or "full_iteration" in names:
-        return ("full_iteration",)
+        return G.FULL_ITERATION
     names = [n for n in names if n != "full"]  # the deprecated "full" = whole layers
     if not names:
         return ("attn", "moe" if is_moe else "mlp")

@@ -326,7 +326,7 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     graphs = _one(problem.fixed.get("cuda_graph_modules"))
-    if graphs and tuple(graphs) != ("full_iteration",):
+    if graphs and not G.is_full_iteration(graphs):
         allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed:
