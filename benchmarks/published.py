@@ -48,7 +48,7 @@ from autoplan.model import ModelSpec
 from autoplan.modelio import load_model
 from autoplan.pipeline_split import bridge_split
 from autoplan.results import Estimate
-from autoplan.strategy import Strategy
+from autoplan.strategy import SPLIT_KEYS, Strategy
 from autoplan.workload import Workload
 from benchmarks.recipes import RELEASE_TAG, RecipeFacts, recipe_facts, release_of
 
@@ -262,10 +262,9 @@ def with_unstated_split(s: Strategy, model: ModelSpec) -> Strategy:
     user's pp) where the row and its recipe state none and the layers do not divide the pipeline stages: Megatron
     cannot run such a split evenly, so the run used some uneven split that no config this project can read states
     (the DeepSeek-V3 25.11 rows without MTP: 61 layers over pp 8 x vpp 4 and pp 2 x vpp 4)."""
-    stated = s.pipeline_layout or s.account_for_embedding or s.account_for_loss or s.first_stage_layers
-    if s.pp < 2 or stated or model.num_layers % (s.pp * s.vpp) == 0:
+    if any(getattr(s, key) for key in SPLIT_KEYS):
         return s
-    split = bridge_split(model, s.pp, s.vpp)
+    split = bridge_split(model, s.pp, s.vpp)  # None for pp 1 and for layers that divide the stages
     return s.model_copy(update=split[0]) if split else s
 
 
