@@ -248,6 +248,11 @@ CLAMP_FWD, CLAMP_BWD, CLAMP_FWD_OPS, CLAMP_BWD_OPS = 8, 10, 4, 3  # x f: 2 clamp
 BIAS_FWD, BIAS_BWD = 7, 6  # x the output width: bias x probability, add, cat (+ cast) forward; dbias, dprob backward
 
 
+def clamped_glu(m: ModelSpec) -> bool:
+    """Whether the experts run gpt-oss's clamped GLU (ModelSpec.swiglu_limit on a gated MLP)."""
+    return bool(m.swiglu_limit and m.gated_mlp)
+
+
 def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts, forward_only: bool = False):
     """(bytes, kernels) of one MoE layer's forward, as forward equivalents (a third of the forward + backward total:
     the caller prices backward as twice the forward; `forward_only`: the forward alone, what a recompute repeats),
@@ -268,7 +273,7 @@ def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts, forward_only: b
         return 0.0, 0.0
     copies, f = sh.expert_tokens, m.moe_ffn_hidden_size / lay.etp
     width = m.moe_latent_size or m.hidden_size
-    clamped = bool(m.swiglu_limit and m.gated_mlp)
+    clamped = clamped_glu(m)
     experts = sh.local_experts
     mxfp8 = lay.fp8 & (lay.quant_bytes == QUANTISED_BYTES["mxfp8"])
     clamp_passes = CLAMP_FWD + (0 if forward_only else CLAMP_BWD)
@@ -383,7 +388,7 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
     whole = R.has(lay.recompute_modules, "moe")
     # gpt-oss's clamped GLU repeats its eager clamps, cat and device scalar too (unfused_expert_extras): CLAMP_FWD
     # more passes and CLAMP_FWD_OPS more ops beside the fused activation.
-    clamped = (m.swiglu_limit > 0) & m.gated_mlp & ~lay.op_fuser
+    clamped = clamped_glu(m) & ~lay.op_fuser
     act = part(["moe_act"], lambda: elementwise_time(
         (gated + np.where(clamped, CLAMP_FWD, 0)) * f * BF16 * sh.expert_tokens, hw, cal_moe,
         np.where(clamped, 1 + CLAMP_FWD_OPS, 1)))
