@@ -93,6 +93,17 @@ def expert_gemm_issue_s() -> float:
     return round(expert_gemm_issue_seconds(load("grouped_linear_multistream_sm100_nvfp4.yaml")), 7)
 
 
+REFERENCE_SEQ = 8192  # the sequence length of the dense published runs; the MoE runs use 4096
+
+
+def attention_efficiency(gpu: str) -> float:
+    """A GPU's flash-attention rate relative to the H100 baseline (GPU profile `attention_efficiency`): cuDNN's
+    published causal BF16 forward at head dim 128 and sequence 8192 over peak bf16 x calibration.attention_eff_fwd."""
+    table = load("attention_cudnn_sdpa_blackwell.yaml")
+    fwd = {(g, s): f for g, s, f, _ in table["rows"]}[(gpu, REFERENCE_SEQ)]
+    return fwd / (table["peak_tflops_bf16"][gpu] * DEFAULT.attention_eff_fwd)
+
+
 def main() -> int:
     points = relative_grouped_efficiency(load("grouped_gemm_deepgemm_h800_fp8.yaml"))
     for m, n, k, r in points:
@@ -113,6 +124,12 @@ def main() -> int:
     print(f"per-expert GEMM issue = {issue * 1e6:.1f} us (TransformerEngine multi-stream grouped GEMM, SM100); "
           f"calibration.py kernel_overhead_s, fitted on the published runs and paid by each expert's GEMM: "
           f"{DEFAULT.kernel_overhead_s * 1e6:.1f} us")
+    from autoplan.clusterio import load_gpu
+
+    for gpu, parts in (("b200", ("b200", "gb200")), ("gb300", ("gb300", "b300"))):
+        used = ", ".join(f"{p} {load_gpu(p).attention_efficiency:g}" for p in parts)
+        print(f"attention_efficiency from cuDNN 9.13.1 on {gpu} (causal, head dim 128, seq {REFERENCE_SEQ}) = "
+              f"{attention_efficiency(gpu):.3f} (profiles: {used})")
     return 0
 
 

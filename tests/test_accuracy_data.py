@@ -289,6 +289,50 @@ def test_low_precision_reduction_term_follows_the_published_microbenchmark():
     assert bf16_rate_spread(load("gemm_square_torchao_b200.yaml")) < 0.05
 
 
+def test_fp8_casts_are_priced_as_operand_traffic():
+    """An FP8 / FP4 GEMM pays the HBM traffic of casting x (unless a fused norm wrote it quantised) and dy: each read
+    in bf16 and written row- and column-wise at the recipe's bytes (compute.cast_bytes, a forward-equivalent third of
+    the total); a bf16 GEMM pays none, and the cast time does not depend on k."""
+    from dataclasses import replace
+
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel.calibration import DEFAULT
+    from autoplan.costmodel.compute import cast_bytes, gemm_time
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.layout import QUANTISED_BYTES, layouts_from_strategies
+    from autoplan.strategy import Strategy
+
+    m, n, k = 8192.0, 2048.0, 4096.0
+    mx = QUANTISED_BYTES["mxfp8"]
+    assert cast_bytes(m, n, k, mx) == pytest.approx((2 + 2 * mx) * (m * k + m * n) / 3)
+    assert cast_bytes(m, n, k, mx, norm_fused_input=True) == pytest.approx((2 + 2 * mx) * m * n / 3)
+    assert cast_bytes(m, n, k, QUANTISED_BYTES["nvfp4"]) < cast_bytes(m, n, k, mx)
+    # A row-parallel GEMM under sequence parallelism casts only its rank's shard of dy.
+    assert cast_bytes(m, n, k, mx, dy_rows=m / 4) == pytest.approx((2 + 2 * mx) * (m * k + m / 4 * n) / 3)
+
+    hw = hardware_of(load_cluster("b200", 8))
+    cal = replace(DEFAULT, kernel_overhead_s=0.0)
+    bf16 = layouts_from_strategies([Strategy(tp=1, pp=1, mbs=1, zero=1)], 8)
+    fp8 = layouts_from_strategies([Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="mxfp8")], 8)
+    assert float(fp8.quant_bytes[0]) == mx
+    for lay, has_casts in ((fp8, True), (bf16, False)):
+        unfused = float(gemm_time(m, n, k, lay, hw, cal)[0])
+        fused = float(gemm_time(m, n, k, lay, hw, cal, norm_fused_input=True)[0])
+        expected = cast_bytes(m, n, k, mx) - cast_bytes(m, n, k, mx, norm_fused_input=True) if has_casts else 0.0
+        assert unfused - fused == pytest.approx(expected / (hw.hbm_bytes_per_s * cal.hbm_eff))
+
+
+def test_blackwell_attention_rates_follow_the_published_cudnn_benchmark():
+    """The Blackwell GPU profiles' attention_efficiency is cuDNN 9.13.1's published causal forward at head dim 128 and
+    sequence 8192 over the H100 baseline (benchmarks/microbench.py), B200's for GB200 and GB300's for B300."""
+    from autoplan.clusterio import load_gpu
+    from benchmarks.microbench import attention_efficiency
+
+    for measured_on, profiles in (("b200", ("b200", "gb200")), ("gb300", ("gb300", "b300"))):
+        for gpu in profiles:
+            assert load_gpu(gpu).attention_efficiency == round(attention_efficiency(measured_on), 2)
+
+
 def test_each_local_expert_gemm_pays_its_own_per_op_cost():
     """TransformerEngine issues one GEMM per local expert (multi_stream_cublas_gemm), so the expert GEMMs of a MoE
     layer pay the per-op cost twice per local expert (fc1, fc2), plus once for the router GEMM."""

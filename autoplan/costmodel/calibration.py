@@ -11,18 +11,19 @@ class Calibration:
     # GEMM: achieved = peak * MAMF efficiency (gpu profile) * gemm_scale * k/(k + gemm_half_dim) where k is the
     # GEMM's harmonic mean dimension; the saturating form models tile/wave quantisation of skinny GEMMs
     # (Calculon, Isaev et al. SC'23, uses a similar size-dependent efficiency table).
-    gemm_scale: float = 0.90  # refitted 2026-12-03 with the recipes' pipeline split accounting (was 0.93)
-    gemm_half_dim: float = 400.0  # refitted 2026-12-03, at its bound (was 384)
+    gemm_scale: float = 0.82  # refitted 2026-12-03 with FP8 casts as traffic and measured Blackwell attention (was 0.90)
+    gemm_half_dim: float = 212.0  # refitted 2026-12-03, off its bound since the casts are traffic (was 400, at its bound)
     # FP8 / FP4 GEMMs lose rate as their reduction dimension k shrinks, k / (k + lowp_gemm_half_k) normalised at
     # k = 8192 (compute.reduction_efficiency): each output tile pays a fixed prologue and epilogue beside a main loop
     # that grows with k. Measured, not fitted: DeepGEMM's published H800 FP8 tables
     # (profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) run (m, 7168, 2048) GEMMs at 0.79-0.85 of the
     # rate of (m, 4096, 7168) ones of the same m, where the shape term alone gives 0.97; least squares over the three
-    # such pairs with the shape term above gives 536 (benchmarks/microbench.py `lowp_gemm_half_k`). Applied to FP8 and
+    # such pairs with the shape term above (at the gemm_half_dim above; 536 at 400) gives 589 (benchmarks/microbench.py
+    # `lowp_gemm_half_k`). Applied to FP8 and
     # FP4 GEMMs on every GPU (that Blackwell's FP8 / FP4 kernels lose the same share is assumed, not measured); bf16 GEMMs get
     # none: torchao's published B200 bf16 GEMMs (pytorch/ao PR #2427) run within 4.3% of one rate from k = 3072 to
     # 8192 (profiles/microbenchmarks/gemm_square_torchao_b200.yaml).
-    lowp_gemm_half_k: float = 536.0
+    lowp_gemm_half_k: float = 589.0
     # Flash-attention forward, fraction of the bf16 peak at head dim 128 on H100 (other GPUs scale it by their
     # profile's attention_efficiency). Measured, not fitted: FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608)
     # Fig. 5, panel "Attention forward speed, head dim 128 (H100 80GB SXM5)", BF16, sequence 8k: cuDNN
@@ -39,13 +40,14 @@ class Calibration:
     # (H100, causal fwd, 8k) gives ~0.75x at d = 64 and ~1.15x at d = 256; d0 = 64 reproduces both.
     attention_head_dim_half: float = 64.0
     # Grouped expert GEMMs run below dense GEMMs (MegaBlocks, Gale et al. 2023, sec. 6).
-    grouped_gemm_eff: float = 0.64  # refitted 2026-12-03 with the recipes' pipeline split accounting (was 0.61)
+    grouped_gemm_eff: float = 0.68  # refitted 2026-12-03 with FP8 casts as traffic and measured attention (was 0.64)
     # Rows per expert at which a grouped expert GEMM runs at half its large-m rate (compute.grouped_token_efficiency;
     # MegaBlocks sec. 5.1). 0 = no dependence on tokens per expert beyond the dense GEMM size term. Measured, not
     # fitted: DeepGEMM's published grouped-GEMM tables (H800 FP8, 256 to 8192 rows per expert;
-    # profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) are matched best with m0 = 0, the shape term
-    # alone (benchmarks/microbench.py: least squares over m0 >= 0). Was 450, fitted on the published runs.
-    grouped_gemm_half_tokens: float = 0.0
+    # profiles/microbenchmarks/grouped_gemm_deepgemm_h800_fp8.yaml) are matched best with m0 = 33 beside the shape
+    # term at the gemm_half_dim above (m0 = 0 at 400; benchmarks/microbench.py: least squares over m0 >= 0). Was 450,
+    # fitted on the published runs.
+    grouped_gemm_half_tokens: float = 33.0
     # Memory-bound elementwise work: fraction of HBM peak reached (torchao roofline uses 0.92 on H100).
     hbm_eff: float = 0.80
     # Fixed cost per op (GPU launch floor and the host's dispatch of the op in eager PyTorch), s; paid by every GEMM
@@ -67,7 +69,7 @@ class Calibration:
     # docs, "Communication overlaps"); the rest is exposed.
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
     # Fraction of EP all-to-all hidden with moe_a2a_overlap (DeepSeek-V3 DualPipe / Megatron 1F1B a2a overlap).
-    a2a_overlap_hidden: float = 0.76  # refitted 2026-12-03 (was 0.88); the hidden part is also capped by MoE compute
+    a2a_overlap_hidden: float = 0.75  # refitted 2026-12-03 (was 0.88); the hidden part is also capped by MoE compute
     # Fraction of the last-microbatch backward (forward) during which DP grad reduce (param gather) can overlap.
     dp_overlap_window: float = 0.85
     # Megatron's default DP bucket is 40M parameters (megatron/core/distributed/distributed_data_parallel_config.py
@@ -76,15 +78,15 @@ class Calibration:
     # Adam step: bytes moved per locally-owned parameter (read fp32 param, grad, m, v; write param, m, v,
     # bf16 copy): 4*4 + 3*4 + 2 = 30.
     optimizer_bytes_per_param: float = 30.0
-    # FP8 GEMMs also pay amax/scale and cast kernels: fraction of the FP8 GEMM time added.
-    fp8_overhead: float = 0.10
+    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (compute.cast_bytes), not as a share
+    # of the GEMM time (a flat 10% until 2026-12-03).
     # NVFP4 GEMMs (Blackwell, 16-element blocks with an FP8 scale each plus a per-tensor scale) pay more per
-    # GEMM than FP8: amax, two-level scaling and the random Hadamard transform of the wgrad inputs (NVIDIA,
+    # GEMM than their casts' traffic: amax, two-level scaling and the random Hadamard transform of the wgrad inputs (NVIDIA,
     # "Pretraining Large Language Models with NVFP4", arXiv:2509.25149) are memory-bound passes while the
     # GEMM itself is twice as fast. Fraction of the FP4 GEMM rate lost to them (the GEMM's own rate is the profiles'
     # measured NVFP4 fraction, b200.yaml); no published microbenchmark separates the casts, so it is fitted with the
     # other constants (benchmarks/calibrate.py; the hold-out check refits it on the training rows only).
-    fp4_overhead: float = 0.34  # refitted 2026-12-03 once the FP4 GEMM rate was measured (was 0.47 over the assumed rate)
+    fp4_overhead: float = 0.26  # refitted 2026-12-03 with the casts priced as traffic (was 0.34; 0.47 over the assumed FP4 rate)
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)

@@ -50,21 +50,42 @@ def shard_of(m: ModelSpec, lay: Layouts, seq_len: int) -> Shard:
     return Shard(tokens, tokens_sp, heads, groups, expert_tokens, local_experts, routed_tokens)
 
 
-def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None, eff_scale=1.0):
-    """Seconds of one (mm x kk) @ (kk x nn) GEMM: compute at a size-dependent efficiency, HBM roofline, launch floor."""
+def gemm_time(mm, nn, kk, lay: Layouts, hw: Hardware, cal: Calibration, fp8=None, eff_scale=1.0,
+              norm_fused_input=False, dy_rows=None):
+    """Seconds of one (mm x kk) @ (kk x nn) GEMM: compute at a size-dependent efficiency, HBM roofline, the FP8 /
+    FP4 casts of its operands (`cast_bytes`: `norm_fused_input`, `dy_rows`), launch floor."""
     mm, nn, kk = (np.asarray(x, dtype=float) for x in (mm, nn, kk))
     flops = 2.0 * mm * nn * kk
     use_fp8 = lay.fp8 if fp8 is None else fp8
     use_fp4 = lay.fp4 & np.asarray(use_fp8, dtype=bool)  # NVFP4 runs the GEMMs an FP8 recipe would
-    peak = np.where(use_fp8, hw.peak_flops_fp8 * hw.gemm_eff_fp8 * (1 - cal.fp8_overhead),
-                    hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    peak = np.where(use_fp8, hw.peak_flops_fp8 * hw.gemm_eff_fp8, hw.peak_flops_bf16 * hw.gemm_eff_bf16)
     peak = np.where(use_fp4, hw.peak_flops_fp4 * hw.gemm_eff_fp4 * (1 - cal.fp4_overhead), peak)
     harmonic = 3.0 / (1.0 / np.maximum(mm, 1) + 1.0 / np.maximum(nn, 1) + 1.0 / np.maximum(kk, 1))
     size_eff = harmonic / (harmonic + cal.gemm_half_dim)
     size_eff = size_eff * np.where(use_fp8, reduction_efficiency(mm, nn, kk, cal.lowp_gemm_half_k), 1.0)
     t_compute = flops / (peak * cal.gemm_scale * size_eff * eff_scale)
     t_memory = BF16 * (mm * kk + kk * nn + mm * nn) / (hw.hbm_bytes_per_s * cal.hbm_eff)
-    return np.maximum(t_compute, t_memory) + cal.kernel_overhead_s
+    t_cast = np.where(use_fp8, cast_bytes(mm, nn, kk, lay.quant_bytes, norm_fused_input, dy_rows), 0.0) / \
+        (hw.hbm_bytes_per_s * cal.hbm_eff)
+    return np.maximum(t_compute, t_memory) + t_cast + cal.kernel_overhead_s
+
+
+def cast_bytes(mm, nn, kk, quant_bytes, norm_fused_input=False, dy_rows=None):
+    """HBM bytes of the FP8 / FP4 casts of one GEMM's operands, as a forward equivalent (a third of the forward +
+    backward total: the caller prices backward as twice the forward). TransformerEngine's Linear quantises its
+    input x (mm x kk) in the forward and the output gradient dy (mm x nn) in the backward, each read in bf16 and
+    written twice at the recipe's bytes per element (`quant_bytes`, scales included): row-wise for the forward /
+    input-gradient GEMM and column-wise for the weight-gradient GEMM (transformer_engine/pytorch/module/linear.py:
+    the input and grad-output quantizers set both usages; Hopper's FP8 GEMMs need the transposed copy, Blackwell's
+    MXFP8 / NVFP4 blocks run along the reduction dimension). Weights are cast once per step and cached across micro
+    batches (`is_first_microbatch`), so they are left out; so is per-tensor current scaling's separate amax pass.
+    A norm fused into the GEMM's input (LayerNormLinear) writes x already quantised: only dy is cast then. A
+    row-parallel GEMM under sequence parallelism casts its rank's shard of dy before the all-gather (`dy_rows`, the
+    sequence-parallel tokens; TransformerEngine gathers the quantised gradient)."""
+    per_element = BF16 + 2.0 * np.asarray(quant_bytes, dtype=float)
+    x_elements = 0.0 if norm_fused_input else mm * kk
+    dy_elements = (mm if dy_rows is None else dy_rows) * nn
+    return per_element * (x_elements + dy_elements) / 3.0
 
 
 REFERENCE_K = 8192.0  # reduction dimension at which reduction_efficiency is 1 (GPU profiles' MAMF shapes are large)
@@ -146,10 +167,10 @@ def attention_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal
             t = t + gemm_time(T, sh.heads * qk, m.q_lora_rank, lay, hw, cal)
         else:
             t = t + gemm_time(T, sh.heads * qk, h, lay, hw, cal)
-        return t + gemm_time(T, h, sh.heads * m.v_head_dim, lay, hw, cal)
+        return t + gemm_time(T, h, sh.heads * m.v_head_dim, lay, hw, cal, dy_rows=sh.tokens_sp)
     d = m.kv_channels
-    qkv = gemm_time(T, (sh.heads + 2 * sh.groups) * d, h, lay, hw, cal)
-    return qkv + gemm_time(T, h, sh.heads * d, lay, hw, cal)
+    qkv = gemm_time(T, (sh.heads + 2 * sh.groups) * d, h, lay, hw, cal, norm_fused_input=True)
+    return qkv + gemm_time(T, h, sh.heads * d, lay, hw, cal, dy_rows=sh.tokens_sp)
 
 
 def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
@@ -171,10 +192,14 @@ def attention_efficiency(m: ModelSpec, cal: Calibration) -> float:
     return cal.attention_eff_fwd * (d / (d + d0)) / (128.0 / (128.0 + d0))
 
 
-def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Calibration, shards):
+def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Calibration, shards,
+                  norm_fused_input=True, tokens_sp=None):
+    """FC1 + FC2. FC1 takes the layer's pre-MLP norm fused in (TELayerNormColumnParallelLinear) unless
+    `norm_fused_input` is off (a shared expert reads the norm's output beside the router); FC2 (row-parallel) casts
+    the output gradient of its `tokens_sp` tokens (compute.cast_bytes)."""
     up = (2 if m.gated_mlp else 1) * ffn / shards
-    return gemm_time(tokens, up, m.hidden_size, lay, hw, cal) + gemm_time(tokens, m.hidden_size, ffn / shards,
-                                                                          lay, hw, cal)
+    fc1 = gemm_time(tokens, up, m.hidden_size, lay, hw, cal, norm_fused_input=norm_fused_input)
+    return fc1 + gemm_time(tokens, m.hidden_size, ffn / shards, lay, hw, cal, dy_rows=tokens_sp)
 
 
 def grouped_token_efficiency(per_expert_tokens, cal: Calibration):
@@ -207,7 +232,8 @@ def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Cali
     router = gemm_time(sh.tokens_sp, m.num_experts, m.hidden_size, lay, hw, cal_router, fp8=np.zeros_like(lay.fp8))
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
-        shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp)
+        shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp,
+                               norm_fused_input=False, tokens_sp=sh.tokens_sp)
     if m.moe_latent_size:
         shared = shared + gemm_time(sh.tokens, m.moe_latent_size / lay.tp, m.hidden_size, lay, hw, cal) + \
             gemm_time(sh.tokens, m.hidden_size, m.moe_latent_size / lay.tp, lay, hw, cal)
@@ -326,7 +352,8 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
     if moe:
         mlp = moe_gemm_time(m, sh, lay, hw, cal)
     else:
-        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, scoped(cal, lay, "mlp"), lay.tp)
+        mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, scoped(cal, lay, "mlp"), lay.tp,
+                            tokens_sp=sh.tokens_sp)
     extra_norms = norms_per_layer(m) - 2  # sandwich norms: one more kernel in each half
     counts = (MOE_KERNELS if moe else DENSE_KERNELS) + (("attn", extra_norms / 2), ("moe" if moe else "mlp",
                                                                                    extra_norms / 2))
@@ -382,7 +409,8 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
             return s
         t = t + part(["mla_up_proj"], up)
     if not moe:
-        return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal_mlp, lay.tp)
+        return t + part(["mlp"], lambda: mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal_mlp, lay.tp,
+                                                       tokens_sp=sh.tokens_sp)
                         + elementwise_time(gated * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens, hw, cal_mlp, 1))
     f = m.moe_ffn_hidden_size / lay.etp
     whole = R.has(lay.recompute_modules, "moe")
@@ -395,7 +423,8 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
         fs = m.shared_expert_ffn_hidden_size
-        shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal_moe, lay.tp)
+        shared = part(["shared_experts"], lambda: mlp_gemm_time(m, fs, sh.tokens, lay, hw, cal_moe, lay.tp,
+                                                                norm_fused_input=False, tokens_sp=sh.tokens_sp)
                       + elementwise_time(gated * fs / lay.tp * BF16 * sh.tokens, hw, cal_moe, 1))
     def moe_block():
         extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay, forward_only=True)

@@ -107,7 +107,9 @@ def mamba_mixer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal:
     groups = np.maximum(m.mamba_num_groups / lay.tp, 1.0)
     d_local = heads * m.mamba_head_dim
     cal = C.scoped(cal, lay, "mamba")
-    gemm = C.gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal) + C.gemm_time(T, h, d_local, lay, hw, cal)
+    # in_proj takes the layer's norm fused in (TELayerNormColumnParallelLinear in Megatron's Mamba layer spec).
+    gemm = C.gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal, norm_fused_input=True) + \
+        C.gemm_time(T, h, d_local, lay, hw, cal, dy_rows=sh.tokens_sp)
     scan_compute = T * ssd_flops_per_token(m, heads, groups) / (hw.peak_flops_bf16 * cal.attention_eff_fwd)
     scan_memory = T * ssd_bytes_per_token(m, heads, groups) / (hw.hbm_bytes_per_s * cal.hbm_eff)
     scan = np.maximum(scan_compute, scan_memory) + 5 * cal.kernel_overhead_s
@@ -146,7 +148,8 @@ def symbol_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardw
                            C.elementwise_time(layer_elem + rotary, hw, cal, 4))
     act = (3 if m.gated_mlp else 2) * m.ffn_hidden_size / lay.tp * C.BF16 * sh.tokens
     cal = C.scoped(cal, lay, "mlp")
-    return C.LayerTime(zero, zero, C.mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp),
+    mlp = C.mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp, tokens_sp=sh.tokens_sp)
+    return C.LayerTime(zero, zero, mlp,
                        C.elementwise_time(layer_elem + act, hw, cal, 4))
 
 
