@@ -88,7 +88,7 @@ def build(args, torch):
             for layer in self.layers:
                 x = layer(x)
             logits = self.head(self.norm(x))
-            return F.cross_entropy(logits.float().view(-1, args.vocab), labels.view(-1))
+            return F.cross_entropy(logits.float().reshape(-1, args.vocab), labels.reshape(-1))
 
     return Model().to(device="cuda", dtype=torch.bfloat16)
 
