@@ -21,6 +21,8 @@ from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
+from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
+# pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
 from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
@@ -72,21 +74,24 @@ class Problem:
 
 
 def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:
-    """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values."""
+    """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values. --exclude may
+    name a key several times (each value is excluded); --fix may not: a plan has one value, and 'tp=8|4' is how
+    to allow either."""
     out: Dict[str, List[object]] = {}
+    given: Dict[str, str] = {}
     for item in items:
         for part in strategy_items(item):
             if "=" not in part:
                 raise InputError(f"{what} {part!r} must be key=value (e.g. {what} tp=8)")
             key, raw = (s.strip() for s in part.split("=", 1))
             key = key.lower().replace("-", "_")
+            if what == "--fix" and key in given:
+                raise InputError(f"--fix {key} is given twice ({what} {given[key]} and {what} {part}); a plan has one "
+                                 f"{key}: keep one, or write {key}={given[key].split('=', 1)[1]}|{raw} to allow either")
+            given[key] = part
             alternatives = [raw] if key == "pipeline_layout" else raw.split("|")  # '|' separates a layout's stages
             out.setdefault(key, []).extend(coerce_strategy_value(key, v) for v in alternatives)
     return out
-
-
-def divisors(n: int) -> List[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _pow2_upto(n: int) -> List[int]:
@@ -116,7 +121,7 @@ def tp_choices(problem: Problem) -> List[int]:
     wide = "tp-outside-domain" in problem.allow or "tp" in problem.fixed
     limit = problem.cluster.num_gpus if wide else min(hw_domain, problem.cluster.num_gpus)
     out = []
-    for t in divisors(m.num_attention_heads):
+    for t in divisors(m.num_attention_heads, upto=limit):
         if t > limit or problem.cluster.num_gpus % t:
             continue
         if not wide and limit % t:
@@ -198,10 +203,10 @@ def split_vpps(model: ModelSpec, pp: int) -> List[int]:
     """vpp values (<= 16) some Megatron split supports at pp: divisors of the layers per rank (even, or with the
     embedding/loss counted), and, for the models searched with layouts, any vpp a balanced layout string can fill."""
     L = model.num_layers
-    vals = set(divisors(L // pp if L % pp == 0 else L))
+    vals = set(divisors(L // pp if L % pp == 0 else L, upto=16))
     for extra in (1, 2):
         if (L + extra) % pp == 0:
-            vals |= set(divisors((L + extra) // pp))
+            vals |= set(divisors((L + extra) // pp, upto=16))
     if model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:
         vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
     return sorted(v for v in vals if v <= 16)
@@ -245,7 +250,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 continue  # seq divisible by 2*cp (validate_args)
             if world % (tp * cp):
                 continue
-            for pp in _choices(problem, "pp", divisors(world // (tp * cp))):
+            for pp in _choices(problem, "pp", divisors(world // (tp * cp), upto=L)):
                 if pp > L:
                     continue
                 if problem.engine == "deepspeed" and cp > 1:
@@ -279,7 +284,7 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
     for etp in _choices(problem, "etp", etps):
         if m.add_bias_linear and etp != 1:
             continue  # MoE layers with bias need etp = 1 (TransformerConfig)
-        for ep in _choices(problem, "ep", divisors(m.num_experts)):
+        for ep in _choices(problem, "ep", divisors(m.num_experts, upto=world)):
             if world % (etp * ep * pp):
                 continue  # etp*ep*pp must divide world (parallel_state)
             if ep * etp > tp * cp * dp:
@@ -295,7 +300,7 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
 
 def mbs_choices(problem: Problem, dp: int) -> List[int]:
     per_dp = problem.workload.global_batch_size // dp
-    cands = divisors(per_dp) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
+    cands = divisors(per_dp, upto=16) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
                                                                         if per_dp % v == 0]
     return [v for v in _choices(problem, "mbs", cands) if v <= 16]
 

@@ -6,7 +6,9 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import load_inputs, print_json, read_strategy
+from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, fix_contradicts_exclude, load_inputs, print_json,
+                                 read_strategy)
+from autoplan.cli.emit import emit_request
 from autoplan.strategy import SPLIT_KEYS
 
 
@@ -19,8 +21,8 @@ def plan_cmd(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
     cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
     gpus: int = typer.Option(64, "--gpus", help="Number of GPUs (world size)."),
-    seq: int = typer.Option(8192, "--seq", help="Sequence length, tokens."),
-    gbs: int = typer.Option(128, "--gbs", help="Global batch, sequences."),
+    seq: int = typer.Option(DEFAULT_SEQ, "--seq", help="Sequence length, tokens."),
+    gbs: int = typer.Option(DEFAULT_GBS, "--gbs", help="Global batch, sequences."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     objective: str = typer.Option("throughput", "--objective",
                                   help="throughput: fastest on all --gpus; cost: fewest GPU-hours per token, "
@@ -52,6 +54,7 @@ def plan_cmd(
         raise InputError(f"--objective {objective!r} must be throughput or cost")
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
+    formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     prof, c = _profiles(profile, m, c, quiet=as_json)
     fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
@@ -70,7 +73,7 @@ def plan_cmd(
         _no_plan(result, problem, as_json)
         raise typer.Exit(1)
     if out:
-        _write_out(result, problem, out, emit,
+        _write_out(result, problem, out, formats,
                    lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster))
     if as_json:
         payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
@@ -113,6 +116,7 @@ def search_constraints(fixed: dict, excluded: dict):
         if (key in SWITCHES or key in LABELS[1:]) and len(set(map(str, values))) > 1:
             raise InputError(f"--fix {key}={'|'.join(map(str, values))}: the search does not vary {key}; "
                              f"give one value")
+    fix_contradicts_exclude(fixed, excluded)
     fixed = dict(fixed)
     for key, values in excluded.items():
         if key == "dp":
@@ -384,23 +388,23 @@ def _engine_best(problem, engine, solver, seed, prof, cluster):
     return r.plans[0] if r.plans else None
 
 
-def _write_out(result, problem, out, emit, engine_best):
+def _write_out(result, problem, out, formats, engine_best):
+    """plan.json and the --emit formats' files in --out, written all or none."""
     import sys
     from pathlib import Path
 
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    best = result.plans[0]
-    (folder / "plan.json").write_text(best.model_dump_json(indent=2))
-    if emit:
-        from autoplan.cli.emit import write_search_emits
+    from autoplan.cli.emit import search_emit_files, write_all
 
-        formats = [f.strip().lower() for f in emit.split(",") if f.strip()]
-        _, said, missing = write_search_emits(best, formats, folder, engine_best)
-        for line in said + missing:
-            print(f"emitted {line}", file=sys.stderr)
-        if missing:
-            raise typer.Exit(1)
+    best = result.plans[0]
+    files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
+    if formats:
+        emitted, said, missing = search_emit_files(best, formats, Path(out), engine_best)
+        files.update(emitted)
+    write_all(files)
+    for line in said + missing:
+        print(f"emitted {line}", file=sys.stderr)
+    if missing:
+        raise typer.Exit(1)
 
 
 def _print(result, problem, base_plan, explain, objective):

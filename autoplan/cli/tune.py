@@ -22,7 +22,7 @@ from autoplan.modelio import load_model
 from autoplan.solvers.space import Problem
 from autoplan.tuning.report import render_table
 from autoplan.tuning.study import DEFAULT_SEEDS, run_tune
-from autoplan.workload import Workload
+from autoplan.workload import make_workload
 
 
 def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.json or model YAML."),
@@ -46,7 +46,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     problem = Problem(model=load_model(model), cluster=load_cluster(cluster, gpus),
-                      workload=Workload(seq_len=seq, global_batch_size=gbs), engine=engine)
+                      workload=make_workload(seq, gbs), engine=engine)
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
