@@ -8,6 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 HYBRID_SYMBOLS = "M*-E"
 
+# The deepest model read: 2^14 = 16,384 layers, 128x the deepest in the catalogue (gpt-1t, 128 layers; Narayanan et
+# al. 2021 Table 1). The cost model and the stage splits walk the layers one by one, so the bound keeps a typo'd
+# depth (80,000,000) a one-line error instead of minutes of work.
+MAX_LAYERS = 2**14
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are counts (not bytes); all are per model, not per rank."""
@@ -15,7 +20,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="Display name, e.g. 'llama3-70b'.")
-    num_layers: int = Field(gt=0, description="Transformer decoder layers (Megatron --num-layers).")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer decoder layers (Megatron --num-layers).")
     hidden_size: int = Field(gt=0, description="Model width h.")
     ffn_hidden_size: int = Field(gt=0, description="Dense MLP inner width (per SwiGLU branch for swiglu).")
     num_attention_heads: int = Field(gt=0, description="Query heads a.")

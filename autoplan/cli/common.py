@@ -47,7 +47,7 @@ def read_strategy(text: Optional[str]):
     if not text:
         return {}
     path = Path(text)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file():
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or _is_file(path):
         import yaml
 
         from autoplan.fileio import read_text
@@ -62,6 +62,14 @@ def read_strategy(text: Optional[str]):
             raise InputError(f"strategy file {text} must hold a mapping of strategy keys (tp: 8, pp: 2, ...)")
         return {str(k).lower(): coerce_strategy_value(str(k).lower(), v) for k, v in data.items()}
     return parse_strategy_text(text)
+
+
+def _is_file(path) -> bool:
+    """Whether `path` names a file; text too long or odd to be a path (strategy text) is not one."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def fix_contradicts_exclude(fixed: dict, excluded: dict) -> None:
