@@ -73,10 +73,11 @@ def as_written(given: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def numerics_notes(given: Dict[str, Any]) -> List[str]:
-    """What the estimate assumed for numerics keys the user left out."""
-    left = [k for k in ("fp8", "adam_bf16_states", "grad_reduce_bf16") if k not in given]
-    if not left:
+    """What the estimate assumed for numerics keys the user left out, said when the precision itself (fp8) is left
+    out; an imported config always states it, and its other numerics flags are as written."""
+    if "fp8" in given:
         return []
+    left = [k for k in ("fp8", "adam_bf16_states", "grad_reduce_bf16") if k not in given]
     said = {"fp8": "bf16 GEMMs (fp8=none)", "adam_bf16_states": "fp32 Adam states",
             "grad_reduce_bf16": "fp32 gradient reduction"}
     return ["numerics not given, priced at the defaults: " + ", ".join(said[k] for k in left)]
