@@ -83,8 +83,14 @@ def numerics_notes(given: Dict[str, Any]) -> List[str]:
     return ["numerics not given, priced at the defaults: " + ", ".join(said[k] for k in left)]
 
 
-def precision_label(fp8: str, recipe: Optional[str]) -> str:
-    """'bf16', 'fp8' or 'nvfp4': the GEMM precision of a strategy, as a plans table shows it."""
+def precision_label(fp8: str, recipe: Optional[str], gpu_id: str) -> str:
+    """The GEMM precision of a strategy as a plans table shows it: 'bf16', 'nvfp4', or 'fp8' with its recipe (the one
+    written, else the GPU's default, autoplan/validate.py effective_fp8_recipe) and the format when it is not
+    hybrid, e.g. 'fp8 delayed', 'fp8 e4m3 tensorwise'."""
+    from autoplan.validate import effective_fp8_recipe
+
     if fp8 == "none":
         return "bf16"
-    return "nvfp4" if recipe == "nvfp4" else "fp8"
+    if recipe == "nvfp4":
+        return "nvfp4"
+    return " ".join(["fp8"] + ([fp8] if fp8 != "hybrid" else []) + [effective_fp8_recipe(recipe, gpu_id)])

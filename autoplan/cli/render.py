@@ -76,7 +76,7 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
-        gemms = precision_label(p.strategy.fp8, p.strategy.fp8_recipe)
+        gemms = precision_label(p.strategy.fp8, p.strategy.fp8_recipe, p.cluster.gpu.id)
         t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe),
                   gemms if gemms == "bf16" else f"[bold magenta]{gemms}[/bold magenta]", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",

@@ -19,6 +19,7 @@ from autoplan.clusterio import load_cluster
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.modelio import load_model
+from autoplan.numerics import PRECISION_HELP
 from autoplan.solvers.space import Problem
 from autoplan.tuning.report import render_table
 from autoplan.tuning.study import DEFAULT_SEEDS, run_tune
@@ -31,6 +32,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          seq: int = typer.Option(..., "--seq", help="Sequence length, tokens."),
          gbs: int = typer.Option(..., "--gbs", help="Global batch size, sequences."),
          engine: str = typer.Option(..., "--engine", help="megatron or deepspeed."),
+         precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
          trials: int = typer.Option(20, "--trials", help="Probes this worker runs at most."),
          budget_minutes: float = typer.Option(60.0, "--budget-minutes", help="No new probe after this."),
          storage: Optional[str] = typer.Option(None, "--storage", help="Optuna RDB URL, e.g. sqlite:///autoplan.db."),
@@ -46,7 +48,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     problem = Problem(model=load_model(model), cluster=load_cluster(cluster, gpus),
-                      workload=Workload(seq_len=seq, global_batch_size=gbs), engine=engine)
+                      workload=Workload(seq_len=seq, global_batch_size=gbs), engine=engine, precision=precision)
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
