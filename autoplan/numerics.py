@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, FrozenSet, List, Optional
 
-# The GEMM precisions a search may be asked for: bf16 only, FP8 only, or both.
+# The GEMM precisions a search may be asked for: bf16 only (the default: what a user gets when they write nothing,
+# Megatron-LM's --bf16 without --fp8-format), FP8 only, or both. The catalogue's ModelSpec states no training
+# precision, so no model changes the default.
 PRECISIONS = ("bf16", "fp8", "any")
-DEFAULT_PRECISION = "bf16"  # what a user gets when they write nothing (Megatron-LM's --bf16 without --fp8-format)
 PRECISION_HELP = ("GEMM precision the search may use: bf16 (default: bf16 GEMMs, fp32 Adam states), fp8 (FP8 "
                   "GEMMs only) or any (both). A --fix fp8=... or fp8_recipe=... sets it when --precision is not "
                   "given. Optimizer-state and gradient dtypes stay as fixed (adam_bf16_states, grad_reduce_bf16).")
