@@ -537,8 +537,9 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
     # Caching-allocator fragmentation; expandable segments grow and unmap a segment's pages on demand instead of
     # leaving freed blocks stranded (PyTorch docs, CUDA semantics: "Optimizing memory usage with
-    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), so no allowance is added.
-    fragmentation = np.where(lay.expandable_segments, 0.0, cal.fragmentation * (activations + logits + transient))
+    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), a smaller measured allowance (calibration.py).
+    fragmentation = np.where(lay.expandable_segments, cal.fragmentation_expandable,
+                             cal.fragmentation) * (activations + logits + transient)
     return {
         "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
         "logits": logits, "transient": transient,
