@@ -78,7 +78,7 @@ class Calibration:
     # Adam step: bytes moved per locally-owned parameter (read fp32 param, grad, m, v; write param, m, v,
     # bf16 copy): 4*4 + 3*4 + 2 = 30.
     optimizer_bytes_per_param: float = 30.0
-    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (layers/base.py cast_bytes), not as a share
+    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (layers/base.cast_bytes), not as a share
     # of the GEMM time (a flat 10% until 2026-12-03).
     # NVFP4 GEMMs (Blackwell, 16-element blocks with an FP8 scale each plus a per-tensor scale) pay more per
     # GEMM than their casts' traffic: amax, two-level scaling and the random Hadamard transform of the wgrad inputs (NVIDIA,

@@ -61,7 +61,8 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
 
 def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
     """LM head GEMM (kept in bf16) + vocab-parallel cross entropy (fp32 logits, a few passes), forward; plus the
-    MTP depths (autoplan/costmodel/layers/mtp.py), whose backward the caller takes as twice the forward like the head's."""
+    MTP depths (autoplan/costmodel/layers/mtp.py), whose backward the caller takes as twice the forward like the
+    head's."""
     no_fp8 = np.zeros_like(lay.fp8)
     cal = scoped(cal, lay, "rest")
     vocab = m.vocab_size / np.where(lay.vocab_tp, lay.tp, 1)

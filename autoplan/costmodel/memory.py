@@ -31,8 +31,9 @@ from autoplan.recompute import has
 
 def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """Bytes of one layer's saved activations that selective recompute rebuilds instead of holding, for the
-    modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized above, dropped when any module
-    that covers it is on; megatron/core/transformer/transformer_layer.py, moe/moe_layer.py, moe/experts.py)."""
+    modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized in layers/dense.py and
+    layers/moe.py, dropped when any module that covers it is on; megatron/core/transformer/transformer_layer.py,
+    moe/moe_layer.py, moe/experts.py)."""
     on = lambda *names: has(lay.recompute_modules, *names)  # noqa: E731
     h = m.hidden_size
     region = sh.tokens_sp * h

@@ -15,10 +15,8 @@ from autoplan.costmodel.layers.base import (BF16, FP8, FP32, Layouts, Shard, dro
 from autoplan.model import ModelSpec
 
 
-# Memory-bound kernels of one layer per CUDA-graph part (norms, rotary, residual adds, activation; the router's
-# top-k, softmax and auxiliary loss; the dispatcher's count and sort maps; permute, unpermute and the expert
-# activation). Counts read off Megatron's layer code paths (transformer_layer.py, moe/router.py,
-# moe/token_dispatcher.py), fused kernels counted once.
+# Memory-bound kernels of one dense layer per CUDA-graph part (norms, rotary, residual adds, activation), read off
+# Megatron's layer code path (transformer_layer.py), fused kernels counted once.
 DENSE_KERNELS = (("attn", 5), ("mlp", 5))
 
 

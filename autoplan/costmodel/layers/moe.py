@@ -16,9 +16,11 @@ from autoplan.costmodel.params import norms_per_layer
 from autoplan.model import ModelSpec
 
 
+# Memory-bound kernels of one MoE layer per CUDA-graph part (the attention half's norms, rotary and residual add; the
+# router's top-k, softmax and auxiliary loss; the dispatcher's count and sort maps; permute, unpermute and the expert
+# activation), read off Megatron's layer code paths (transformer_layer.py, moe/router.py, moe/token_dispatcher.py),
+# fused kernels counted once. A hybrid's MoE layer has no attention half.
 MOE_KERNELS = (("attn", 5), ("moe_router", 4), ("moe_preprocess", 3), ("moe", 6))
-
-
 HYBRID_MOE_KERNELS = (("moe_router", 4), ("moe_preprocess", 3), ("moe", 5))
 
 
