@@ -206,10 +206,7 @@ def hybrid_layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bo
 
 def symbol_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, symbol: str):
     """Bytes one hybrid layer of kind `symbol` holds with no recompute."""
-    if symbol == "E":
-        return latent_moe_activation_bytes(m, sh, lay)
-    if symbol == "M":
-        return mamba_activation_bytes(m, sh, lay)
-    if symbol == "*":
-        return attention_activation_bytes(m, sh, lay)
+    held = {"E": latent_moe_activation_bytes, "M": mamba_activation_bytes, "*": attention_activation_bytes}
+    if symbol in held:
+        return held[symbol](m, sh, lay)
     return mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
