@@ -4,6 +4,7 @@ one machine's disk (`/work/...`), which a reader of the repository cannot open. 
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -12,15 +13,26 @@ SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "node_modules", ".venv",
 OUTSIDE = re.compile(r"\.\./shared/|/work/[A-Za-z0-9_.-]+|\bshared/reference/")
 
 
+def repository_files(root: Path = ROOT):
+    """The files of the repository: what git tracks or would add (not what it ignores, such as a virtual
+    environment); outside a git checkout, every file below `root` but those in SKIPPED_DIRS."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                                capture_output=True, check=True).stdout
+        return sorted(root / name for name in listed.decode().split("\0") if name)
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(path for path in root.rglob("*") if not any(
+            part in SKIPPED_DIRS or part.endswith(".egg-info") for part in path.relative_to(root).parts))
+
+
 def repository_text_files(root: Path = ROOT):
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in SKIPPED_DIRS or part.endswith(".egg-info") for part in rel.parts) or not path.is_file():
-            continue
+    for path in repository_files(root):
+        if not path.is_file():
+            continue  # listed by git but deleted in the working tree
         data = path.read_bytes()
         if b"\0" in data[:8192]:
             continue  # binary
-        yield rel, data.decode("utf-8", errors="replace")
+        yield path.relative_to(root), data.decode("utf-8", errors="replace")
 
 
 def outside_citations(root: Path = ROOT):
