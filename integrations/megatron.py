@@ -3,7 +3,7 @@
 Every argument name is one that Megatron-LM's `megatron/training/arguments.py` defines (the verified list and the
 commit it was read at live in `tests/engine_checks/megatron_args_verified.txt`). The engine rules checked here are
 the ones that would otherwise fail only after the job starts; each cites `validate_args` [V],
-`TransformerConfig.__post_init__` [TC] or the runtime [RT] (see /work/shared/reference/engines.md)."""
+`TransformerConfig.__post_init__` [TC] or the runtime [RT] (see docs/sources.md)."""
 from __future__ import annotations
 
 import shlex

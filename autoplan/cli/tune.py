@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from autoplan.clusterio import load_cluster
+from autoplan.cli.console import console as _console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.modelio import load_model
@@ -66,12 +67,6 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
                               f"tokens/s/device; files in {report.best['files']}")
     if report.best is None:
         raise ProbeFailure(f"no probe of study {report.study_name!r} succeeded; see {out / 'tune_report.json'}")
-
-
-def _console() -> Console:
-    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
 
 
 def register(app: typer.Typer) -> None:

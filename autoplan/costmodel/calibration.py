@@ -32,7 +32,7 @@ class Calibration:
     # 16384, 128). The transcription read does not say whether that panel is the causal or the non-causal one (the
     # paper gives both; non-causal peaks higher, up to 740 TFLOP/s), so 0.61 may sit a little above the causal rate
     # priced here. Was fitted (0.60 on all rows; 0.46 on the training rows, which hold no long sequence). The Mamba-2
-    # SSD scan's FLOP rate uses it too (mamba.py; the scan is priced by its HBM traffic in every published row).
+    # SSD scan's FLOP rate uses it too (layers/mamba.py; the scan is priced by its HBM traffic in every published row).
     # Backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.61
     attention_bwd_ratio: float = 2.5
@@ -78,7 +78,7 @@ class Calibration:
     # Adam step: bytes moved per locally-owned parameter (read fp32 param, grad, m, v; write param, m, v,
     # bf16 copy): 4*4 + 3*4 + 2 = 30.
     optimizer_bytes_per_param: float = 30.0
-    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (compute.cast_bytes), not as a share
+    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (layers/base.cast_bytes), not as a share
     # of the GEMM time (a flat 10% until 2026-12-03).
     # NVFP4 GEMMs (Blackwell, 16-element blocks with an FP8 scale each plus a per-tensor scale) pay more per
     # GEMM than their casts' traffic: amax, two-level scaling and the random Hadamard transform of the wgrad inputs (NVIDIA,

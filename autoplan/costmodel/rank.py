@@ -1,4 +1,5 @@
-"""The vectorised cost model: price (candidate, pipeline-rank) pairs, then reduce per candidate.
+"""One pipeline rank's time and memory, vectorised: `rank_cost` prices (candidate, pipeline-rank) pairs, which
+`estimate.evaluate` reduces per candidate.
 
 Pipeline schedule (Narayanan et al. SC'21, sec. 2.2): with m micro batches, p ranks and v chunks per rank,
 1F1B takes m * t_max + (sum_s t_s - t_max) / v, i.e. the bubble (p - 1)/(v m) of a balanced pipeline; the
@@ -19,8 +20,8 @@ from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
 from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.layout import Layouts
-from autoplan.costmodel.mtp import mtp_activation_bytes, mtp_params
-from autoplan.costmodel.params import embedding_params, head_params, layer_params
+from autoplan.costmodel.layers.mtp import mtp_activation_bytes
+from autoplan.costmodel.params import embedding_params, head_params, layer_params, mtp_params
 from autoplan.costmodel.stages import stage_layers
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload
