@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
+from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
@@ -47,10 +48,22 @@ class Problem:
     allow: FrozenSet[str] = frozenset()
     engine: str = "megatron"
     mem_headroom: float = 0.0  # fraction of device memory kept free
+    # GEMM precision the search may try (autoplan/numerics.py PRECISIONS); None: what a fixed fp8 / fp8_recipe says,
+    # else bf16. The numerics are never chosen for speed unless asked.
+    precision: Optional[str] = None
 
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise InputError(f"engine {self.engine!r} is not supported; use one of: {', '.join(ENGINES)}")
+        conflict = precision_conflict(self.precision, self.fixed)
+        if conflict:
+            raise InputError(conflict)
+        if self.precision == "fp8" and not _has_fp8(self):
+            raise InputError(f"--precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.id} has none, "
+                             f"use --precision bf16")
+        if self.precision == "fp8" and self.engine != "megatron":
+            raise InputError(f"--precision fp8: the {self.engine} launch files run bf16 GEMMs only; use --engine "
+                             f"megatron or --precision bf16")
         unknown = set(self.allow) - set(ALLOW_CHOICES)
         if unknown:
             raise InputError(f"--allow {sorted(unknown)[0]!r} is unknown; valid: {', '.join(ALLOW_CHOICES)}")
@@ -334,6 +347,13 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     if graphs and not G.is_full_iteration(graphs):
         allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
     out = [o for o in opts if names[o[0]] in allowed]
+    if "recompute_layers" in problem.fixed and "recompute_method" in problem.fixed:
+        # Method and layers both written: exactly those (a block of at most a chunk's layers), e.g. uniform/1 for
+        # full recompute of every layer, whether or not the default ladder holds them.
+        full = [(2, meth == "block", n, 0) for meth in _as_list(problem.fixed["recompute_method"])
+                for n in _as_list(problem.fixed["recompute_layers"]) if 1 <= n <= chunk_layers]
+        full = sorted(set(full), key=lambda o: (not o[1], o[2])) if "full" in allowed else []
+        return [o for o in out if o[0] != 2] + full
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]
         want = want if isinstance(want, list) else [want]
@@ -343,6 +363,10 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
         meth = meth if isinstance(meth, list) else [meth]
         out = [o for o in out if o[0] != 2 or ("block" if o[1] else "uniform") in meth]
     return out
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def zero_choices(problem: Problem, pp: int) -> List[int]:
@@ -355,13 +379,18 @@ def zero_choices(problem: Problem, pp: int) -> List[int]:
 
 
 def fp8_choices(problem: Problem) -> List[bool]:
+    """FP8 GEMMs off and/or on: what the fixed fp8 / fp8_recipe and the hardware allow, narrowed to the precision
+    the user asked for (autoplan/numerics.py: bf16 unless --precision or a fixed fp8 says otherwise)."""
     vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
     allowed = _choices(problem, "fp8", ["none", "hybrid", "e4m3"])
     if "fp8_recipe" in problem.fixed:
         allowed = [v for v in allowed if v != "none"]  # a fixed FP8 recipe needs FP8 GEMMs on every plan
     if "fp8" in problem.fixed or "fp8_recipe" in problem.fixed:
-        return sorted({v != "none" for v in allowed if v == "none" or _has_fp8(problem)})
-    return [v for v in vals if ("hybrid" if v else "none") in allowed]
+        vals = sorted({v != "none" for v in allowed if v == "none" or _has_fp8(problem)})
+    else:
+        vals = [v for v in vals if ("hybrid" if v else "none") in allowed]
+    wanted = fp8_allowed(problem.precision, problem.fixed)
+    return [v for v in vals if v in wanted]
 
 
 def sp_choices(problem: Problem, tp: int, cp: int = 1) -> List[bool]:

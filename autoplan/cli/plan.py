@@ -9,6 +9,7 @@ import typer
 from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, fix_contradicts_exclude, load_inputs, print_json,
                                  read_strategy)
 from autoplan.cli.emit import emit_request
+from autoplan.numerics import PRECISION_HELP
 from autoplan.strategy import SPLIT_KEYS
 
 
@@ -34,6 +35,7 @@ def plan_cmd(
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
                                               "ep-outside-domain, no-sp, non-pow2-mbs."),
     engine: str = typer.Option("megatron", "--engine", help="megatron or deepspeed (what the engine can run)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of device memory to keep free."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Your own strategy, estimated beside the best."),
     baseline_from_megatron: Optional[str] = typer.Option(None, "--baseline-from-megatron",
@@ -61,7 +63,7 @@ def plan_cmd(
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom)
+                      engine=engine, mem_headroom=mem_headroom, precision=precision)
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -343,6 +345,8 @@ def _engine_refuses_model(problem):
 def _no_plan(result, problem, as_json):
     import sys
 
+    from autoplan.solvers.space import fp8_choices
+
     need = result.smallest_peak_gib
     cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
     n = problem.cluster.num_gpus
@@ -366,8 +370,9 @@ def _no_plan(result, problem, as_json):
         while need is not None and want < n * need / cap and want < n * 1024:
             want *= 2
         hints = [f"try >= {want} GPUs"]
-        if problem.cluster.gpu.has_dtype("fp8") and problem.fixed.get("fp8") in (None, ["hybrid"]):
-            hints.append("fp8")
+        if problem.cluster.gpu.has_dtype("fp8") and problem.engine == "megatron" and "fp8" not in problem.fixed \
+                and not any(fp8_choices(problem)):
+            hints.append("--precision fp8 (FP8 GEMMs change the numerics)")
         if problem.mem_headroom:
             hints.append("a smaller --mem-headroom")
         msg = (f"no strategy fits: the smallest needs {need:.1f} GiB per GPU on {n} GPUs "
@@ -382,8 +387,8 @@ def _engine_best(problem, engine, solver, seed, prof, cluster):
     size it chose), or None: what `--emit` writes for that engine when it cannot run the winner."""
     from dataclasses import replace as dc_replace
 
-    if engine == problem.engine:
-        return None
+    if engine == problem.engine or (problem.precision == "fp8" and engine != "megatron"):
+        return None  # that engine runs no FP8 GEMMs (solvers/space.py Problem): it has no plan of this search
     r = _run(dc_replace(problem, engine=engine, cluster=cluster), solver, 1, seed, prof, quiet=True)
     return r.plans[0] if r.plans else None
 

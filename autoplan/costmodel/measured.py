@@ -184,7 +184,7 @@ def _shipped(gpu_id: str, model: ModelSpec, notes: List[str]) -> Optional[Measur
 
 def measured_compute(profile: MeasuredProfile, model: ModelSpec, lay, seq_len: int) -> np.ndarray:
     """Per candidate of `lay` (costmodel.layout.Layouts): True where the profile priced at least one layer pass —
-    the lookups of costmodel/evaluate.py apply_profile (attention + MLP or MoE per pass, in the candidate's
+    the lookups of costmodel/rank.py apply_profile (attention + MLP or MoE per pass, in the candidate's
     precision, at seq / cp tokens), finite where a measured point covers them."""
     seq = np.full(len(lay), float(seq_len)) / lay.cp
     used = np.zeros(len(lay), dtype=bool)
