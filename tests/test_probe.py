@@ -30,6 +30,10 @@ FAKE_PRETRAIN = textwrap.dedent("""
         with open(os.environ["FAKE_MEGATRON_LOG"]) as f:
             sys.stdout.write(f.read())
         sys.stdout.flush()
+        open("fake_rank0_logged", "w").close()
+    else:  # exit after rank 0 has logged, as Megatron's ranks fail together, however slow this machine is
+        while not os.path.exists("fake_rank0_logged"):
+            time.sleep(0.05)
     if os.environ.get("FAKE_MEGATRON_HANG"):
         time.sleep(300)
     sys.exit(int(os.environ.get("FAKE_MEGATRON_EXIT", "0")))

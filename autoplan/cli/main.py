@@ -1,9 +1,12 @@
 """Entry point: builds the typer app from the command modules and maps errors to exit codes.
 
-Exit codes: 0 ok, 1 no feasible plan, 2 bad input (one line on stderr, no traceback), 3 probe failure."""
+Exit codes: 0 ok, 1 no feasible plan, 2 bad input (one line on stderr, no traceback), 3 probe failure, 130
+interrupted (SIGINT or SIGTERM: both unwind through the commands' cleanup, which ends every process a probe
+started and records a running tune trial as failed)."""
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
@@ -46,8 +49,13 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv=None) -> None:
     build_app()
+    signal.signal(signal.SIGTERM, _interrupt)  # as SIGINT: unwind, so that cleanup runs
     try:
         code = app(args=argv, standalone_mode=False)
         if isinstance(code, int) and code:
@@ -89,6 +97,7 @@ def _usage_exit_code(e: Exception) -> int:
         return 2
     aborts = (typer.Abort,) + tuple(getattr(m, "Abort") for m in modules if hasattr(m, "Abort"))
     if isinstance(e, aborts):
+        print("autoplan: interrupted; every process it started was stopped", file=sys.stderr)
         return 130
     raise e
 
