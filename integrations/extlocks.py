@@ -17,6 +17,7 @@ torch: $TORCH_EXTENSIONS_DIR, else `<user cache>/torch_extensions` one level up,
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -35,6 +36,20 @@ def extension_roots(env: Optional[dict] = None) -> List[Path]:
         return [Path(env["TORCH_EXTENSIONS_DIR"])]
     cache = env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return [Path(cache) / "torch_extensions"]
+
+
+def environment_root(python: str, env: Optional[dict] = None) -> Path:
+    """A build folder of this Python environment's own, for probes when $TORCH_EXTENSIONS_DIR is unset.
+
+    torch's default folder is shared by every environment of the user with the same Python version and
+    accelerator, and each process re-runs the build under the lock with its own source and include paths
+    (cpp_extension.py `_jit_compile`: a fresh process always writes build.ninja; ninja rebuilds when a command
+    changed). Two environments with one DeepSpeed version therefore rebuild each other's ops on every start, and a
+    probe's ranks would compile inside their timeout; a folder per interpreter keeps each environment's ops built."""
+    env = os.environ if env is None else env
+    cache = env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    tag = hashlib.sha1(os.path.realpath(python).encode()).hexdigest()[:12]
+    return Path(cache) / "torch_extensions" / f"autoplan-env-{tag}"
 
 
 def find_locks(roots: Iterable[Path]) -> List[Path]:

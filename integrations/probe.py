@@ -10,7 +10,9 @@ Before the timed launch, a program may name a preparation step (`ProbeProgram.pr
 so that a first-use op build never counts as a hang and is never killed by the probe timeout. A stale build lock
 raises `ProbeFailure` with the one-line fix (every later probe would wait on it); a build that does not finish
 in time, or fails, makes the probe "failed" with the reason. After any launch that was killed, the build locks it
-left (created during the launch, no builder alive) are removed. probe_result.json is written atomically.
+left (created during the launch, no builder alive) are removed. Unless $TORCH_EXTENSIONS_DIR is set, the preparation
+and the ranks build in a folder of this Python environment's own (`extlocks.environment_root`), so that another
+environment on the host cannot rebuild the ops under the probe. probe_result.json is written atomically.
 
 Testing hook: `AUTOPLAN_FAULT=fail|hang` in the environment of a DeepSpeed probe makes `ds_train.py` fail or hang on
 purpose (`autoplan tune` sets it per trial from `AUTOPLAN_TUNE_FAULTS`); it exists to test failure handling.
@@ -22,6 +24,7 @@ import os
 import shlex
 import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Literal, Optional
@@ -240,6 +243,9 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
     env = dict(program.env)
     if fault:
         env[FAULT_ENV] = fault
+    prepare = program.prepare_args if launcher != "slurm" else []  # Slurm ranks build on their own nodes
+    if prepare and not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        env["TORCH_EXTENSIONS_DIR"] = str(extlocks.environment_root(sys.executable))
     nodes = plan.cluster.num_nodes
     req = LaunchRequest(script=program.script, args=program.args, nproc_per_node=plan.cluster.num_gpus // nodes,
                         nnodes=nodes, env=env, cwd=str(out_dir),
@@ -247,8 +253,8 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
     for stale in ("probe.log", "probe_result.json", "prepare.log"):
         (out_dir / stale).unlink(missing_ok=True)
     build_time_s = None
-    if program.prepare_args:
-        prepared = prepare_ops(req, program.prepare_args, out_dir / "prepare.log", build_timeout_s, log)
+    if prepare:
+        prepared = prepare_ops(req, prepare, out_dir / "prepare.log", build_timeout_s, log)
         if prepared.timed_out or prepared.returncode != 0:
             return _save(result_from_log(plan, engine, prepared, program.log_format, warmup, out_dir).model_copy(
                 update={"status": "failed", "error": prepare_failure(prepared, build_timeout_s)}), out_dir)
