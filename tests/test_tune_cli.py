@@ -153,7 +153,6 @@ def test_tune_stopped_during_a_probe_then_resumed(tmp_path, sig):
     assert [t["status"] for t in report["trials"]] == ["failed", "ok"]
     reason = report["trials"][0]["reason"]
     assert ("stopped before the probe ended" in reason) if sig == signal.SIGKILL else ("interrupted" in reason)
-    assert report["trials"][0]["label"] != report["trials"][1]["label"]
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

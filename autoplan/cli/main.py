@@ -49,6 +49,10 @@ def build_app() -> typer.Typer:
     return app
 
 
+INTERRUPTED = 130
+INTERRUPTED_MESSAGE = "autoplan: interrupted; every process it started was stopped"
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -58,6 +62,8 @@ def main(argv=None) -> None:
     signal.signal(signal.SIGTERM, _interrupt)  # as SIGINT: unwind, so that cleanup runs
     try:
         code = app(args=argv, standalone_mode=False)
+        if code == INTERRUPTED:  # typer turns KeyboardInterrupt (SIGINT, and SIGTERM here) into Exit(130)
+            print(INTERRUPTED_MESSAGE, file=sys.stderr)
         if isinstance(code, int) and code:
             sys.exit(code)
     except InputError as e:
@@ -97,8 +103,8 @@ def _usage_exit_code(e: Exception) -> int:
         return 2
     aborts = (typer.Abort,) + tuple(getattr(m, "Abort") for m in modules if hasattr(m, "Abort"))
     if isinstance(e, aborts):
-        print("autoplan: interrupted; every process it started was stopped", file=sys.stderr)
-        return 130
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
+        return INTERRUPTED
     raise e
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def _err(pred: Optional[float], measured: Optional[float]) -> Optional[float]:
 
 def trial_record(t: optuna.trial.FrozenTrial, cand: Optional[Candidate]) -> TrialRecord:
     a = t.user_attrs
-    status = a.get("status") or ("pruned" if t.state == optuna.trial.TrialState.PRUNED else t.state.name.lower())
+    # A trial whose probe never finished (worker interrupted or killed) is FAIL with a reason but no probe status.
+    status = a.get("status") or {optuna.trial.TrialState.PRUNED: "pruned",
+                                 optuna.trial.TrialState.FAIL: "failed"}.get(t.state, t.state.name.lower())
     return TrialRecord(
         number=t.number, label=cand.strategy.label() if cand else a.get("label", "?"),
         strategy=cand.strategy.to_dict() if cand else {}, status=status, reason=a.get("reason"), log=a.get("log"),

@@ -227,7 +227,7 @@ def _run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional
                             build_timeout_s=build_timeout_s, log=log)
         except BaseException as e:  # interrupted, or a stale build lock: record why, then stop the worker
             reason = (str(e) if isinstance(e, ProbeFailure) else
-                      f"worker interrupted ({e or 'SIGINT'})" if isinstance(e, KeyboardInterrupt) else
+                      f"worker interrupted ({str(e) or 'SIGINT'})" if isinstance(e, KeyboardInterrupt) else
                       f"worker stopped by {type(e).__name__}: {e}")
             trial.set_user_attr("reason", reason)
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
