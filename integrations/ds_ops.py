@@ -7,8 +7,9 @@ DeepSpeed compiles an op the first time a process loads it, unless it was pre-bu
 - the optimizer's op when the config names one: `cpu_adam` for ZeRO-Offload of the optimizer to CPU
   (`zero_optimization.offload_optimizer.device == "cpu"`, runtime/engine.py `_configure_basic_optimizer`),
   `fused_adam` for an Adam/AdamW `optimizer` section on an accelerator (ops/adam/fused_adam.py).
-A first build takes minutes on a busy machine (about 105 s for `deepspeed_shm_comm` on a loaded 2-core host,
-`docs/probes.md`), so a probe that built its ops inside its hang deadline was killed as hung, mid-build.
+A first build takes minutes on a busy machine (181-300 s for `deepspeed_shm_comm` on a loaded 2-core host, README
+"Probes: op builds, stale locks, interrupts"), so a probe that built its ops inside its hang deadline was killed as
+hung, mid-build, and left torch's build lock behind.
 
 `python -m autoplan.integrations.ds_ops DS_CONFIG` (in the probe's interpreter and environment) loads each op
 the way DeepSpeed will, printing one line per step:

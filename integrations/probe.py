@@ -44,8 +44,9 @@ ProbeStatus = Literal["ok", "oom", "failed", "hung"]
 DEFAULT_ITERS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_TIMEOUT_S = 600.0
-# Op builds before the timed launch: one DeepSpeed op (deepspeed_shm_comm) took 181 s on a 2-core host at load
-# average 7.7 (README "Probes"); 1800 s bounds a few such builds on a busy machine and still ends a stuck one.
+# Op builds before the timed launch: one DeepSpeed op (deepspeed_shm_comm) took 181-300 s on a 2-core host at load
+# average 7.7-11 (README "Probes: op builds, stale locks, interrupts"); 1800 s bounds a few such builds on a busy
+# machine and still ends a stuck one.
 DEFAULT_BUILD_TIMEOUT_S = 1800.0
 FAULT_ENV = "AUTOPLAN_FAULT"
 
