@@ -27,7 +27,8 @@ PROGRAM = textwrap.dedent("""
         print("ValueError: injected failure", flush=True)
         sys.exit(3)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    if rank == 0 and os.environ.get("MASTER_PORT"):  # hold the rendezvous port, as a real rank 0 does
+    # Local ranks: rank 0 holds the rendezvous port, as torch's env:// rank 0 does (under torchrun its agent does).
+    if rank == 0 and os.environ.get("MASTER_PORT") and "TORCHELASTIC_RUN_ID" not in os.environ:
         server = socket.socket()
         server.bind(("127.0.0.1", int(os.environ["MASTER_PORT"])))
         server.listen()
