@@ -10,7 +10,12 @@ Three launchers share one request/outcome pair:
   `sacct -j ID -n -P -o State`; on timeout `scancel ID`.
 
 Every local child starts in a new session (its own process group); a hang or an exit that leaves stragglers is
-cleaned up with `os.killpg` SIGTERM, then SIGKILL after a grace period, so nothing outlives the launch.
+cleaned up with `os.killpg` SIGTERM, then SIGKILL after a grace period, so nothing outlives the launch. The same
+happens when this process is interrupted (SIGINT/SIGTERM raise here and the cleanup runs on the way out) and when
+it dies without a chance to clean up (SIGKILL, a crash): a small reaper process, started first, holds the read end
+of a pipe from this process; when the pipe closes without a release it kills every group of the launch, so ranks
+never outlive their launcher, and their ports go with them. A group is killed as a whole (`killpg`), so torchrun's
+workers and anything the ranks started go too.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Literal, Optional
+from typing import Callable, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -93,6 +98,58 @@ def _spawn(argv: List[str], env: Dict[str, str], cwd: str, log) -> subprocess.Po
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
+# The reaper: reads "pgid" lines, then "release" (the launch cleaned up itself) or end of file (this process died):
+# on end of file it ends every group, SIGTERM then SIGKILL. It runs in its own session, so a terminal's SIGINT to
+# this process group does not reach it, and holds no other descriptor of ours.
+REAPER = """
+import os, signal, sys, time
+pgids = []
+for line in sys.stdin:
+    if line.strip() == "release":
+        sys.exit(0)
+    pgids.append(int(line))
+def alive(g):
+    try:
+        os.killpg(g, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+for sig, wait_s in ((signal.SIGTERM, float(sys.argv[1])), (signal.SIGKILL, 0.0)):
+    for g in pgids:
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            pass
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end and any(alive(g) for g in pgids):
+        time.sleep(0.05)
+"""
+
+
+class Reaper:
+    """Ends the launch's process groups if this process dies before it cleans up (see the module doc)."""
+
+    def __init__(self, grace_s: float = KILL_GRACE_S):
+        self.proc = subprocess.Popen([sys.executable, "-c", REAPER, str(grace_s)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                     text=True)
+
+    def watch(self, pgid: int) -> None:
+        self.proc.stdin.write(f"{pgid}\n")
+        self.proc.stdin.flush()
+
+    def release(self) -> None:
+        """The launch cleaned up after itself: stop the reaper without it killing anything."""
+        try:
+            self.proc.stdin.write("release\n")
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+        self.proc.wait()
+
+
 def kill_groups(pgids: List[int], grace_s: float = KILL_GRACE_S) -> None:
     """kill_group for several groups, sharing one grace period."""
     for pgid in pgids:
@@ -111,21 +168,28 @@ def kill_groups(pgids: List[int], grace_s: float = KILL_GRACE_S) -> None:
 
 
 def run_group(commands: List[List[str]], envs: List[Dict[str, str]], cwd: str, log_path: Path,
-              timeout_s: float, launcher: LauncherName) -> LaunchOutcome:
-    """Start every command in its own new process group, wait for all or the timeout, leave nothing running."""
+              timeout_s: float, launcher: LauncherName,
+              on_tick: Optional[Callable[[], None]] = None) -> LaunchOutcome:
+    """Start every command in its own new process group, wait for all or the timeout, leave nothing running,
+    whether the launch ends, times out, or this process is interrupted or killed. `on_tick` runs at every poll."""
     start = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab", buffering=0) as log:
-        procs = [_spawn(cmd, env, cwd, log) for cmd, env in zip(commands, envs)]
-        pgids = [p.pid for p in procs]
-        try:
-            codes = _wait_all(procs, start + timeout_s)
-        finally:
-            # On a hang, or when one rank died while its peers wait forever in a collective, this ends the ranks;
-            # after a clean exit it ends stragglers the ranks forked and left behind.
-            kill_groups(pgids, grace_s=KILL_GRACE_S if codes_failed(procs) else 1.0)
-            for proc in procs:
-                proc.wait()
+    reaper = Reaper()
+    procs: List[subprocess.Popen] = []
+    codes = None
+    try:
+        with open(log_path, "ab", buffering=0) as log:
+            for cmd, env in zip(commands, envs):
+                procs.append(_spawn(cmd, env, cwd, log))
+                reaper.watch(procs[-1].pid)
+            codes = _wait_all(procs, start + timeout_s, on_tick)
+    finally:
+        # On a hang, an interrupt, or when one rank died while its peers wait forever in a collective, this ends
+        # the ranks; after a clean exit it ends stragglers the ranks forked and left behind.
+        kill_groups([p.pid for p in procs], grace_s=KILL_GRACE_S if codes_failed(procs) else 1.0)
+        for proc in procs:
+            proc.wait()
+        reaper.release()
     timed_out = codes is None
     return LaunchOutcome(launcher=launcher, command=commands[0], timed_out=timed_out,
                          returncode=None if timed_out else _cause_code(codes),
@@ -141,10 +205,13 @@ def codes_failed(procs: List[subprocess.Popen]) -> bool:
     return any(p.poll() != 0 for p in procs)
 
 
-def _wait_all(procs: List[subprocess.Popen], deadline: float) -> Optional[List[int]]:
+def _wait_all(procs: List[subprocess.Popen], deadline: float,
+              on_tick: Optional[Callable[[], None]] = None) -> Optional[List[int]]:
     """Exit codes once every process ended, or as soon as one fails (its peers would hang; they get None),
     or None on timeout."""
     while time.monotonic() < deadline:
+        if on_tick:
+            on_tick()
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):
             grace_end = min(deadline, time.monotonic() + 2.0)

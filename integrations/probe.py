@@ -5,6 +5,15 @@ launcher (local ranks, torchrun or Slurm), parses the log and returns a `ProbeRe
 line that says why) or hung (killed on timeout, the whole process group). The step time is the median over the
 iterations after the warm-up ones; tokens/s follow from the workload.
 
+Before the timed launch, a program may name a preparation step (`ProbeProgram.prepare_args`): for DeepSpeed,
+`integrations/ds_ops.py` builds or loads the JIT ops the ranks will load, under its own deadline (`build_timeout_s`),
+so that a first-use op build never counts as a hang and is never killed by the probe timeout. A stale build lock
+raises `ProbeFailure` with the one-line fix (every later probe would wait on it); a build that does not finish
+in time, or fails, makes the probe "failed" with the reason. After any launch that was killed, the build locks it
+left (created during the launch, no builder alive) are removed. Unless $TORCH_EXTENSIONS_DIR is set, the preparation
+and the ranks build in a folder of this Python environment's own (`extlocks.environment_root`), so that another
+environment on the host cannot rebuild the ops under the probe. probe_result.json is written atomically.
+
 Testing hook: `AUTOPLAN_FAULT=fail|hang` in the environment of a DeepSpeed probe makes `ds_train.py` fail or hang on
 purpose (`autoplan tune` sets it per trial from `AUTOPLAN_TUNE_FAULTS`); it exists to test failure handling.
 """
@@ -13,14 +22,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import statistics
+import sys
+import time
 from pathlib import Path
-from typing import Dict, List, Literal, Optional
+from typing import Callable, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoplan.errors import InputError
-from autoplan.integrations.launchers import LaunchOutcome, LaunchRequest, LauncherName, launch
+from autoplan.atomic import write_text_atomic
+from autoplan.errors import InputError, ProbeFailure
+from autoplan.integrations import extlocks
+from autoplan.integrations.launchers import LaunchOutcome, LaunchRequest, LauncherName, launch, run_group
 from autoplan.integrations.logparse import LogFormat, ParsedLog, parse_log
 from autoplan.results import Plan
 
@@ -30,6 +44,10 @@ ProbeStatus = Literal["ok", "oom", "failed", "hung"]
 DEFAULT_ITERS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_TIMEOUT_S = 600.0
+# Op builds before the timed launch: one DeepSpeed op (deepspeed_shm_comm) took 181-300 s on a 2-core host at load
+# average 7.7-11 (README "Probes: op builds, stale locks, interrupts"); 1800 s bounds a few such builds on a busy
+# machine and still ends a stuck one.
+DEFAULT_BUILD_TIMEOUT_S = 1800.0
 FAULT_ENV = "AUTOPLAN_FAULT"
 
 
@@ -62,6 +80,9 @@ class ProbeResult(BaseModel):
     out_dir: str = Field(description="Folder holding the emitted probe files.")
     wall_time_s: float = Field(description="Launch to exit (or kill), s.")
     command: List[str] = Field(description="Command line that was started.")
+    build_time_s: Optional[float] = Field(
+        None, description="Building or loading the engine's JIT ops before the timed launch, s (not in the "
+                          "probe timeout); None when the program needs none.")
 
     @property
     def measured_peak_mem_gib(self) -> Optional[float]:
@@ -77,16 +98,15 @@ class ProbeProgram(BaseModel):
     args: List[str] = Field(default_factory=list, description="Its arguments.")
     env: Dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     log_format: LogFormat = Field(description="Parser for its log.")
+    prepare_args: List[str] = Field(
+        default_factory=list, description="Interpreter arguments of a step run once before the timed launch "
+                                          "(builds the ops the ranks load); empty for none.")
 
 
 def write_files(files: Dict[str, str], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        path = out_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if name.endswith(".sh"):
-            path.chmod(0o755)
+        write_text_atomic(out_dir / name, text, mode=0o755 if name.endswith(".sh") else None)
 
 
 def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optional[str] = None) -> ProbeProgram:
@@ -124,7 +144,8 @@ def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
     if s.recompute == "full":
         args += ["--recompute-method", s.recompute_method or "uniform", "--recompute-layers",
                  str(s.recompute_layers or 1)]
-    return ProbeProgram(script=str(out_dir / "ds_train.py"), args=args, log_format="ds_train")
+    return ProbeProgram(script=str(out_dir / "ds_train.py"), args=args, log_format="ds_train",
+                        prepare_args=["-m", "autoplan.integrations.ds_ops", str(out_dir / "ds_config.json")])
 
 
 def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int) -> ProbeProgram:
@@ -157,10 +178,22 @@ def classify(outcome: LaunchOutcome, parsed: ParsedLog, step_times: List[float])
         return "oom", parsed.oom_line
     if outcome.returncode != 0:
         state = f" (Slurm state {outcome.job_state})" if outcome.job_state else ""
-        return "failed", parsed.error_line or f"exit status {outcome.returncode}{state}"
+        return "failed", parsed.error_line or exit_reason(outcome.returncode) + state
     if not step_times:
         return "failed", "the run exited cleanly but logged no iteration after the warm-up ones"
     return "ok", None
+
+
+def exit_reason(returncode: Optional[int]) -> str:
+    """'exit status N', or the signal that ended a rank (SIGKILL is also how the kernel's OOM killer ends one)."""
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (the kernel's out-of-memory killer sends it; check host memory)" if name == "SIGKILL" else ""
+        return f"a rank was killed by {name}{hint}"
+    return f"exit status {returncode}"
 
 
 def result_from_log(plan: Plan, engine: Engine, outcome: LaunchOutcome, log_format: LogFormat, warmup: int,
@@ -199,25 +232,110 @@ def check_iters(iters: int, warmup: int, timeout_s: float) -> None:
 def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT_ITERS,
               warmup: int = DEFAULT_WARMUP, launcher: LauncherName = "torchrun",
               timeout_s: float = DEFAULT_TIMEOUT_S, fault: Optional[str] = None,
-              program: Optional[ProbeProgram] = None) -> ProbeResult:
-    """Emit, launch, wait (or kill on timeout) and measure one plan. `fault` sets AUTOPLAN_FAULT (testing hook)."""
+              program: Optional[ProbeProgram] = None, build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
+              log: Callable[[str], None] = lambda s: None) -> ProbeResult:
+    """Emit, prepare the ops, launch, wait (or kill on timeout) and measure one plan. `fault` sets AUTOPLAN_FAULT
+    (testing hook); `log` receives progress lines ("building op X")."""
     check_iters(iters, warmup, timeout_s)
+    if build_timeout_s <= 0:
+        raise InputError(f"--build-timeout={build_timeout_s} must be > 0 seconds")
     out_dir = Path(out_dir).resolve()  # the ranks run inside it
     program = program or build_program(plan, engine, out_dir, iters)
     env = dict(program.env)
     if fault:
         env[FAULT_ENV] = fault
+    prepare = program.prepare_args if launcher != "slurm" else []  # Slurm ranks build on their own nodes
+    if prepare and not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        env["TORCH_EXTENSIONS_DIR"] = str(extlocks.environment_root(sys.executable))
     nodes = plan.cluster.num_nodes
     req = LaunchRequest(script=program.script, args=program.args, nproc_per_node=plan.cluster.num_gpus // nodes,
                         nnodes=nodes, env=env, cwd=str(out_dir),
                         gpus_per_node=0 if plan.cluster.gpu.id == "cpu" else plan.cluster.num_gpus // nodes)
-    log_path = out_dir / "probe.log"
-    if log_path.exists():
-        log_path.unlink()
-    outcome = launch(launcher, req, log_path, timeout_s)
+    for stale in ("probe.log", "probe_result.json", "prepare.log"):
+        (out_dir / stale).unlink(missing_ok=True)
+    build_time_s = None
+    if prepare:
+        prepared = prepare_ops(req, prepare, out_dir / "prepare.log", build_timeout_s, log)
+        if prepared.timed_out or prepared.returncode != 0:
+            return _save(result_from_log(plan, engine, prepared, program.log_format, warmup, out_dir).model_copy(
+                update={"status": "failed", "error": prepare_failure(prepared, build_timeout_s)}), out_dir)
+        build_time_s = prepared.wall_time_s
+    started = time.time()
+    outcome = launch(launcher, req, out_dir / "probe.log", timeout_s)
     result = result_from_log(plan, engine, outcome, program.log_format, warmup, out_dir)
-    (out_dir / "probe_result.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
+    if outcome.returncode != 0:
+        removed = extlocks.clear_orphans(extlocks.extension_roots(_merged_env(req)), since=started)
+        if removed:
+            result = result.model_copy(update={"error": f"{result.error}; removed the op-build lock(s) it left: "
+                                                        + ", ".join(map(str, removed))})
+    return _save(result.model_copy(update={"build_time_s": build_time_s}), out_dir)
+
+
+def _save(result: ProbeResult, out_dir: Path) -> ProbeResult:
+    write_text_atomic(out_dir / "probe_result.json", json.dumps(result.model_dump(), indent=2) + "\n")
     return result
+
+
+def _merged_env(req: LaunchRequest) -> Dict[str, str]:
+    return {**os.environ, **req.env}
+
+
+def prepare_ops(req: LaunchRequest, prepare_args: List[str], log_path: Path, build_timeout_s: float,
+                log: Callable[[str], None]) -> LaunchOutcome:
+    """Run the preparation step (one process, its own group, killed on `build_timeout_s`), relaying its progress.
+    A stale build lock raises ProbeFailure with the fix; a killed build's lock is removed."""
+    from autoplan.integrations.ds_ops import OP_PREFIX, STALE_LOCK_EXIT
+
+    seen = [0]
+
+    def relay() -> None:
+        complete = log_path.read_text(errors="replace").split("\n")[:-1] if log_path.exists() else []
+        for line in complete[seen[0]:]:
+            if line.startswith(OP_PREFIX):
+                log(_op_progress(json.loads(line[len(OP_PREFIX):])))
+        seen[0] = len(complete)
+
+    started = time.time()
+    env = _merged_env(req)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    outcome = run_group([[req.python, *prepare_args]], [env], req.cwd, log_path, build_timeout_s, "local", relay)
+    relay()
+    if outcome.returncode == STALE_LOCK_EXIT:
+        raise ProbeFailure(_last_op_record(log_path).get("message", "stale op-build lock"))
+    if outcome.returncode != 0:
+        extlocks.clear_orphans(extlocks.extension_roots(env), since=started)
+    return outcome
+
+
+def _op_progress(rec: Dict[str, object]) -> str:
+    op, state = rec.get("op"), rec.get("state")
+    if state == "loading":
+        return f"op {op}: loading (built on first use; not counted in the probe timeout)"
+    if state == "waiting":
+        return f"op {op}: waiting for another process's build ({rec.get('lock')})"
+    if state == "ready":
+        return f"op {op}: ready after {rec.get('seconds')} s"
+    return f"op {op}: {state}"
+
+
+def _last_op_record(log_path: Path) -> Dict[str, object]:
+    from autoplan.integrations.ds_ops import OP_PREFIX
+
+    records = [json.loads(line[len(OP_PREFIX):]) for line in log_path.read_text(errors="replace").splitlines()
+               if line.startswith(OP_PREFIX)] if log_path.exists() else []
+    return records[-1] if records else {}
+
+
+def prepare_failure(outcome: LaunchOutcome, build_timeout_s: float) -> str:
+    """Why the op preparation did not finish: the op and the deadline, or its error line."""
+    op = _last_op_record(Path(outcome.log_path)).get("op", "the engine's ops")
+    if outcome.timed_out:
+        return (f"building op {op} did not finish within --build-timeout={build_timeout_s:.0f} s (not a hang of "
+                f"the probe); raise --build-timeout or pre-build the ops (DS_BUILD_OPS=1 pip install deepspeed); "
+                f"log: {outcome.log_path}")
+    text = Path(outcome.log_path).read_text(errors="replace") if Path(outcome.log_path).exists() else ""
+    error = parse_log(text, "ds_train").error_line or exit_reason(outcome.returncode)
+    return f"building op {op} failed: {error}; log: {outcome.log_path}"
 
 
 def load_plan_file(path: Path) -> Plan:

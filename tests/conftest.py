@@ -51,3 +51,30 @@ def cluster(n=8, **kw) -> ClusterSpec:
 
 def workload(seq=2048, gbs=32) -> Workload:
     return Workload(seq_len=seq, global_batch_size=gbs)
+
+
+# --- Deadlines of timing-dependent tests --------------------------------------------------------------------------
+# A test that waits for processes (a probe, a launch, a kill) must not carry a deadline tuned to one machine: the
+# suite has to pass on a loaded 2-core host as on a fast one. `startup_s()` measures, once per test session, what a
+# probe rank pays before its first step on this machine as loaded as it is now: a fresh interpreter importing torch
+# and deepspeed. Deadlines are multiples of it (`deadline_s`), each multiple stated where it is used.
+import functools
+import subprocess
+import sys
+import time
+
+
+@functools.lru_cache(maxsize=None)
+def startup_s() -> float:
+    """Seconds for a fresh `python -c "import torch, deepspeed"` here, now (the slower of two runs)."""
+    runs = []
+    for _ in range(2):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch, deepspeed"], check=True, capture_output=True)
+        runs.append(time.monotonic() - start)
+    return max(runs)
+
+
+def deadline_s(startups: float, floor_s: float = 5.0) -> float:
+    """`startups` x startup_s(), at least floor_s (process start and signal delivery on an idle machine)."""
+    return max(floor_s, startups * startup_s())

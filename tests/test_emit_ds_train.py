@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from autoplan.integrations.deepspeed import emit_deepspeed
+from autoplan.integrations.extlocks import environment_root
 from engine_checks.plans import TINY, TINY_MOE, make_plan
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,9 @@ def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=600):
            "--model-json", str(tmp_path / "model.json"), "--seq-len", str(plan.workload.seq_len),
            "--iters", str(iters), *recompute]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    # This environment's own op-build folder, as probes use: the shared default one is rebuilt (and can be left
+    # locked) by other environments of the host (integrations/extlocks.py `environment_root`).
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                             start_new_session=True)
     try:

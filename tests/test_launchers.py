@@ -1,5 +1,8 @@
 """Launchers: local ranks, torchrun and Slurm (fake sbatch/squeue/sacct/scancel); hangs leave nothing running."""
 import os
+import signal
+import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -9,11 +12,12 @@ import pytest
 
 from autoplan.errors import InputError
 from autoplan.integrations.launchers import LaunchRequest, launch, torchrun_command
+from conftest import deadline_s
 
 FAKE_BIN = Path(__file__).parent / "fixtures" / "bin"
 
 PROGRAM = textwrap.dedent("""
-    import os, subprocess, sys, time
+    import os, socket, subprocess, sys, time
     mode, pid_dir = sys.argv[1], sys.argv[2]
     rank = int(os.environ.get("RANK", "0"))
     print(f"rank={rank} world={os.environ.get('WORLD_SIZE')}", flush=True)
@@ -23,6 +27,12 @@ PROGRAM = textwrap.dedent("""
         print("ValueError: injected failure", flush=True)
         sys.exit(3)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    # Local ranks: rank 0 holds the rendezvous port, as torch's env:// rank 0 does (under torchrun its agent does).
+    if rank == 0 and os.environ.get("MASTER_PORT") and "TORCHELASTIC_RUN_ID" not in os.environ:
+        server = socket.socket()
+        server.bind(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+        server.listen()
+        print(f"port={os.environ['MASTER_PORT']}", flush=True)
     with open(os.path.join(pid_dir, f"pids.{rank}"), "w") as f:
         f.write(f"{os.getpid()} {child.pid}")
     time.sleep(300)
@@ -51,6 +61,16 @@ def _request(tmp_path: Path, mode: str, nproc: int = 2) -> LaunchRequest:
     return LaunchRequest(script=str(script), args=[mode, str(tmp_path)], nproc_per_node=nproc, cwd=str(tmp_path))
 
 
+def _wait_for(check, timeout_s: float, what: str):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not within {timeout_s:.0f} s")
+
+
 def test_local_two_ranks_ok(tmp_path):
     out = launch("local", _request(tmp_path, "ok"), tmp_path / "run.log", timeout_s=30)
     assert out.returncode == 0 and not out.timed_out
@@ -61,7 +81,7 @@ def test_local_two_ranks_ok(tmp_path):
 def test_local_failure_kills_waiting_peer(tmp_path):
     out = launch("local", _request(tmp_path, "fail"), tmp_path / "run.log", timeout_s=60)
     assert out.returncode == 3 and not out.timed_out
-    assert out.wall_time_s < 30
+    assert out.wall_time_s < deadline_s(3)  # two interpreters start, one fails; the peer is killed at once
     time.sleep(0.2)
     assert _pids(tmp_path) and not any(_alive(p) for p in _pids(tmp_path))
 
@@ -73,6 +93,33 @@ def test_local_hang_killed_with_grandchildren(tmp_path):
     pids = _pids(tmp_path)
     assert len(pids) == 4  # two ranks, each with a sleeping child
     assert not any(_alive(p) for p in pids)
+
+
+LAUNCHER_PARENT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from autoplan.integrations.launchers import LaunchRequest, launch
+    req = LaunchRequest.model_validate_json(Path(sys.argv[1]).read_text())
+    launch("local", req, Path(sys.argv[2]), timeout_s=600)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_launcher_killed_leaves_no_rank_and_no_port(tmp_path, sig):
+    """The process that launched the ranks dies without cleaning up (SIGKILL, or SIGTERM with no handler): its
+    ranks, their children and the rendezvous port go with it."""
+    req_file = tmp_path / "req.json"
+    req_file.write_text(_request(tmp_path, "hang").model_dump_json())
+    parent = subprocess.Popen([sys.executable, "-c", LAUNCHER_PARENT, str(req_file), str(tmp_path / "run.log")])
+    pids = _wait_for(lambda: len(_pids(tmp_path)) == 4 and _pids(tmp_path), deadline_s(6), "two ranks started")
+    port = int(_wait_for(lambda: [line for line in (tmp_path / "run.log").read_text().splitlines()
+                                  if line.startswith("port=")], deadline_s(2), "port bound")[0][5:])
+    parent.send_signal(sig)
+    parent.wait(timeout=deadline_s(1))
+    # SIGTERM, a grace period for the ranks to exit (they do at once), then SIGKILL.
+    _wait_for(lambda: not any(_alive(p) for p in pids), deadline_s(2, floor_s=10.0), "every rank gone")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
 
 
 def test_local_rejects_several_nodes(tmp_path):

@@ -2,8 +2,10 @@
 Megatron-LM log excerpts (tests/fixtures/logs); plan-file loading; the probe CLI."""
 import json
 import os
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from autoplan.modelio import load_model
 from autoplan.results import Plan
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
+from conftest import deadline_s
 
 HERE = Path(__file__).parent
 LOGS = HERE / "fixtures" / "logs"
@@ -30,6 +33,12 @@ FAKE_PRETRAIN = textwrap.dedent("""
         with open(os.environ["FAKE_MEGATRON_LOG"]) as f:
             sys.stdout.write(f.read())
         sys.stdout.flush()
+        open("fake_rank0_logged", "w").close()
+    else:  # exit after rank 0 has logged, as Megatron's ranks fail together, however slow this machine is
+        while not os.path.exists("fake_rank0_logged"):
+            time.sleep(0.05)
+    if os.environ.get("FAKE_MEGATRON_SIGNAL"):  # a crash (SIGSEGV) or the OOM killer (SIGKILL) on every rank
+        os.kill(os.getpid(), int(os.environ["FAKE_MEGATRON_SIGNAL"]))
     if os.environ.get("FAKE_MEGATRON_HANG"):
         time.sleep(300)
     sys.exit(int(os.environ.get("FAKE_MEGATRON_EXIT", "0")))
@@ -94,9 +103,10 @@ def test_megatron_probe_failure_reports_error_line(tmp_path, fake_megatron, monk
 def test_megatron_probe_hang_is_killed(tmp_path, fake_megatron, monkeypatch):
     monkeypatch.setenv("FAKE_MEGATRON_LOG", str(LOGS / "megatron_issue756_mixtral.log"))
     monkeypatch.setenv("FAKE_MEGATRON_HANG", "1")
-    res = run_probe(tiny_plan(), engine="megatron", out_dir=tmp_path / "p", launcher="local", timeout_s=3)
+    timeout = deadline_s(2)  # rank 0 starts and prints its log well within it
+    res = run_probe(tiny_plan(), engine="megatron", out_dir=tmp_path / "p", launcher="local", timeout_s=timeout)
     assert res.status == "hung" and "timeout" in res.error
-    assert res.wall_time_s < 15
+    assert res.wall_time_s < timeout + deadline_s(1)  # the kill: SIGTERM ends the ranks at once
 
 
 def test_megatron_probe_needs_checkout(tmp_path, monkeypatch):
@@ -145,11 +155,9 @@ def test_plan_file_forms(tmp_path):
         load_plan_file(tmp_path / "missing.json")
 
 
-def _cli(args, env):
-    import subprocess
-
+def _cli(args, env, timeout=None):
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "probe", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout or deadline_s(20))
 
 
 def test_probe_cli_exit_codes(tmp_path, fake_megatron):
@@ -167,3 +175,117 @@ def test_probe_cli_exit_codes(tmp_path, fake_megatron):
     assert "oom: " in oom.stderr and "Traceback" not in oom.stderr
     bad = _cli([str(plan_file), "--engine", "jax"], env)
     assert bad.returncode == 2 and "valid engines" in bad.stderr
+
+
+@pytest.mark.parametrize("sig, name", [(11, "SIGSEGV"), (9, "SIGKILL")])
+def test_crashed_rank_names_the_signal(tmp_path, fake_megatron, monkeypatch, sig, name):
+    monkeypatch.setenv("FAKE_MEGATRON_LOG", str(LOGS / "megatron_issue756_mixtral.log"))
+    monkeypatch.setenv("FAKE_MEGATRON_SIGNAL", str(sig))
+    res = run_probe(tiny_plan(), engine="megatron", out_dir=tmp_path / "p", launcher="local", timeout_s=120)
+    assert res.status == "failed"
+    assert res.error.startswith(f"a rank was killed by {name}")
+    assert ("out-of-memory killer" in res.error) == (name == "SIGKILL")
+
+
+def test_result_written_atomically(tmp_path, monkeypatch):
+    """A write that dies half-way leaves the previous file whole and no temporary file."""
+    from autoplan import atomic
+
+    target = tmp_path / "probe_result.json"
+    atomic.write_text_atomic(target, '{"status": "ok"}\n')
+    assert target.read_text() == '{"status": "ok"}\n'
+
+    def die(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "fsync", die)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text_atomic(target, '{"status": "hung"' + " " * 100000)
+    assert target.read_text() == '{"status": "ok"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["probe_result.json"]
+
+
+def test_stale_extension_lock_found_and_orphans_cleared(tmp_path):
+    from autoplan.integrations import extlocks
+
+    root = tmp_path / "ext"
+    lock = root / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    assert extlocks.find_locks([root]) == [lock]
+    assert extlocks.is_stale(lock)
+    assert f"rm {lock}" in extlocks.stale_message(lock) and "\n" not in extlocks.stale_message(lock)
+    assert extlocks.clear_orphans([root], since=time.time()) == []  # older than the launch: reported, not removed
+    fresh = root / "cpu_adam" / "lock"
+    fresh.parent.mkdir()
+    fresh.touch()
+    assert not extlocks.is_stale(fresh)  # younger than SETTLE_S: its builder may be writing build.ninja
+    # A build in progress: a process works in the folder (as ninja does).
+    builder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=lock.parent)
+    try:
+        assert extlocks.is_stale(lock) is False
+        assert extlocks.clear_orphans([root], since=old) == [fresh]
+    finally:
+        builder.kill()
+        builder.wait()
+    assert lock.exists() and not fresh.exists()
+
+
+@pytest.mark.slow
+def test_deepspeed_probe_with_stale_build_lock_fails_fast_with_the_fix(tmp_path):
+    """A lock left by a killed build: the probe names it in one line with `rm` instead of waiting forever."""
+    ext = tmp_path / "ext"
+    lock = ext / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    old = time.time() - 3600
+    os.utime(lock, (old, old))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(tiny_plan().model_dump_json())
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(ext))
+    start = time.monotonic()
+    done = _cli([str(plan_file), "--engine", "deepspeed", "--launcher", "local", "--out", str(tmp_path / "p"),
+                 "--timeout", "600"], env, timeout=deadline_s(20))
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - start < deadline_s(6)  # the CLI, then one process that imports deepspeed
+    assert "Traceback" not in done.stderr
+    line = [x for x in done.stderr.splitlines() if x.startswith("autoplan: probe failed:")]
+    assert len(line) == 1 and f"rm {lock}" in line[0] and "stale torch extension-build lock" in line[0]
+
+
+@pytest.mark.slow
+def test_deepspeed_probe_killed_during_op_build_leaves_no_lock(tmp_path, monkeypatch):
+    """An op build that overruns its deadline is killed as a group; it is a failed build, not a hung probe, and
+    its lock is removed, so the next DeepSpeed start does not wait on it."""
+    import threading
+
+    ext = tmp_path / "ext"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    lock = ext / "deepspeed_shm_comm" / "lock"
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            if lock.exists():
+                seen.append(True)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    lines = []
+    try:
+        # Long enough to import deepspeed and start compiling (the lock appears), far too short for the compile.
+        res = run_probe(tiny_plan(), engine="deepspeed", out_dir=tmp_path / "p", launcher="local", iters=4,
+                        warmup=1, timeout_s=600, build_timeout_s=deadline_s(4), log=lines.append)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen, "the build never started, so nothing was tested"
+    assert res.status == "failed"
+    assert res.error.startswith("building op deepspeed_shm_comm did not finish within --build-timeout=")
+    assert not lock.exists()
+    assert any("deepspeed_shm_comm: loading" in x for x in lines)
+    assert json.loads((tmp_path / "p" / "probe_result.json").read_text())["status"] == "failed"

@@ -3,6 +3,7 @@ to hang. Megatron: real launches of a stand-in pretrain_gpt.py that replays a re
 needs CUDA; real Megatron probes are not run here); two workers share one sqlite study concurrently."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import deadline_s
 from test_probe import FAKE_PRETRAIN
 
 HERE = Path(__file__).parent
@@ -17,7 +19,15 @@ TINY = HERE / "data" / "tiny.json"
 LOGS = HERE / "fixtures" / "logs"
 
 
-def _tune(args, cwd, env=None, timeout=300):
+# A tiny DeepSpeed probe on 2 CPU ranks: torchrun and both ranks import torch and deepspeed on 2 cores, start gloo,
+# load the op, build the model and run a few iterations; an ok one took up to 7.9 start-ups on a loaded host
+# (README "Probes: op builds, stale locks, interrupts"). Twice that is its hang deadline: an ok probe finishes
+# within it, a hung one is killed at it.
+PROBE_STARTUPS = 16
+
+
+def _tune(args, cwd, env=None, timeout=None):
+    timeout = timeout or deadline_s(200)  # a safety net only: every probe has its own deadline
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "tune", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -41,12 +51,9 @@ def test_deepspeed_tune_with_failing_and_hanging_probes_then_resume(tmp_path):
     env = dict(os.environ, AUTOPLAN_TUNE_FAULTS="1:fail,2:hang")
     args = ["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
             "--engine", "deepspeed", "--trials", "4", "--storage", "sqlite:///study.db", "--out", "out",
-            "--probe-timeout", "30", "--json"]
-    start = time.monotonic()
+            "--probe-timeout", str(round(deadline_s(PROBE_STARTUPS))), "--json"]
     done = _tune(args, tmp_path, env)
-    elapsed = time.monotonic() - start
     assert done.returncode == 0, done.stderr[-3000:]
-    assert elapsed < 300
     report = json.loads(done.stdout)
     assert [t["status"] for t in report["trials"]] == ["ok", "failed", "hung", "ok"]
     assert "AUTOPLAN_FAULT=fail" in report["trials"][1]["reason"]
@@ -81,7 +88,7 @@ def test_megatron_tune_two_concurrent_workers_share_sqlite(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "autoplan.cli.main", "tune", *args, "--out", f"w{i}"],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
+    outs = [p.communicate(timeout=deadline_s(100)) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     import optuna
 
@@ -93,3 +100,100 @@ def test_megatron_tune_two_concurrent_workers_share_sqlite(tmp_path):
     assert {round(t.user_attrs["measured_step_time_s"], 4) for t in study.trials
             if t.user_attrs.get("status")} == {5.5338}
     assert (tmp_path / "w0" / "best" / "megatron_args.txt").exists()
+
+
+def _megatron_env(tmp_path, **extra):
+    root = tmp_path / "Megatron-LM"
+    root.mkdir(exist_ok=True)
+    (root / "pretrain_gpt.py").write_text(FAKE_PRETRAIN)
+    return root, dict(os.environ, MEGATRON_LM=str(root), FAKE_MEGATRON_LOG=str(LOGS / "megatron_issue756_mixtral.log"),
+                      **extra)
+
+
+MT_ARGS = ["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
+           "--engine", "megatron", "--storage", "sqlite:///study.db", "--launcher", "local", "--iters", "10",
+           "--warmup", "2", "--probe-timeout", "600", "--out", "out"]
+
+
+def _wait_for(check, timeout_s, what):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not within {timeout_s:.0f} s")
+
+
+def _trials(tmp_path):
+    import optuna
+
+    return optuna.load_study(study_name="autoplan-tune", storage=f"sqlite:///{tmp_path / 'study.db'}").trials
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_tune_stopped_during_a_probe_then_resumed(tmp_path, sig):
+    """Stopped while its first probe hangs: nothing it started survives; the trial is recorded FAIL (at once, or
+    for SIGKILL when the next worker finds the process gone); the resumed study keeps it and goes on."""
+    root, env = _megatron_env(tmp_path, FAKE_MEGATRON_HANG="1")
+    worker = subprocess.Popen([sys.executable, "-m", "autoplan.cli.main", "tune", *MT_ARGS, "--trials", "3"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: len(_processes_mentioning(str(root))) == 2, deadline_s(20), "the probe's two ranks")
+    worker.send_signal(sig)
+    _, err = worker.communicate(timeout=deadline_s(4))
+    _wait_for(lambda: not _processes_mentioning(str(root)), deadline_s(2, floor_s=10.0), "every rank gone")
+    if sig != signal.SIGKILL:
+        assert worker.returncode == 130 and "Traceback" not in err, err
+        assert err.strip().splitlines()[-1] == "autoplan: interrupted; every process it started was stopped"
+        first = _trials(tmp_path)[0]
+        assert first.state.name == "FAIL" and first.user_attrs["reason"] == f"worker interrupted ({sig.name})"
+    resumed = _tune([*MT_ARGS, "--trials", "1", "--json"], tmp_path, {k: v for k, v in env.items()
+                                                                       if k != "FAKE_MEGATRON_HANG"})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    report = json.loads(resumed.stdout)
+    assert [t["status"] for t in report["trials"]] == ["failed", "ok"]
+    reason = report["trials"][0]["reason"]
+    assert ("stopped before the probe ended" in reason) if sig == signal.SIGKILL else ("interrupted" in reason)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_tune_with_unreadable_storage_is_bad_input(tmp_path, damage):
+    db = tmp_path / "study.db"
+    if damage == "garbage":
+        db.write_bytes(b"not a database " * 200)
+    else:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(storage=f"sqlite:///{db}", study_name="autoplan-tune")
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=5)
+        db.write_bytes(db.read_bytes()[: db.stat().st_size // 3])
+    done = _tune(["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
+                  "--engine", "deepspeed", "--trials", "1", "--storage", "sqlite:///study.db", "--out", "out"],
+                 tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autoplan: error: --storage 'sqlite:///study.db' is not a "
+                                                   "readable Optuna database (")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_deepspeed_tune_on_a_machine_without_built_ops(tmp_path):
+    """No DeepSpeed op built yet (an empty extensions folder): the first-use build runs before the probe is timed,
+    under its own deadline, so a hang deadline far shorter than the build still gives a measured probe."""
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))
+    args = ["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
+            "--engine", "deepspeed", "--trials", "1", "--out", "out", "--iters", "4", "--warmup", "1",
+            "--probe-timeout", str(round(deadline_s(PROBE_STARTUPS))), "--json"]
+    done = _tune(args, tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert [t["status"] for t in report["trials"]] == ["ok"]
+    assert report["trials"][0]["measured_tokens_per_s_per_gpu"] > 0
+    assert "op deepspeed_shm_comm: ready after" in done.stderr
+    assert (tmp_path / "ext" / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists()
+    assert not list((tmp_path / "ext").glob("*/lock"))
+    result = json.loads((tmp_path / "out" / "trials" / "trial-000" / "probe_result.json").read_text())
+    assert result["build_time_s"] > 0

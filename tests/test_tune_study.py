@@ -32,7 +32,8 @@ class FakeProbe:
         self.mem_factor = mem_factor
         self.lock = threading.Lock()
 
-    def __call__(self, plan, *, engine, out_dir, iters, warmup, launcher, timeout_s, fault=None):
+    def __call__(self, plan, *, engine, out_dir, iters, warmup, launcher, timeout_s, fault=None, build_timeout_s=None,
+                 log=None):
         with self.lock:
             self.calls.append((plan.strategy.label(), fault))
         est = plan.estimate

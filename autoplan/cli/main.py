@@ -1,9 +1,12 @@
 """Entry point: builds the typer app from the command modules and maps errors to exit codes.
 
-Exit codes: 0 ok, 1 no feasible plan, 2 bad input (one line on stderr, no traceback), 3 probe failure."""
+Exit codes: 0 ok, 1 no feasible plan, 2 bad input (one line on stderr, no traceback), 3 probe failure, 130
+interrupted (SIGINT or SIGTERM: both unwind through the commands' cleanup, which ends every process a probe
+started and records a running tune trial as failed)."""
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
@@ -46,10 +49,21 @@ def build_app() -> typer.Typer:
     return app
 
 
+INTERRUPTED = 130
+INTERRUPTED_MESSAGE = "autoplan: interrupted; every process it started was stopped"
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv=None) -> None:
     build_app()
+    signal.signal(signal.SIGTERM, _interrupt)  # as SIGINT: unwind, so that cleanup runs
     try:
         code = app(args=argv, standalone_mode=False)
+        if code == INTERRUPTED:  # typer turns KeyboardInterrupt (SIGINT, and SIGTERM here) into Exit(130)
+            print(INTERRUPTED_MESSAGE, file=sys.stderr)
         if isinstance(code, int) and code:
             sys.exit(code)
     except InputError as e:
@@ -89,7 +103,8 @@ def _usage_exit_code(e: Exception) -> int:
         return 2
     aborts = (typer.Abort,) + tuple(getattr(m, "Abort") for m in modules if hasattr(m, "Abort"))
     if isinstance(e, aborts):
-        return 130
+        print(INTERRUPTED_MESSAGE, file=sys.stderr)
+        return INTERRUPTED
     raise e
 
 if __name__ == "__main__":

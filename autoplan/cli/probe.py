@@ -14,8 +14,8 @@ from rich.table import Table
 from autoplan.cli.console import console as _console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
-from autoplan.integrations.probe import (DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP, ENGINES, ProbeResult,
-                                         load_plan_file, run_probe)
+from autoplan.integrations.probe import (DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP,
+                                         ENGINES, ProbeResult, load_plan_file, run_probe)
 
 
 def _table(res: ProbeResult) -> Table:
@@ -38,6 +38,9 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
           warmup: int = typer.Option(DEFAULT_WARMUP, "--warmup", help="Leading iterations left out of the median."),
           launcher: str = typer.Option("torchrun", "--launcher", help="local, torchrun or slurm."),
           timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds before a hang is killed."),
+          build_timeout: float = typer.Option(DEFAULT_BUILD_TIMEOUT_S, "--build-timeout",
+                                              help="Seconds allowed for building the engine's ops before the "
+                                                   "timed run (not part of --timeout)."),
           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the probe files and log."),
           as_json: bool = typer.Option(False, "--json", help="Print the ProbeResult as JSON.")) -> None:
     """Emit the plan's probe files, train a few iterations, report measured vs predicted."""
@@ -47,8 +50,10 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     plan = load_plan_file(plan_file)
     out_dir = out or Path(tempfile.mkdtemp(prefix="autoplan-probe-"))
+    progress = Console(stderr=True)
     res = run_probe(plan, engine=engine, out_dir=out_dir, iters=iters, warmup=warmup, launcher=launcher,
-                    timeout_s=timeout)
+                    timeout_s=timeout, build_timeout_s=build_timeout,
+                    log=lambda s: progress.print(s, highlight=False, markup=False))
     if as_json:
         print(json.dumps(res.model_dump(), indent=2))
     else:

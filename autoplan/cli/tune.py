@@ -19,6 +19,7 @@ from autoplan.clusterio import load_cluster
 from autoplan.cli.console import console as _console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
+from autoplan.integrations.probe import DEFAULT_BUILD_TIMEOUT_S
 from autoplan.modelio import load_model
 from autoplan.numerics import PRECISION_HELP
 from autoplan.solvers.space import Problem
@@ -43,6 +44,9 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          warmup: int = typer.Option(2, "--warmup", help="Leading iterations of each probe left out."),
          launcher: str = typer.Option("torchrun", "--launcher", help="local, torchrun or slurm."),
          probe_timeout: float = typer.Option(600.0, "--probe-timeout", help="Seconds before a probe counts as hung."),
+         build_timeout: float = typer.Option(DEFAULT_BUILD_TIMEOUT_S, "--build-timeout",
+                                             help="Seconds allowed for building the engine's ops before each timed "
+                                                  "probe (not part of --probe-timeout)."),
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
@@ -53,7 +57,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
-                      probe_timeout_s=probe_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
+                      probe_timeout_s=probe_timeout, build_timeout_s=build_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
     if as_json:
         print(json.dumps(report.model_dump(), indent=2))
     else:

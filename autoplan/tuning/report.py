@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoplan.atomic import write_text_atomic
 from autoplan.results import Plan
 from autoplan.solvers.space import Problem
 from autoplan.tuning.calibration import Corrections
@@ -68,7 +69,9 @@ def _err(pred: Optional[float], measured: Optional[float]) -> Optional[float]:
 
 def trial_record(t: optuna.trial.FrozenTrial, cand: Optional[Candidate]) -> TrialRecord:
     a = t.user_attrs
-    status = a.get("status") or ("pruned" if t.state == optuna.trial.TrialState.PRUNED else t.state.name.lower())
+    # A trial whose probe never finished (worker interrupted or killed) is FAIL with a reason but no probe status.
+    status = a.get("status") or {optuna.trial.TrialState.PRUNED: "pruned",
+                                 optuna.trial.TrialState.FAIL: "failed"}.get(t.state, t.state.name.lower())
     return TrialRecord(
         number=t.number, label=cand.strategy.label() if cand else a.get("label", "?"),
         strategy=cand.strategy.to_dict() if cand else {}, status=status, reason=a.get("reason"), log=a.get("log"),
@@ -96,7 +99,7 @@ def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
 
         files = emit_megatron(plan)
     write_files(files, best_dir)
-    (best_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
+    write_text_atomic(best_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")
     return best_dir
 
 
@@ -123,8 +126,7 @@ def build_report(problem: Problem, study: optuna.Study, candidates: List[Candida
         runnable=len(candidates), trials=records, pruned=[p.model_dump() for p in pruned],
         corrections=corr.model_dump(), best=best, probe_time_s=sum(r.probe_wall_s or 0.0 for r in records),
         wall_time_s=wall_time_s)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "tune_report.json").write_text(json.dumps(report.model_dump(), indent=2) + "\n")
+    write_text_atomic(out_dir / "tune_report.json", json.dumps(report.model_dump(), indent=2) + "\n")
     return report
 
 

@@ -12,6 +12,12 @@ Order of work for one worker:
    the measured tokens/s/GPU (COMPLETE) or FAIL. Failures, OOMs and hangs never stop the study.
 4. Refit the correction factors on every finished probe of the study and re-rank what is left.
 
+Stopping a worker loses no finished trial: Optuna commits each trial's result as it is told. A worker that is
+interrupted (SIGINT, SIGTERM) records its running trial as FAIL with the reason before it exits; one that is
+killed outright (SIGKILL) leaves it RUNNING with its `worker` (host:pid) recorded, and the next worker on that
+host marks it FAIL as soon as it finds that process gone (any worker does once the trial is older than a probe
+can last). A storage that is not a readable database (corrupted, truncated) is bad input: one line, exit 2.
+
 Testing hook: `AUTOPLAN_TUNE_FAULTS="1:fail,2:hang"` injects a fault into the probes of those trial numbers
 (`AUTOPLAN_FAULT` for ds_train.py); it exists to test failure handling and must not be set in real use.
 """
@@ -21,6 +27,7 @@ import contextlib
 import datetime
 import fcntl
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -28,9 +35,9 @@ from typing import Callable, Dict, List, Optional
 
 import optuna
 
-from autoplan.errors import InputError
+from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LauncherName
-from autoplan.integrations.probe import ProbeResult, run_probe
+from autoplan.integrations.probe import DEFAULT_BUILD_TIMEOUT_S, ProbeResult, run_probe
 from autoplan.solvers.space import Problem
 from autoplan.tuning.calibration import Corrections, corrected_step_time, fit_corrections
 from autoplan.tuning.candidates import Candidate, Pruned, build_candidates, capacity_gib, fit_reason, plan_of
@@ -69,6 +76,26 @@ def open_study(storage: Optional[str], study_name: str, seed: int, attempts: int
                 raise
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def storage_errors(storage: Optional[str]):
+    """A storage that is not a readable database (corrupted or truncated file) is bad input, said in one line.
+    Lock contention (OperationalError, a subclass) is not caught here: open_study retries it."""
+    from sqlalchemy.exc import DatabaseError, OperationalError
+
+    try:
+        yield
+    except DatabaseError as e:
+        if isinstance(e, OperationalError):
+            raise
+        cause = str(getattr(e, "orig", e)).splitlines()[0]
+        raise InputError(f"--storage {storage!r} is not a readable Optuna database ({cause}); move the file aside "
+                         f"(or restore it from a copy) and pass it again, or pass another --storage") from None
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def tried_keys(study: optuna.Study) -> Dict[str, optuna.trial.FrozenTrial]:
@@ -136,9 +163,20 @@ def record_probe(trial: optuna.trial.Trial, cand: Candidate, corrected_s: float,
 
 def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[str] = None,
              study_name: str = "autoplan-tune", budget_minutes: float = 60.0, iters: int = 6, warmup: int = 2,
-             launcher: LauncherName = "torchrun", probe_timeout_s: float = 600.0, seeds: int = DEFAULT_SEEDS,
+             launcher: LauncherName = "torchrun", probe_timeout_s: float = 600.0,
+             build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S, seeds: int = DEFAULT_SEEDS,
              seed: int = 0, log: Callable[[str], None] = lambda s: None) -> TuneReport:
     """Run up to `trials` probes in this worker (or until the budget or the candidates run out)."""
+    with storage_errors(storage):
+        return _run_tune(problem, trials=trials, out_dir=out_dir, storage=storage, study_name=study_name,
+                         budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
+                         probe_timeout_s=probe_timeout_s, build_timeout_s=build_timeout_s, seeds=seeds, seed=seed,
+                         log=log)
+
+
+def _run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[str], study_name: str,
+              budget_minutes: float, iters: int, warmup: int, launcher: LauncherName, probe_timeout_s: float,
+              build_timeout_s: float, seeds: int, seed: int, log: Callable[[str], None]) -> TuneReport:
     if trials <= 0:
         raise InputError(f"--trials={trials} must be > 0")
     if budget_minutes <= 0:
@@ -157,7 +195,7 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
     probes = 0
     choices = sorted(by_key)
     while probes < trials and time.monotonic() - start < budget_minutes * 60:
-        fail_stale_trials(study, stale_after_s=probe_timeout_s + STALE_MARGIN_S)
+        fail_stale_trials(study, stale_after_s=probe_timeout_s + build_timeout_s + STALE_MARGIN_S)
         corr = current_corrections(study, by_key)
         with claim_lock(storage):  # one worker at a time takes the next plan (SQLite has no row locks)
             if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
@@ -181,9 +219,19 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
         corrected = corrected_step_time(cand.estimate, corr)
         log(f"trial {trial.number}: probing {cand.strategy.label()} (predicted {cand.estimate.step_time_s:.4f} s, "
             f"corrected {corrected:.4f} s)")
-        res = run_probe(plan_of(problem, cand), engine=problem.engine,
-                        out_dir=out_dir / "trials" / f"trial-{trial.number:03d}", iters=iters, warmup=warmup,
-                        launcher=launcher, timeout_s=probe_timeout_s, fault=faults.get(trial.number))
+        trial.set_user_attr("worker", worker_id())
+        try:
+            res = run_probe(plan_of(problem, cand), engine=problem.engine,
+                            out_dir=out_dir / "trials" / f"trial-{trial.number:03d}", iters=iters, warmup=warmup,
+                            launcher=launcher, timeout_s=probe_timeout_s, fault=faults.get(trial.number),
+                            build_timeout_s=build_timeout_s, log=log)
+        except BaseException as e:  # interrupted, or a stale build lock: record why, then stop the worker
+            reason = (str(e) if isinstance(e, ProbeFailure) else
+                      f"worker interrupted ({str(e) or 'SIGINT'})" if isinstance(e, KeyboardInterrupt) else
+                      f"worker stopped by {type(e).__name__}: {e}")
+            trial.set_user_attr("reason", reason)
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            raise
         probes += 1
         record_probe(trial, cand, corrected, res)
         log(f"trial {trial.number}: {res.status}"
@@ -219,13 +267,31 @@ def claim_lock(storage: Optional[str]):
 
 
 def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> None:
-    """Mark FAIL the RUNNING trials older than a probe can last: their worker died (a resumed study would
-    otherwise treat those strategies as taken forever)."""
+    """Mark FAIL the RUNNING trials whose worker died: at once when the worker ran on this host and its process is
+    gone, else once the trial is older than a probe can last (a resumed study would otherwise treat those
+    strategies as taken forever)."""
     now = datetime.datetime.now()
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if t.datetime_start and (now - t.datetime_start).total_seconds() > stale_after_s:
-            study._storage.set_trial_user_attr(t._trial_id, "reason", "worker stopped before the probe ended")
+        gone = _worker_gone(t.user_attrs.get("worker"))
+        if gone or (t.datetime_start and (now - t.datetime_start).total_seconds() > stale_after_s):
+            reason = f"worker {t.user_attrs['worker']} stopped before the probe ended" if gone else \
+                "worker stopped before the probe ended"
+            study._storage.set_trial_user_attr(t._trial_id, "reason", reason)
             study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def _worker_gone(worker: Optional[str]) -> bool:
+    """Whether `host:pid` names a process of this host that no longer exists."""
+    host, _, pid = (worker or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _already_tried(study: optuna.Study, trial: optuna.trial.Trial, key: str) -> bool:
