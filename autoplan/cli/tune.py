@@ -41,7 +41,9 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          launcher: str = typer.Option("torchrun", "--launcher", help="local, torchrun or slurm."),
          probe_timeout: float = typer.Option(600.0, "--probe-timeout", help="Seconds before a probe counts as hung."),
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
-         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+         html: Optional[str] = typer.Option(None, "--report", help="Write an HTML report: measured vs predicted.")
+         ) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
@@ -51,6 +53,10 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
                       probe_timeout_s=probe_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
+    if html:
+        from autoplan.report.write import write_tune_report
+
+        write_tune_report(html, report)
     if as_json:
         print(json.dumps(report.model_dump(), indent=2))
     else:

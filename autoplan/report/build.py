@@ -11,7 +11,7 @@ from autoplan.report.page import Page, Section
 from autoplan.report.timeline import Timeline, timeline_of
 from autoplan.results import Estimate, Plan
 
-FRONT_POINTS = 4000  # candidates drawn on the trade-off front at most (a seeded sample beyond, front kept)
+FRONT_POINTS = 2500  # candidates drawn on the trade-off front at most (a seeded sample beyond, front kept)
 
 
 def headline(est: Estimate) -> str:
@@ -106,7 +106,6 @@ def family(lay, i: int) -> str:
 def front_points(problem, profile=None, limit: int = FRONT_POINTS, seed: int = 0) -> Dict[str, List[dict]]:
     """Throughput and peak memory of the legal candidates of `problem` (solvers/space.py), priced by the cost
     model; beyond `limit`, a seeded sample plus every candidate on the front. Family -> points."""
-    from autoplan.costmodel.flops import model_flops_per_token  # noqa: F401  (keeps the import order stable)
     from autoplan.costmodel.hardware import GIB
     from autoplan.solvers.api import price
     from autoplan.solvers.space import enumerate_grid

@@ -129,7 +129,7 @@ def front_figure(points: Dict[str, List[dict]], marked: Sequence[dict], capacity
     ({role, label, peak_gib, tokens_per_s_per_gpu}: winner, runner-up, baseline)."""
     fig = go.Figure()
     for family, pts in points.items():
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             name=family, mode="markers", x=[p["peak_gib"] for p in pts], y=[p["tokens_per_s_per_gpu"] for p in pts],
             marker=dict(size=5, opacity=0.55), hovertext=[p["label"] for p in pts], hoverinfo="text+x+y"))
     front = pareto([p for pts in points.values() for p in pts if p["peak_gib"] <= capacity_gib])

@@ -44,8 +44,8 @@ th { background: #f5f5f5; text-align: left; } td.num { text-align: right; font-v
 ul { margin: 4px 0; padding-left: 20px; font-size: 14px; }
 """
 
-# Draw every figure, then count each trace's marks as rendered in the SVG (bars and scatter points; WebGL traces
-# by their data, which the canvas does not expose) into window.autoplanCharts.
+# Draw every figure, then count each trace's marks as rendered in the SVG into window.autoplanCharts: bars and
+# scatter points, and a drawn line as one mark.
 SCRIPT = """
 (function () {
   var figures = %s;
@@ -58,10 +58,8 @@ SCRIPT = """
       var d = g.__data__, name = d && d[0] && d[0].trace ? d[0].trace.name : null;
       if (name === null) return;
       var n = g.querySelectorAll('g.point path, path.point').length;
+      g.querySelectorAll('path.js-line').forEach(function (p) { if (p.getAttribute('d')) n += 1; });
       out[name] = (out[name] || 0) + n;
-    });
-    (gd._fullData || []).forEach(function (t) {
-      if (t.type === 'scattergl' && !(t.name in out)) out[t.name] = (t.x || []).length;
     });
     return out;
   }
