@@ -26,8 +26,10 @@ MS = 1e3
 
 
 def _layout(fig: go.Figure, title: str, height: int, **kw) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left"), height=height, template="plotly_white",
-                      margin=dict(l=70, r=20, t=50, b=45), legend=dict(orientation="h", y=-0.18), **kw)
+    fig.update_layout(title=dict(text=title, x=0.0, xanchor="left", y=1.0, yanchor="top", yref="container",
+                                 pad=dict(t=8)),
+                      height=height, template="plotly_white", margin=dict(l=70, r=20, t=78, b=45),
+                      legend=dict(orientation="h", x=0.0, y=1.0, yanchor="bottom"), **kw)
     return fig
 
 
@@ -79,7 +81,7 @@ def timeline_figure(tl: Timeline, title: str = "Pipeline timeline") -> go.Figure
     fig.add_vline(x=tl.step_time_s * MS, line=dict(color="black", dash="dot", width=1))
     return _layout(fig, f"{title}: {tl.step_time_s:.3f} s per step ({tl.num_microbatches} micro-batches, "
                         f"pp {tl.pp}{f', {tl.vpp} chunks per rank' if tl.vpp > 1 else ''})",
-                   height=140 + 38 * tl.pp, barmode="overlay", xaxis_title="ms from the step's start",
+                   height=170 + 38 * tl.pp, barmode="overlay", xaxis_title="ms from the step's start",
                    yaxis=dict(autorange="reversed"))
 
 
@@ -148,7 +150,9 @@ def front_figure(points: Dict[str, List[dict]], marked: Sequence[dict], capacity
                 hovertext=[f"{role}: {p['label']}" for p in pts], hoverinfo="text+x+y"))
     fig.add_vline(x=capacity_gib, line=dict(color="black", dash="dot", width=1),
                   annotation_text="capacity", annotation_position="top right")
-    return _layout(fig, title, height=460, xaxis_title="peak memory per GPU, GiB", yaxis_title="tokens/s per GPU")
+    # Opens on the candidates up to twice the capacity (those far beyond are a zoom-out away).
+    return _layout(fig, title, height=460, xaxis=dict(title="peak memory per GPU, GiB", range=[0, 2 * capacity_gib]),
+                   yaxis_title="tokens/s per GPU")
 
 
 def pareto(points: List[dict]) -> List[dict]:
