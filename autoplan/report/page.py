@@ -49,7 +49,7 @@ ul { margin: 4px 0; padding-left: 20px; font-size: 14px; }
 SCRIPT = """
 (function () {
   var figures = %s;
-  var config = {displaylogo: false, responsive: true,
+  var config = {displaylogo: false, responsive: true, displayModeBar: 'hover',
                 toImageButtonOptions: {format: 'png', scale: 2}};
   window.autoplanCharts = {};
   function count(gd) {

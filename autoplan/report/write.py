@@ -55,10 +55,13 @@ def search_notes(result) -> list:
 
 def write_plan_report(path: str, result, problem, baseline: Optional[Plan] = None, profile=None) -> Path:
     """`plan --report`: the winner's timeline and memory, the search's front, the top plans' breakdown, notes."""
+    from dataclasses import replace
+
     check_path(path)
     best = result.plans[0]
+    space = replace(problem, cluster=best.cluster)  # --objective cost: the size the winner runs on
     page = plan_page(best, engine=problem.engine, profile=profile, headroom=problem.mem_headroom,
-                     front=front_points(problem, profile), runners_up=result.plans[1:], baseline=baseline,
+                     front=front_points(space, profile), runners_up=result.plans[1:], baseline=baseline,
                      notes=search_notes(result))
     return write_page(path, page)
 
