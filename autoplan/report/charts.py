@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 import plotly.graph_objects as go
 
 from autoplan.costmodel.evaluate import MEMORY_KEYS, TIME_KEYS
-from autoplan.report.timeline import PASS_PARTS, Timeline
+from autoplan.report.timeline import Timeline
 
 # One colour per term, shared by every chart (Plotly's default qualitative palette, D3 "category10", plus greys).
 COLOURS = {
@@ -219,4 +219,4 @@ def trial_memory_figure(trials: Sequence[dict], title: str = "Measured vs predic
 
 
 __all__ = ["timeline_figure", "memory_figure", "front_figure", "breakdown_figure", "tune_figure",
-           "trial_memory_figure", "pareto", "PASS_PARTS"]
+           "trial_memory_figure", "pareto"]

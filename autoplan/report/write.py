@@ -9,8 +9,7 @@ from typing import Optional, Sequence
 
 from autoplan.errors import InputError
 from autoplan.report import charts
-from autoplan.report.build import checked_timeline, front_points, headline, plan_page, plan_title, \
-    timeline_sections, tune_page
+from autoplan.report.build import checked_timeline, front_points, headline, plan_page, plan_title, tune_page
 from autoplan.report.compare import Comparison
 from autoplan.report.inputs import Saved
 from autoplan.report.page import Page, Section, render
@@ -143,4 +142,4 @@ def _empty(title: str):
 
 
 __all__ = ["write_page", "write_plan_report", "write_estimate_report", "write_tune_report", "saved_page",
-           "compare_page", "timeline_sections"]
+           "compare_page"]
