@@ -48,7 +48,8 @@ def checked_timeline(plan: Plan, *, engine: str = "megatron", profile=None) -> t
 def timeline_sections(plan: Plan, tl: Timeline, prefix: str, headroom: float = 0.0) -> List[Section]:
     est = plan.estimate
     return [
-        Section("Pipeline timeline", charts=[(f"{prefix}timeline", charts.timeline_figure(tl))],
+        Section("Pipeline timeline", charts=[(f"{prefix}timeline", charts.timeline_figure(
+            tl, priced_s=est.step_time_s))],
                 note="Each rank's forward (blue) and backward (orange) passes in Megatron's order, a lighter shade "
                      "per later model chunk; red marks exposed TP/CP/EP/PP communication and brown recompute inside "
                      "a pass, grey the idle time (the bubble); the exposed DP communication and the optimizer step "

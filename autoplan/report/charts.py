@@ -40,10 +40,11 @@ def _pass_hover(s, vpp: int) -> str:
             f"{s.end_s * MS:.1f} ms<br>{parts}")
 
 
-def timeline_figure(tl: Timeline, title: str = "Pipeline timeline") -> go.Figure:
+def timeline_figure(tl: Timeline, title: str = "Pipeline timeline", priced_s: Optional[float] = None) -> go.Figure:
     """Horizontal bars per pipeline rank: forward and backward passes (a shade per model chunk), the exposed
     communication and recompute inside each pass, the idle time before the last backward ends (the bubble), then
-    the exposed data-parallel communication and the optimizer step. Times in ms."""
+    the exposed data-parallel communication and the optimizer step. Times in ms; `priced_s`, the estimate's step
+    time, is named in the title where the drawn step differs from it."""
     fig = go.Figure()
     ranks = [f"rank {r}" for r in range(tl.pp)]
     for kind in ("forward", "backward"):
@@ -81,7 +82,8 @@ def timeline_figure(tl: Timeline, title: str = "Pipeline timeline") -> go.Figure
                 x=[s.duration_s * MS for s in segs], marker=dict(color=COLOURS[kind]),
                 hovertext=[f"rank {s.rank}: {kind} {s.duration_s * MS:.2f} ms" for s in segs], hoverinfo="text"))
     fig.add_vline(x=tl.step_time_s * MS, line=dict(color="black", dash="dot", width=1))
-    return _layout(fig, f"{title}: {tl.step_time_s:.3f} s per step ({tl.num_microbatches} micro-batches, "
+    priced = f" (priced {priced_s:.3f} s)" if priced_s and abs(priced_s / tl.step_time_s - 1) > 1e-3 else ""
+    return _layout(fig, f"{title}: {tl.step_time_s:.3f} s per step{priced} ({tl.num_microbatches} micro-batches, "
                         f"pp {tl.pp}{f', {tl.vpp} chunks per rank' if tl.vpp > 1 else ''})",
                    height=170 + 38 * tl.pp, barmode="overlay", xaxis_title="ms from the step's start",
                    yaxis=dict(autorange="reversed"))

@@ -122,7 +122,8 @@ def compare_page(items: Sequence[Saved], comp: Comparison, *, engine: str = "meg
             timelines.append((f"p{i}timeline", _empty(f"{s.name}: no timeline (an estimate file)")))
         else:
             tl, mismatch = checked_timeline(s.plan, engine=engine)
-            timelines.append((f"p{i}timeline", charts.timeline_figure(tl, title=s.name)))
+            timelines.append((f"p{i}timeline", charts.timeline_figure(tl, title=s.name,
+                                                                      priced_s=s.estimate.step_time_s)))
             notes += [f"{s.name}: {mismatch}"] if mismatch else []
         memories.append((f"p{i}memory", charts.memory_figure([m.model_dump() for m in s.estimate.stage_memory],
                                                              s.estimate.capacity_gib, title=f"{s.name}: memory")))
