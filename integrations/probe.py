@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoplan.atomic import write_text_atomic
+from autoplan import fileio
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations import extlocks
 from autoplan.integrations.launchers import LaunchOutcome, LaunchRequest, LauncherName, launch, run_group
@@ -104,9 +104,8 @@ class ProbeProgram(BaseModel):
 
 
 def write_files(files: Dict[str, str], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        write_text_atomic(out_dir / name, text, mode=0o755 if name.endswith(".sh") else None)
+    fileio.write_files({out_dir / name: text for name, text in files.items()},
+                       executable=[out_dir / name for name in files if name.endswith(".sh")])
 
 
 def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optional[str] = None) -> ProbeProgram:
@@ -272,7 +271,7 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
 
 
 def _save(result: ProbeResult, out_dir: Path) -> ProbeResult:
-    write_text_atomic(out_dir / "probe_result.json", json.dumps(result.model_dump(), indent=2) + "\n")
+    fileio.write_text(out_dir / "probe_result.json", json.dumps(result.model_dump(), indent=2) + "\n")
     return result
 
 

@@ -106,7 +106,7 @@ def test_megatron_probe_hang_is_killed(tmp_path, fake_megatron, monkeypatch):
     timeout = deadline_s(2)  # rank 0 starts and prints its log well within it
     res = run_probe(tiny_plan(), engine="megatron", out_dir=tmp_path / "p", launcher="local", timeout_s=timeout)
     assert res.status == "hung" and "timeout" in res.error
-    assert res.wall_time_s < timeout + deadline_s(1)  # the kill: SIGTERM ends the ranks at once
+    assert res.wall_time_s < timeout + deadline_s(4)  # the kill ends the ranks promptly (bounded, load-scaled)
 
 
 def test_megatron_probe_needs_checkout(tmp_path, monkeypatch):
@@ -189,18 +189,18 @@ def test_crashed_rank_names_the_signal(tmp_path, fake_megatron, monkeypatch, sig
 
 def test_result_written_atomically(tmp_path, monkeypatch):
     """A write that dies half-way leaves the previous file whole and no temporary file."""
-    from autoplan import atomic
+    from autoplan import fileio
 
     target = tmp_path / "probe_result.json"
-    atomic.write_text_atomic(target, '{"status": "ok"}\n')
+    fileio.write_text(target, '{"status": "ok"}\n')
     assert target.read_text() == '{"status": "ok"}\n'
 
     def die(fd):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(atomic.os, "fsync", die)
+    monkeypatch.setattr(fileio.os, "fsync", die)
     with pytest.raises(KeyboardInterrupt):
-        atomic.write_text_atomic(target, '{"status": "hung"' + " " * 100000)
+        fileio.write_text(target, '{"status": "hung"' + " " * 100000)
     assert target.read_text() == '{"status": "ok"}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["probe_result.json"]
 

@@ -9,3 +9,8 @@ def console(width: int = 200) -> Console:
     enough that table rows do not wrap."""
     out = Console()
     return out if out.is_terminal else Console(width=width)
+
+
+def progress_console() -> Console:
+    """A console on stderr for progress lines, so stdout carries only the result (tables, --json)."""
+    return Console(stderr=True)

@@ -30,6 +30,7 @@ def estimate_cmd(
     engine: str = typer.Option("megatron", "--engine", help="Engine whose rules complete a partial strategy."),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of memory to keep free."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (stable keys)."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (timeline, memory)."),
 ) -> None:
     """Predict the step time and per-GPU memory of a strategy."""
     from autoplan.complete import complete_strategy
@@ -65,6 +66,12 @@ def estimate_cmd(
     if (from_megatron or from_deepspeed) and not chosen:
         chosen = ["priced as written: no strategy key chosen (all from the imported config or --strategy)"]
     est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen, engine=engine)
+    if report:
+        from autoplan.report.write import write_estimate_report
+        from autoplan.results import Plan
+
+        write_estimate_report(report, Plan(model=m, cluster=c, workload=wl, strategy=s, estimate=est), engine=engine,
+                              profile=prof, headroom=mem_headroom)
     if as_json:
         print_json({**est.contract(), "strategy": s.to_dict()})
         return

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "autoplan.cli.emit",
     "autoplan.cli.probe",
     "autoplan.cli.tune",
+    "autoplan.cli.report",
 )
 
 

@@ -47,6 +47,7 @@ def plan_cmd(
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
                                           "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
     as_json: bool = typer.Option(False, "--json", help="Print {'plans': [...]} as JSON (stable keys)."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report of the search (plan.html)."),
 ) -> None:
     """Find the fastest strategies that fit in memory."""
     from autoplan.errors import InputError
@@ -74,6 +75,10 @@ def plan_cmd(
     if not result.plans:
         _no_plan(result, problem, as_json)
         raise typer.Exit(1)
+    if report:
+        from autoplan.report.write import write_plan_report
+
+        write_plan_report(report, result, problem, base_plan, prof)
     if out:
         _write_out(result, problem, out, formats,
                    lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster))

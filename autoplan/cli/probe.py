@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from autoplan.cli.console import console as _console
+from autoplan.cli.console import console as _console, progress_console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.integrations.probe import (DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP,
@@ -50,7 +50,7 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     plan = load_plan_file(plan_file)
     out_dir = out or Path(tempfile.mkdtemp(prefix="autoplan-probe-"))
-    progress = Console(stderr=True)
+    progress = progress_console()
     res = run_probe(plan, engine=engine, out_dir=out_dir, iters=iters, warmup=warmup, launcher=launcher,
                     timeout_s=timeout, build_timeout_s=build_timeout,
                     log=lambda s: progress.print(s, highlight=False, markup=False))

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from autoplan.clusterio import load_cluster
-from autoplan.cli.console import console as _console
+from autoplan.cli.console import console as _console, progress_console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.integrations.probe import DEFAULT_BUILD_TIMEOUT_S
@@ -48,16 +47,22 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
                                              help="Seconds allowed for building the engine's ops before each timed "
                                                   "probe (not part of --probe-timeout)."),
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
-         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+         html: Optional[str] = typer.Option(None, "--report", help="Write an HTML report: measured vs predicted.")
+         ) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     problem = Problem(model=load_model(model), cluster=load_cluster(cluster, gpus),
                       workload=make_workload(seq, gbs), engine=engine, precision=precision)
-    console = Console(stderr=True)
+    console = progress_console()
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
                       probe_timeout_s=probe_timeout, build_timeout_s=build_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
+    if html:
+        from autoplan.report.write import write_tune_report
+
+        write_tune_report(html, report)
     if as_json:
         print(json.dumps(report.model_dump(), indent=2))
     else:

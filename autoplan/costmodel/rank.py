@@ -46,6 +46,7 @@ class RankCost:
     optimizer: np.ndarray  # per step
     memory: Dict[str, np.ndarray]
     offload: np.ndarray = 0.0  # exposed host<->device copies of CPU-offloaded activations, per micro batch
+    fwd: np.ndarray = 0.0  # the forward part of fwd_bwd (what a pipeline timeline draws as a forward pass)
 
     @property
     def per_microbatch(self):
@@ -85,7 +86,7 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
                          flex_buffers, head)
     offload = _offload_exposed(hw, lay, st, cpt, layer_bytes)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
-                    memory, offload)
+                    memory, offload, cpt.fwd)
 
 
 def _offload_exposed(hw: Hardware, lay: Layouts, st, cpt: _Compute, layer_bytes):

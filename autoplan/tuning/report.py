@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import optuna
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoplan.atomic import write_text_atomic
+from autoplan.fileio import write_text
 from autoplan.results import Plan
 from autoplan.solvers.space import Problem
 from autoplan.tuning.calibration import Corrections
@@ -99,7 +99,7 @@ def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
 
         files = emit_megatron(plan)
     write_files(files, best_dir)
-    write_text_atomic(best_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")
+    write_text(best_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")
     return best_dir
 
 
@@ -126,7 +126,7 @@ def build_report(problem: Problem, study: optuna.Study, candidates: List[Candida
         runnable=len(candidates), trials=records, pruned=[p.model_dump() for p in pruned],
         corrections=corr.model_dump(), best=best, probe_time_s=sum(r.probe_wall_s or 0.0 for r in records),
         wall_time_s=wall_time_s)
-    write_text_atomic(out_dir / "tune_report.json", json.dumps(report.model_dump(), indent=2) + "\n")
+    write_text(out_dir / "tune_report.json", json.dumps(report.model_dump(), indent=2) + "\n")
     return report
 
 
