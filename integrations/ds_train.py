@@ -36,8 +36,9 @@ Tensor parallelism (`tensor_parallel.autotp_size` > 1 in the config) is DeepSpee
 `deepspeed.initialize` shards the model by `Gpt._tp_plan`, and an `AutoTpGroups` mpu makes DeepSpeed count
 world / tp data-parallel ranks. (`deepspeed.tp_model_init` only records arguments in 0.19.8 and is not needed.)
 
-Fault hooks for tests of failure handling: AUTOPLAN_FAULT=fail raises at the first iteration, AUTOPLAN_FAULT=hang
-sleeps forever there; AUTOPLAN_FAULT_RANK=R limits the fault to rank R (default: every rank)."""
+Fault hooks for tests of failure handling: AUTOPLAN_FAULT=fail raises at the first iteration, AUTOPLAN_FAULT=oom
+raises torch's out-of-memory error there (the error a GPU rank prints when an allocation fails),
+AUTOPLAN_FAULT=hang sleeps forever there; AUTOPLAN_FAULT_RANK=R limits the fault to rank R (default: every rank)."""
 from __future__ import annotations
 
 import argparse
@@ -374,11 +375,14 @@ def _maybe_fault(rank: int) -> None:
         return
     if fault == "fail":
         raise RuntimeError(f"AUTOPLAN_FAULT=fail: injected failure on rank {rank}")
+    if fault == "oom":
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (AUTOPLAN_FAULT=oom: injected "
+                                     f"on rank {rank})")
     if fault == "hang":
         print(f"AUTOPLAN_FAULT=hang: rank {rank} sleeping", flush=True)
         while True:
             time.sleep(3600)
-    raise ValueError(f"AUTOPLAN_FAULT must be 'fail' or 'hang', got {fault!r}")
+    raise ValueError(f"AUTOPLAN_FAULT must be 'fail', 'oom' or 'hang', got {fault!r}")
 
 
 def emit_line(text: str) -> None:

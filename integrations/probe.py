@@ -14,8 +14,8 @@ left (created during the launch, no builder alive) are removed. Unless $TORCH_EX
 and the ranks build in a folder of this Python environment's own (`extlocks.environment_root`), so that another
 environment on the host cannot rebuild the ops under the probe. probe_result.json is written atomically.
 
-Testing hook: `AUTOPLAN_FAULT=fail|hang` in the environment of a DeepSpeed probe makes `ds_train.py` fail or hang on
-purpose (`autoplan tune` sets it per trial from `AUTOPLAN_TUNE_FAULTS`); it exists to test failure handling.
+Testing hook: `AUTOPLAN_FAULT=fail|oom|hang` in the environment of a DeepSpeed probe makes `ds_train.py` fail, run
+out of memory or hang on purpose (`autoplan tune` sets it per trial from `AUTOPLAN_TUNE_FAULTS`); it exists to test failure handling.
 """
 from __future__ import annotations
 

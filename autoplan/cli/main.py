@@ -6,6 +6,7 @@ started and records a running tune trial as failed)."""
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 
@@ -58,9 +59,29 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
+def _interrupted_while_loading(signum, frame) -> None:
+    """SIGINT/SIGTERM while the command modules load: nothing has been written or started yet."""
+    os.write(2, b"autoplan: interrupted while starting; nothing was done\n")
+    os._exit(INTERRUPTED)
+
+
 def main(argv=None) -> None:
-    build_app()
-    signal.signal(signal.SIGTERM, _interrupt)  # as SIGINT: unwind, so that cleanup runs
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, _interrupted_while_loading)
+    try:
+        build_app()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _interrupt)  # as SIGINT: unwind, so that cleanup runs
+    try:
+        _run(argv)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _run(argv) -> None:
     try:
         code = app(args=argv, standalone_mode=False)
         if code == INTERRUPTED:  # typer turns KeyboardInterrupt (SIGINT, and SIGTERM here) into Exit(130)
