@@ -46,7 +46,11 @@ SIGINT_EXITS = (INTERRUPTED, 0, -2)
 # The search problem the plan scenarios interrupt: large enough to run for a few seconds on a 2-core machine.
 PLAN_ARGS = ["plan", "--model", "deepseek-v3", "--cluster", "h100", "--gpus", "4096", "--seq", "4096", "--gbs",
              "4096", "--precision", "any"]
-EMIT_FILES = ("plan.json",)
+# A Llama-shaped model small enough for DeepSpeed probes on 2 CPU ranks (HF config.json fields).
+TINY_CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128,
+               "intermediate_size": 352, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "vocab_size": 1024, "max_position_embeddings": 512, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+               "hidden_act": "silu", "tie_word_embeddings": False}
 
 
 def autoplan_cmd() -> List[str]:
@@ -400,11 +404,18 @@ def fuzz_inputs(b: Bench, count: int = 60) -> None:
 
 # ---- scenarios: probes and tune (DeepSpeed on CPU ranks) -----------------------------------------------------
 
+def tiny_model(b: Bench) -> str:
+    path = b.work / "tiny-llama.json"
+    if not path.exists():
+        path.write_text(json.dumps(TINY_CONFIG))
+    return str(path)
+
+
 def _probe_plan(b: Bench) -> Path:
     _, folder = b.fresh("probe-plan")
     out = folder / "plan"
     if not (out / "plan.json").exists():
-        r = run(b.cmd + ["plan", "--model", "tiny-llama", "--cluster", "cpu", "--gpus", "2", "--seq", "128",
+        r = run(b.cmd + ["plan", "--model", tiny_model(b), "--cluster", "cpu", "--gpus", "2", "--seq", "128",
                          "--gbs", "8", "--engine", "deepspeed", "--fix", "tp=1", "--fix", "pp=1", "--out", str(out),
                          "--emit", "deepspeed"], uuid.uuid4().hex, folder, limit_s=300)
         if r.code != 0:
@@ -482,7 +493,7 @@ def tune_faults(b: Bench) -> None:
     for sig in (signal.SIGINT, signal.SIGKILL):
         run_id, folder = b.fresh(f"tune-{sig.name}")
         db = folder / "study.db"
-        args = b.cmd + ["tune", "--model", "tiny-llama", "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs",
+        args = b.cmd + ["tune", "--model", tiny_model(b), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs",
                         "8", "--engine", "deepspeed", "--launcher", "torchrun", "--trials", "3", "--iters", "3",
                         "--warmup", "1", "--storage", f"sqlite:///{db}", "--out", str(folder / "out")]
         r = run_and_signal(args, run_id, folder, sig, after_s=0, limit_s=3600,
@@ -504,7 +515,7 @@ def tune_faults(b: Bench) -> None:
         db = folder / "study.db"
         _make_study(db)
         damage(db)
-        r = run(b.cmd + ["tune", "--model", "tiny-llama", "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs",
+        r = run(b.cmd + ["tune", "--model", tiny_model(b), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs",
                          "8", "--engine", "deepspeed", "--trials", "1", "--storage", f"sqlite:///{db}", "--out",
                          str(folder / "out")], run_id, folder, limit_s=600)
         half, temps = check_folder(folder / "out")

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoplan.errors import InputError
+from autoplan.integrations.extlocks import extension_roots
 
 LauncherName = Literal["local", "torchrun", "slurm"]
 LAUNCHERS = ("local", "torchrun", "slurm")
@@ -98,15 +99,22 @@ def _spawn(argv: List[str], env: Dict[str, str], cwd: str, log) -> subprocess.Po
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-# The reaper: reads "pgid" lines, then "release" (the launch cleaned up itself) or end of file (this process died):
-# on end of file it ends every group, SIGTERM then SIGKILL. It runs in its own session, so a terminal's SIGINT to
-# this process group does not reach it, and holds no other descriptor of ours.
+# The reaper: reads "pgid" lines and "locks SINCE ROOT" lines, then "release" (the launch cleaned up itself) or end
+# of file (this process died): on end of file it ends every group, SIGTERM then SIGKILL, and then removes the torch
+# extension-build locks under each ROOT that were created since SINCE and that no process builds in any more (a
+# build its kill interrupted; extlocks.clear_orphans), so a killed launch leaves no lock behind either. It runs in
+# its own session, so a terminal's SIGINT to this process group does not reach it, and holds no other descriptor of
+# ours.
 REAPER = """
 import os, signal, sys, time
-pgids = []
+pgids, locks = [], []
 for line in sys.stdin:
     if line.strip() == "release":
         sys.exit(0)
+    if line.startswith("locks "):
+        since, root = line[len("locks "):].rstrip("\\n").split(" ", 1)
+        locks.append((float(since), root))
+        continue
     pgids.append(int(line))
 def alive(g):
     try:
@@ -125,6 +133,11 @@ for sig, wait_s in ((signal.SIGTERM, float(sys.argv[1])), (signal.SIGKILL, 0.0))
     end = time.monotonic() + wait_s
     while time.monotonic() < end and any(alive(g) for g in pgids):
         time.sleep(0.05)
+if locks:
+    from pathlib import Path
+    from autoplan.integrations.extlocks import clear_orphans
+    for since, root in locks:
+        clear_orphans([Path(root)], since)
 """
 
 
@@ -138,6 +151,12 @@ class Reaper:
 
     def watch(self, pgid: int) -> None:
         self.proc.stdin.write(f"{pgid}\n")
+        self.proc.stdin.flush()
+
+    def watch_locks(self, roots: List[Path], since: float) -> None:
+        """Build locks under `roots` created since `since` (time.time()) are removed if this process dies."""
+        for root in roots:
+            self.proc.stdin.write(f"locks {since!r} {root}\n")
         self.proc.stdin.flush()
 
     def release(self) -> None:
@@ -175,6 +194,7 @@ def run_group(commands: List[List[str]], envs: List[Dict[str, str]], cwd: str, l
     start = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     reaper = Reaper()
+    reaper.watch_locks(sorted({root for env in envs for root in extension_roots(env)}), time.time())
     procs: List[subprocess.Popen] = []
     codes = None
     try:

@@ -539,7 +539,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
     # Caching-allocator fragmentation; expandable segments grow and unmap a segment's pages on demand instead of
     # leaving freed blocks stranded (PyTorch docs, CUDA semantics: "Optimizing memory usage with
-    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), a smaller measured allowance (calibration.py).
+    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), their own allowance (calibration.py).
     fragmentation = np.where(lay.expandable_segments, cal.fragmentation_expandable,
                              cal.fragmentation) * (activations + logits + transient)
     return {
