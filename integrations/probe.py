@@ -217,6 +217,7 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
     outcome = launch(launcher, req, log_path, timeout_s)
     result = result_from_log(plan, engine, outcome, program.log_format, warmup, out_dir)
     (out_dir / "probe_result.json").write_text(json.dumps(result.model_dump(), indent=2) + "\n")
+    (out_dir / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")  # what `autoplan calibrate` reads
     return result
 
 

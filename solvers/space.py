@@ -17,6 +17,7 @@ from autoplan import pipeline_split as PS
 from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
@@ -45,6 +46,7 @@ class Problem:
     allow: FrozenSet[str] = frozenset()
     engine: str = "megatron"
     mem_headroom: float = 0.0  # fraction of device memory kept free
+    calibration: Calibration = DEFAULT_CALIBRATION  # constants every candidate is priced with (--calibration)
 
     def __post_init__(self):
         if self.engine not in ENGINES:

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "autoplan.cli.emit",
     "autoplan.cli.probe",
     "autoplan.cli.tune",
+    "autoplan.cli.calibrate",
 )
 
 

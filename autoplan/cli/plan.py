@@ -42,6 +42,8 @@ def plan_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed for the stochastic solvers."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
                                           "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
+                                              "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
     as_json: bool = typer.Option(False, "--json", help="Print {'plans': [...]} as JSON (stable keys)."),
 ) -> None:
     """Find the fastest strategies that fit in memory."""
@@ -54,11 +56,14 @@ def plan_cmd(
         raise InputError(f"--top={top} must be >= 1")
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     prof, c = _profiles(profile, m, c, quiet=as_json)
+    from autoplan.calibration.calfile import load_and_apply
+
+    c, cal = load_and_apply(calibration, c)
     fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom)
+                      engine=engine, mem_headroom=mem_headroom, calibration=cal)
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -315,7 +320,7 @@ def _baseline(problem, text, from_megatron, prof):
 
     s, notes = complete_strategy(problem.model, problem.cluster, problem.workload, given, engine=problem.engine)
     s = validate(problem.model, problem.cluster, problem.workload, s)
-    est = estimate(problem.model, problem.cluster, s, problem.workload, profile=prof,
+    est = estimate(problem.model, problem.cluster, s, problem.workload, cal=problem.calibration, profile=prof,
                    headroom=problem.mem_headroom, notes=notes, engine=problem.engine)
     return Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=s, estimate=est)
 

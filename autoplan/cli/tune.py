@@ -41,12 +41,17 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          launcher: str = typer.Option("torchrun", "--launcher", help="local, torchrun or slurm."),
          probe_timeout: float = typer.Option(600.0, "--probe-timeout", help="Seconds before a probe counts as hung."),
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
+         calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
+                                                   "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
-    problem = Problem(model=load_model(model), cluster=load_cluster(cluster, gpus),
-                      workload=Workload(seq_len=seq, global_batch_size=gbs), engine=engine)
+    from autoplan.calibration.calfile import load_and_apply
+
+    spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus))
+    problem = Problem(model=load_model(model), cluster=spec, workload=Workload(seq_len=seq, global_batch_size=gbs),
+                      engine=engine, calibration=cal)
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
