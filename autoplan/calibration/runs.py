@@ -333,9 +333,12 @@ def read_probe(path: Path) -> MeasuredRun:
                          f"calibrates step time: drop it")
     plan = load_plan_file(plan_path)
     peak = result.measured_peak_mem_gib
-    return checked(MeasuredRun(label=label, source=str(result_path), model=plan.model, cluster=plan.cluster,
-                               workload=plan.workload, strategy=plan.strategy, engine=result.engine,
-                               step_time_s=float(result.step_time_s), peak_mem_gib=peak))
+    try:
+        return checked(MeasuredRun(label=label, source=str(result_path), model=plan.model, cluster=plan.cluster,
+                                   workload=plan.workload, strategy=plan.strategy, engine=result.engine,
+                                   step_time_s=float(result.step_time_s), peak_mem_gib=peak))
+    except InputError as e:
+        raise InputError(f"{label}: {e}") from None
 
 
 def is_probe_result(path: Path) -> bool:
