@@ -26,8 +26,8 @@ HERE = Path(__file__).parent
 LOGS = HERE / "fixtures" / "logs"
 TRUTH = {"kernel_overhead_s": 1.2e-4, "gemm_half_dim": 600.0}
 COLUMNS = ["model", "cluster", "gpus", "seq", "gbs", "strategy", "step_time_s", "peak_mem_gib"]
-A = "tp=2,pp=1,cp=1,mbs=4,sp=true,zero=1,recompute=none,fp8=none"
-B = "tp=1,pp=1,cp=1,mbs=4,sp=false,zero=3,recompute=full,recompute_method=block,recompute_layers=8,fp8=none"
+A = "tp=2,pp=1,vpp=1,cp=1,ep=1,etp=1,mbs=4,sp=true,zero=1,recompute=none,fp8=none"
+B = "tp=1,pp=1,vpp=1,cp=1,ep=1,etp=1,mbs=4,sp=false,zero=3,recompute=full,recompute_method=block,recompute_layers=8,fp8=none"
 
 
 def run(*args, env=None):

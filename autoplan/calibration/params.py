@@ -50,7 +50,8 @@ class Constant:
 
 CONSTANTS: Tuple[Constant, ...] = (
     # Dense GEMM efficiency curve: scale of the profile's MAMF fraction, and the size at which a GEMM runs at half it.
-    Constant("gemm_scale", "calibration", 0.2, 1.25, 0.3, "log", "any run"),
+    Constant("gemm_scale", "calibration", 0.2, 1.25, 0.3, "log",
+             "any run; runs whose per-op share differs (e.g. two micro batch sizes) to tell it from the per-op cost"),
     Constant("gemm_half_dim", "calibration", 8.0, 4000.0, 0.7, "log",
              "runs whose GEMM sizes differ (e.g. two tp degrees or hidden sizes)"),
     Constant("attention_eff_fwd", "calibration", 0.05, 1.0, 0.3, "log",

@@ -1,0 +1,145 @@
+"""Few-shot calibration on the published runs: calibrate on one run, predict the others of its group.
+
+A group is the published runs of one (GPU, software release, GEMM precision): one cluster type running one software
+stack, as a user's own cluster would be. For every group with at least 2 runs, each of its runs in turn is the one
+calibration run (`autoplan.calibration.fit.fit`, the fitter `autoplan calibrate` uses, with its priors); the other
+runs of the group are predicted with the fitted constants. Printed beside it, on the same predicted rows:
+- the uncalibrated model (the priors: profiles/gpus and autoplan/costmodel/calibration.py);
+- the naive constant-throughput bar (benchmarks/naive.py) given the same one run: its achieved model TFLOP/s per GPU
+  carried to the other runs of the group.
+MAPE is the mean over every (calibration run, predicted run) pair, split by architecture (dense / MoE).
+
+Ranking: within each multi-layout setup (one model, GPU count, sequence length, precision and release, measured
+in 3 or more layouts), calibrate on each of its layouts in turn and report Spearman's rho between predicted and
+measured tokens/s/GPU over all of its layouts (mean and minimum over the calibration choices); the uncalibrated
+model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left out.
+
+    python -m benchmarks.fewshot          # about 10 minutes on 2 cores
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from autoplan.calibration.fit import Predictor, fit, priors_of
+from autoplan.calibration.runs import MeasuredRun
+from benchmarks.naive import NaiveBar, precision_of
+from benchmarks.published import PublishedRun
+
+MIN_LAYOUTS = 3  # Spearman's rho of 2 points is +-1 whatever the model
+
+
+def release_of(run: PublishedRun, source: str) -> str:
+    """The software release a row was measured with: the container section its source names, else the source
+    document (one document, one release)."""
+    m = re.search(r"section '([\d.]+)", source)
+    return m.group(1) if m else source.split(" @ ")[0].split(",")[0]
+
+
+def measured_run(run: PublishedRun) -> MeasuredRun:
+    step = run.workload.tokens_per_step / (run.measured_tokens_per_gpu * run.cluster.num_gpus)
+    return MeasuredRun(label=run.id, source="data/published_runs.csv", model=run.model, cluster=run.cluster,
+                       workload=run.workload, strategy=run.strategy, engine="megatron", step_time_s=step)
+
+
+def tokens_per_gpu(run: PublishedRun, step_s: float) -> float:
+    return run.workload.tokens_per_step / step_s / run.cluster.num_gpus
+
+
+def predict(runs: Sequence[PublishedRun], values: Dict[str, float]) -> np.ndarray:
+    steps = Predictor([measured_run(r) for r in runs]).step_times(values)
+    return np.array([tokens_per_gpu(r, s) for r, s in zip(runs, steps)])
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def groups(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[Tuple, List[PublishedRun]]:
+    out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
+    for r in runs:
+        out[(r.gpu, release_of(r, sources[r.id]), precision_of(r))].append(r)
+    return {k: v for k, v in out.items() if len(v) >= 2}
+
+
+def few_shot(group: List[PublishedRun], log=print) -> List[Tuple[str, float, float, float]]:
+    """(arch, calibrated error, uncalibrated error, naive error) of every (calibration run, predicted run) pair."""
+    priors = priors_of(group[0].cluster)
+    prior_pred = predict(group, priors)
+    measured = np.array([r.measured_tokens_per_gpu for r in group])
+    out = []
+    for i, cal_run in enumerate(group):
+        values = fit([measured_run(cal_run)]).values
+        others = [j for j in range(len(group)) if j != i]
+        pred = predict([group[j] for j in others], {**priors, **values})
+        naive = NaiveBar.fit([cal_run])
+        for k, j in enumerate(others):
+            out.append((group[j].arch, pred[k] / measured[j] - 1, prior_pred[j] / measured[j] - 1,
+                        naive.predict(group[j]) / measured[j] - 1))
+        log(f"    calibrated on {cal_run.id}")
+    return out
+
+
+def ranking(setup: List[PublishedRun]) -> Tuple[float, float, float]:
+    """(mean rho calibrated, min rho calibrated, rho uncalibrated) over the setup's layouts."""
+    priors = priors_of(setup[0].cluster)
+    measured = np.array([r.measured_tokens_per_gpu for r in setup])
+    rhos = [spearman(predict(setup, {**priors, **fit([measured_run(r)]).values}), measured) for r in setup]
+    return float(np.mean(rhos)), float(np.min(rhos)), spearman(predict(setup, priors), measured)
+
+
+def mape(errors: Sequence[float]) -> float:
+    return float(np.mean(np.abs(errors)) * 100) if len(errors) else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quiet", action="store_true", help="No progress lines.")
+    args = ap.parse_args(argv)
+    from benchmarks.accuracy import headline_runs
+    from benchmarks.published import read_rows
+
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    runs, _, footnote = headline_runs()
+    runs = [r for r in runs if r.id not in footnote]
+    sources = {row["id"]: row["source"] for row in read_rows()}
+    pairs: List[Tuple] = []
+    print("Few-shot: calibrate on one run of a (GPU, release, precision) group, predict the others "
+          "(MAPE of tokens/s/GPU over every pair)")
+    print(f"  {'group':34s} {'runs':>4s} {'calibrated':>10s} {'uncalibrated':>12s} {'naive bar':>9s}")
+    for key, group in sorted(groups(runs, sources).items()):
+        log(f"  group {key}")
+        rows = few_shot(group, log)
+        pairs += rows
+        print(f"  {'/'.join(key):34s} {len(group):4d} {mape([r[1] for r in rows]):9.1f}% "
+              f"{mape([r[2] for r in rows]):11.1f}% {mape([r[3] for r in rows]):8.1f}%")
+    print(f"  {'all pairs':34s} {len(pairs):4d} {mape([p[1] for p in pairs]):9.1f}% "
+          f"{mape([p[2] for p in pairs]):11.1f}% {mape([p[3] for p in pairs]):8.1f}%")
+    for arch, target in (("dense", 5.0), ("moe", 8.0)):
+        sel = [p for p in pairs if p[0] == arch]
+        print(f"  {arch + ' pairs':34s} {len(sel):4d} {mape([p[1] for p in sel]):9.1f}% "
+              f"{mape([p[2] for p in sel]):11.1f}% {mape([p[3] for p in sel]):8.1f}%   (target <= {target:g}%)")
+    setups: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
+    for r in runs:
+        setups[(r.model_name, r.gpu, r.cluster.num_gpus, precision_of(r), release_of(r, sources[r.id]),
+                r.workload.seq_len)].append(r)
+    print(f"Ranking within multi-layout setups ({MIN_LAYOUTS}+ layouts): Spearman rho after calibrating on one "
+          f"layout (mean, min over the choices; target >= 0.9) and uncalibrated")
+    for key, setup in sorted(setups.items()):
+        if len({r.strategy.label(r.model.is_moe) for r in setup}) < MIN_LAYOUTS:
+            continue
+        log(f"  setup {key}")
+        mean, low, prior = ranking(setup)
+        print(f"  {' '.join(str(k) for k in key):52s} {len(setup):2d} layouts  rho {mean:+.2f} (min {low:+.2f})  "
+              f"uncalibrated {prior:+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
