@@ -108,12 +108,12 @@ def render(cal, result) -> List[str]:
     """The fit as text: runs (measured vs predicted), constants (prior -> fitted), what the runs did not identify."""
     lines = [f"calibration of {cal.gpu} on {len(cal.runs)} run(s): RMS log error of step time "
              f"{cal.rms_log_error_prior:.3f} with the priors -> {cal.rms_log_error_fit:.3f} fitted", "",
-             f"{'run':34s} {'strategy':28s} {'measured s':>10s} {'prior s':>9s} {'err':>7s} {'fitted s':>9s} "
+             f"{'run':34s} {'strategy':36s} {'measured s':>10s} {'prior s':>9s} {'err':>7s} {'fitted s':>9s} "
              f"{'err':>7s} {'mem GiB meas/pred':>18s}"]
     for r in result.residuals:
         mem = f"{r.run.peak_mem_gib:.1f}/{r.predicted_peak_mem_gib:.1f}" if r.run.peak_mem_gib else \
             f"-/{r.predicted_peak_mem_gib:.1f}"
-        lines.append(f"{r.run.label[:34]:34s} {r.run.strategy.label(r.run.model.is_moe)[:28]:28s} "
+        lines.append(f"{r.run.label[:34]:34s} {r.run.strategy.label(r.run.model.is_moe)[:36]:36s} "
                      f"{r.run.step_time_s:10.4g} {r.predicted_prior_s:9.4g} {r.error_prior:+7.1%} "
                      f"{r.predicted_fit_s:9.4g} {r.error_fit:+7.1%} {mem:>18s}")
     lines += ["", f"{'constant':26s} {'prior':>10s} {'fitted':>10s} {'runs fix':>8s}  status"]
