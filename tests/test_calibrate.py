@@ -305,3 +305,30 @@ def test_unknown_column_and_bad_calibration_file(tmp_path):
     rc, _, err = run("estimate", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--seq", "4096",
                      "--gbs", "64", "--strategy", A, "--calibration", str(bad))
     assert rc == 2 and "not an autoplan calibration file" in err
+
+
+# ------------------------------------------------------------------------------------------ tune
+def test_tune_prices_its_candidates_with_the_calibration():
+    from dataclasses import replace
+
+    from autoplan.solvers.space import Problem
+    from autoplan.tuning.candidates import build_candidates
+
+    base = Problem(model=load_model(str(HERE / "data" / "tiny.json")), cluster=load_cluster("cpu", 2),
+                   workload=Workload(seq_len=128, global_batch_size=8), engine="deepspeed")
+    slower = replace(base, calibration=replace(DEFAULT, kernel_overhead_s=10 * DEFAULT.kernel_overhead_s))
+    plain = {c.key: c.estimate.step_time_s for c in build_candidates(base)[0]}
+    calibrated = {c.key: c.estimate.step_time_s for c in build_candidates(slower)[0]}
+    assert plain and set(plain) == set(calibrated)
+    assert all(calibrated[k] > plain[k] for k in plain)
+
+
+def test_tune_refuses_a_calibration_of_another_gpu(tmp_path):
+    table = write_table(tmp_path / "runs.csv", [GOOD])
+    cal = tmp_path / "cal.json"
+    assert run("calibrate", str(table), "--out", str(cal))[0] == 0
+    rc, _, err = run("tune", "--model", str(HERE / "data" / "tiny.json"), "--cluster", "cpu", "--gpus", "2", "--seq",
+                     "128", "--gbs", "8", "--engine", "deepspeed", "--out", str(tmp_path / "t"), "--calibration",
+                     str(cal))
+    assert rc == 2 and "fitted on h100 runs" in err and "cpu" in err
+    assert not (tmp_path / "t").exists()
