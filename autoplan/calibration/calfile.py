@@ -86,11 +86,19 @@ def from_fit(result: FitResult) -> CalibrationFile:
         rms_log_error_fit=rms_log_error(result.residuals, fitted=True), runs=runs)
 
 
+def check_out(path: Path) -> None:
+    """--out must name a file in an existing folder (checked before any fitting)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"--out {path} is a folder; name the calibration file, e.g. --out {path / 'cal.json'}")
+    if not path.parent.exists():
+        raise InputError(f"--out {path}: folder {path.parent} does not exist; create it or write elsewhere")
+
+
 def write(cal: CalibrationFile, path: Path) -> None:
     """Write atomically: the file is either the old one or the whole new one."""
     path = Path(path)
-    if path.parent and not path.parent.exists():
-        raise InputError(f"--out {path}: folder {path.parent} does not exist; create it or write elsewhere")
+    check_out(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or Path(".")))
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(cal.model_dump(), indent=2) + "\n")

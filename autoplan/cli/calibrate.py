@@ -43,6 +43,7 @@ def calibrate_cmd(
 
     if warmup < 0:
         raise InputError(f"--warmup={warmup} must be >= 0")
+    calfile.check_out(out)
     measured = read_runs(runs, from_megatron or [], from_deepspeed or [], model, cluster, gpus, seq, gbs, warmup)
     check_repeats(measured)
     result = fit(measured)
