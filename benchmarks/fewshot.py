@@ -9,12 +9,15 @@ runs of the group are predicted with the fitted constants. Printed beside it, on
   carried to the other runs of the group.
 MAPE is the mean over every (calibration run, predicted run) pair, split by architecture (dense / MoE).
 
-Ranking: within each multi-layout setup (one model, GPU count, sequence length, precision and release, measured
-in 3 or more layouts), calibrate on each of its layouts in turn and report Spearman's rho between predicted and
-measured tokens/s/GPU over all of its layouts (mean and minimum over the calibration choices); the uncalibrated
-model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left out.
+Ranking: within each multi-layout setup of `benchmarks/ranking.py` (one model on one GPU type at one precision,
+sequence length and source family, measured with 3 or more strategies; a strategy measured in several releases
+counts once, at the geometric mean), calibrate on each of its runs in turn and report Spearman's rho between
+predicted and measured tokens/s/GPU over its strategies (mean and minimum over the calibration choices); the
+uncalibrated model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left
+out.
 
-    python -m benchmarks.fewshot          # about 10 minutes on 2 cores
+    python -m benchmarks.fewshot                  # both parts, about 20 minutes on 2 cores
+    python -m benchmarks.fewshot --part ranking   # the ranking part only
 """
 from __future__ import annotations
 
@@ -31,14 +34,14 @@ from autoplan.calibration.runs import MeasuredRun
 from benchmarks.naive import NaiveBar, precision_of
 from benchmarks.published import PublishedRun
 
-MIN_LAYOUTS = 3  # Spearman's rho of 2 points is +-1 whatever the model
 
 
 def release_of(run: PublishedRun, source: str) -> str:
-    """The software release a row was measured with: the container section its source names, else the source
-    document (one document, one release)."""
-    m = re.search(r"section '([\d.]+)", source)
-    return m.group(1) if m else source.split(" @ ")[0].split(",")[0]
+    """The software release a row was measured with: the container its source names (a Megatron-Bridge section
+    '26.04.01 NeMo Container', NeMo's '24.07 perf numbers' or 'container NeMo24.03'), else the source document (one
+    document, one release)."""
+    m = re.search(r"(?:section '|\(')(\d\d\.\d\d(?:\.\d\d)?)|NeMo ?(\d\d\.\d\d)", source)
+    return (m.group(1) or m.group(2)) if m else source.split(" @ ")[0].split(",")[0]
 
 
 def measured_run(run: PublishedRun) -> MeasuredRun:
@@ -54,11 +57,6 @@ def tokens_per_gpu(run: PublishedRun, step_s: float) -> float:
 def predict(runs: Sequence[PublishedRun], values: Dict[str, float]) -> np.ndarray:
     steps = Predictor([measured_run(r) for r in runs]).step_times(values)
     return np.array([tokens_per_gpu(r, s) for r, s in zip(runs, steps)])
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def groups(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[Tuple, List[PublishedRun]]:
@@ -86,12 +84,35 @@ def few_shot(group: List[PublishedRun], log=print) -> List[Tuple[str, float, flo
     return out
 
 
-def ranking(setup: List[PublishedRun]) -> Tuple[float, float, float]:
-    """(mean rho calibrated, min rho calibrated, rho uncalibrated) over the setup's layouts."""
+def setup_runs(runs: Sequence[PublishedRun]) -> Dict[Tuple, List[PublishedRun]]:
+    """The runs of every ranking setup with MIN_STRATEGIES or more strategies (benchmarks/ranking.py's grouping)."""
+    from benchmarks import ranking
+
+    ranked = {s.key for s in ranking.setups(runs, [0.0] * len(runs))
+              if len(s.strategies) >= ranking.MIN_STRATEGIES}
+    out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
+    for r in runs:
+        key = (r.model_name, r.gpu, precision_of(r), r.workload.seq_len, "mb" if r.id.startswith("mb_") else "nemo")
+        if key in ranked:
+            out[key].append(r)
+    return out
+
+
+def rank_rho(setup: List[PublishedRun], values: Dict[str, float]) -> float:
+    from benchmarks import ranking
+
+    (found,) = ranking.setups(setup, list(predict(setup, values)))
+    return found.rho
+
+
+def setup_ranking(setup: List[PublishedRun], log=print) -> Tuple[float, float, float]:
+    """(mean rho calibrated, min rho calibrated, rho uncalibrated) over the setup's strategies."""
     priors = priors_of(setup[0].cluster)
-    measured = np.array([r.measured_tokens_per_gpu for r in setup])
-    rhos = [spearman(predict(setup, {**priors, **fit([measured_run(r)]).values}), measured) for r in setup]
-    return float(np.mean(rhos)), float(np.min(rhos)), spearman(predict(setup, priors), measured)
+    rhos = []
+    for r in setup:
+        rhos.append(rank_rho(setup, {**priors, **fit([measured_run(r)]).values}))
+        log(f"    calibrated on {r.id}: rho {rhos[-1]:+.2f}")
+    return float(np.nanmean(rhos)), float(np.nanmin(rhos)), rank_rho(setup, priors)
 
 
 def mape(errors: Sequence[float]) -> float:
@@ -101,6 +122,7 @@ def mape(errors: Sequence[float]) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quiet", action="store_true", help="No progress lines.")
+    ap.add_argument("--part", choices=("all", "mape", "ranking"), default="all", help="Which figures to compute.")
     args = ap.parse_args(argv)
     from benchmarks.accuracy import headline_runs
     from benchmarks.published import read_rows
@@ -109,6 +131,14 @@ def main(argv=None) -> int:
     runs, _, footnote = headline_runs()
     runs = [r for r in runs if r.id not in footnote]
     sources = {row["id"]: row["source"] for row in read_rows()}
+    if args.part in ("all", "mape"):
+        few_shot_table(runs, sources, log)
+    if args.part in ("all", "ranking"):
+        ranking_table(runs, log)
+    return 0
+
+
+def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log) -> None:
     pairs: List[Tuple] = []
     print("Few-shot: calibrate on one run of a (GPU, release, precision) group, predict the others "
           "(MAPE of tokens/s/GPU over every pair)")
@@ -125,20 +155,21 @@ def main(argv=None) -> int:
         sel = [p for p in pairs if p[0] == arch]
         print(f"  {arch + ' pairs':34s} {len(sel):4d} {mape([p[1] for p in sel]):9.1f}% "
               f"{mape([p[2] for p in sel]):11.1f}% {mape([p[3] for p in sel]):8.1f}%   (target <= {target:g}%)")
-    setups: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
-    for r in runs:
-        setups[(r.model_name, r.gpu, r.cluster.num_gpus, precision_of(r), release_of(r, sources[r.id]),
-                r.workload.seq_len)].append(r)
-    print(f"Ranking within multi-layout setups ({MIN_LAYOUTS}+ layouts): Spearman rho after calibrating on one "
-          f"layout (mean, min over the choices; target >= 0.9) and uncalibrated")
-    for key, setup in sorted(setups.items()):
-        if len({r.strategy.label(r.model.is_moe) for r in setup}) < MIN_LAYOUTS:
-            continue
+
+
+def ranking_table(runs: Sequence[PublishedRun], log) -> None:
+    from benchmarks import ranking
+
+    print(f"Ranking within multi-strategy setups ({ranking.MIN_STRATEGIES}+ strategies): Spearman rho after "
+          f"calibrating on one of its runs (mean, min over the choices; target >= 0.9) and uncalibrated")
+    means = []
+    for key, setup in sorted(setup_runs(runs).items()):
         log(f"  setup {key}")
-        mean, low, prior = ranking(setup)
-        print(f"  {' '.join(str(k) for k in key):52s} {len(setup):2d} layouts  rho {mean:+.2f} (min {low:+.2f})  "
-              f"uncalibrated {prior:+.2f}")
-    return 0
+        mean, low, prior = setup_ranking(setup, log)
+        means.append(mean)
+        print(f"  {' '.join(str(k) for k in key):44s} {len(setup):2d} runs  rho {mean:+.2f} (min {low:+.2f})  "
+              f"uncalibrated {prior:+.2f}", flush=True)
+    print(f"  setups with mean rho >= 0.9: {sum(m >= 0.9 for m in means)} of {len(means)}")
 
 
 if __name__ == "__main__":
