@@ -34,7 +34,7 @@ class GpuSpec(BaseModel):
     network_latency_us: float = Field(12.0, ge=0, description="Per-step collective latency across nodes, us.")
     host_bandwidth_gbytes_per_s: float = Field(55.4, gt=0, description=(
         "Host<->device copy rate per GPU per direction, GB/s (CPU activation offload); default: PCIe Gen5 x16 as "
-        "measured by nvbandwidth on 8x H200, 55.4 GB/s (/work/shared/reference/gpus.md sec. 3, S1)."))
+        "measured by nvbandwidth on 8x H200, 55.4 GB/s (profiles/gpu_reference.md sec. 3, S1)."))
     attention_efficiency: float = Field(1.0, gt=0, le=2.0,
                                         description="Flash-attention speed relative to the calibrated baseline "
                                                     "(softmax exp throughput vs tensor throughput); 1 = baseline.")

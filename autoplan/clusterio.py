@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from autoplan.cluster import ClusterSpec, GpuSpec
 from autoplan.errors import InputError, did_you_mean
+from autoplan.fileio import read_text
 from autoplan.modelio import validation_message
 
 __all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID", "is_comm_profile", "apply_comm_profile",
@@ -63,7 +64,7 @@ def _read_yaml_mapping(path: Path) -> Any:
     if path.is_dir():
         raise InputError(f"cluster path {str(path)!r} is a directory; pass a cluster YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+        data = yaml.safe_load(read_text(path, "cluster file", "pass a cluster YAML (`gpu: <id>`, `num_gpus: <N>`)"))
     except yaml.YAMLError as e:
         raise InputError(f"cluster file {str(path)!r} is not valid YAML ({' '.join(str(e).split())}); fix the "
                          f"syntax") from None
@@ -137,11 +138,22 @@ def _gpu_of(value: Any, where: str) -> GpuSpec:
     raise InputError(f"{where}: gpu={value!r} must be a GPU id or a mapping of GPU fields")
 
 
+# The largest job planned: 2^20 = 1,048,576 GPUs, eight times the largest the search is benchmarked on
+# (Llama-3.1 405B on 131,072 H100, benchmarks/search_speed.py) and beyond any cluster built; NCCL and
+# torch.distributed number ranks with 32-bit ints, so no launcher runs past 2^31 anyway. The search's loops are
+# bounded by heads, layers and 16 (solvers/space.py), not by the GPU count, so it finishes at any size; a count past
+# the bound is a typo, refused before any work.
+MAX_GPUS = 2**20
+
+
 def _check_positive(num_gpus: Any) -> int:
     if isinstance(num_gpus, bool) or not isinstance(num_gpus, int):
         raise InputError(f"gpus={num_gpus!r} must be a whole number of GPUs")
     if num_gpus <= 0:
         raise InputError(f"gpus={num_gpus} must be > 0")
+    if num_gpus > MAX_GPUS:
+        raise InputError(f"gpus={num_gpus} is more than {MAX_GPUS:,} (2^20), the largest job autoplan plans; "
+                         f"pass the job's real GPU count")
     return num_gpus
 
 

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Tuple
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
+from autoplan.numerics import MEMORY_ONLY
 from autoplan.strategy import CONTRACT_KEYS, SPLIT_KEYS, Strategy, strategy_from_mapping
 from autoplan.workload import Workload
 
@@ -45,13 +46,15 @@ def _partial_node_note(cluster: ClusterSpec, s: Strategy) -> List[str]:
 
 def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given: Dict[str, Any],
               engine: str) -> Tuple[Strategy, List[str]]:
+    from autoplan.numerics import as_written, numerics_notes
     from autoplan.validate import validate
 
-    given, split_notes = _with_bridge_split(model, given)
+    numerics = numerics_notes(given)
+    given, split_notes = _with_bridge_split(model, as_written(given))
     missing = [k for k in CONTRACT_KEYS if k not in given]
     if not missing:
         try:
-            return validate(model, cluster, workload, strategy_from_mapping(given)), split_notes
+            return validate(model, cluster, workload, strategy_from_mapping(given)), numerics + split_notes
         except InputError:
             # An uneven pipeline split the user left out is chosen for them; anything else is their error.
             if any(k in given for k in SPLIT_KEYS) or given.get("pp", 1) == 1:
@@ -65,8 +68,11 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
-    # fp8_recipe also goes to the search: it decides which recompute modules FP8 candidates can run.
-    fixed = {k: v for k, v in given.items() if (k not in PASS_THROUGH or k == "fp8_recipe") and k != "dp"}
+    # fp8_recipe also goes to the search: it decides which recompute modules FP8 candidates can run; a full
+    # recompute's method and layers do too, so the other keys are chosen for the recompute as written.
+    searched = {"fp8_recipe"} | ({"recompute_method", "recompute_layers"}
+                                 if "recompute_method" in given and "recompute_layers" in given else set())
+    fixed = {k: v for k, v in given.items() if (k not in PASS_THROUGH or k in searched) and k != "dp"}
     problem = Problem(model, cluster, workload, fixed=fixed, engine=engine, allow=_allowances(given))
     result = solve(problem, "enumerate", top_k=1)
     if result.space_size == 0:
@@ -77,19 +83,20 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     if not result.plans:
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
         strategy = validate(model, cluster, workload, plain)
-        return strategy, [f"no completion of the given keys fits in memory; showing defaults for: "
-                          f"{', '.join(missing)}"] + split_notes + plain_notes
+        return strategy, numerics + [f"no completion of the given keys fits in memory; showing defaults for: "
+                                     f"{', '.join(missing)}"] + split_notes + plain_notes
     chosen = result.plans[0].strategy
     extra = {k: given[k] for k in PASS_THROUGH if k in given}
     if extra:
         chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
     chosen = validate(model, cluster, workload, chosen)
     picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
+    notes = numerics + split_notes + [f"chosen for you (fastest that fits): {picked}"]
     # Memory switches the search turns on where legal (solvers/space.py) are chosen too: name them.
-    switched = [k for k in ("fp8_param", "te_cross_entropy", "expandable_segments") if k not in given
-                and getattr(chosen, k)]
-    picked += "".join(f", {k}=true" for k in switched)
-    notes = split_notes + [f"chosen for you (fastest that fits): {picked}"]
+    switched = [k for k in MEMORY_ONLY if k not in given and getattr(chosen, k)]
+    if switched:
+        notes.append("memory-only switches turned on (numerics unchanged): "
+                     + ", ".join(f"{k}=true" for k in switched))
     if not split_notes and not any(k in given for k in SPLIT_KEYS):
         notes += _split_note(model, chosen)
     return chosen, notes

@@ -56,14 +56,17 @@ def _mixtral(c: _Config) -> Dict[str, Any]:
 
 def _aux_loss(c: _Config, key: str) -> Dict[str, float]:
     """The load-balancing loss weight (router_aux_loss_coef; DeepSeek aux_loss_alpha) when the config sets it."""
-    value = c.get(key, None)
-    return {} if value is None else {"moe_aux_loss_coeff": float(value)}
+    value = c.num(key, None)
+    return {} if value is None else {"moe_aux_loss_coeff": value}
 
 
 def _leading_dense_layers(c: _Config, num_layers: int, step: int) -> Dict[str, int]:
     """Qwen-MoE layer rule: layer i is sparse when i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
     (modeling_qwen2_moe.py, Qwen2MoeDecoderLayer). Maps to ModelSpec's first_k_dense_layers / moe_layer_freq."""
-    dense = sorted(int(i) for i in c.get("mlp_only_layers", []))
+    dense = c.get("mlp_only_layers", [])
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise InputError(f"{c.where}: mlp_only_layers={dense!r} must be a list of layer indices; fix the config")
+    dense = sorted(dense)
     if not dense:
         return dict(first_k_dense_layers=step - 1, moe_layer_freq=step)
     if step == 1 and dense == list(range(len(dense))) and len(dense) < num_layers:
@@ -74,7 +77,7 @@ def _leading_dense_layers(c: _Config, num_layers: int, step: int) -> Dict[str, i
 
 def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
     fields = _llama(c)
-    step = int(c.get("decoder_sparse_step", 1))
+    step = c.int_opt("decoder_sparse_step", 1)
     return {
         **fields,
         "add_qkv_bias": qkv_bias,
@@ -83,7 +86,7 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         "moe_router_topk": c.int_req("num_experts_per_tok"),
         "moe_ffn_hidden_size": c.int_req("moe_intermediate_size"),
         # Qwen2-MoE's shared expert also has a 1-wide sigmoid gate (h weights per layer); too small to model.
-        "shared_expert_ffn_hidden_size": int(c.get("shared_expert_intermediate_size", 0)),
+        "shared_expert_ffn_hidden_size": c.int_opt("shared_expert_intermediate_size", 0),
         **_leading_dense_layers(c, fields["num_layers"], step),
         **_aux_loss(c, "router_aux_loss_coef"),
     }
@@ -104,29 +107,28 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
     hidden = c.int_req("hidden_size")
     heads = c.int_req("num_attention_heads")
     num_layers = c.int_req("num_hidden_layers")
-    first_k = int(c.get("first_k_dense_replace", 0))
-    freq = int(c.get("moe_layer_freq", 1))
+    first_k = c.int_opt("first_k_dense_replace", 0)
+    freq = c.int_opt("moe_layer_freq", 1)
     # modeling_deepseek.py: MoE when idx >= first_k_dense_replace and idx % moe_layer_freq == 0; ModelSpec counts
     # the period from the first sparse layer, which agrees only when first_k is a multiple of the period.
     if freq > 1 and first_k % freq:
         raise InputError(f"{c.where}: moe_layer_freq={freq} with first_k_dense_replace={first_k} is not supported; "
                          f"first_k_dense_replace must be a multiple of moe_layer_freq")
-    n_shared = int(c.get("n_shared_experts", 0))
+    n_shared = c.int_opt("n_shared_experts", 0)
     moe_ffn = c.int_req("moe_intermediate_size")
-    q_lora_rank = c.get("q_lora_rank", None)
     return dict(
         num_layers=num_layers,
         hidden_size=hidden,
         ffn_hidden_size=c.int_req("intermediate_size"),
         num_attention_heads=heads,
-        num_query_groups=int(c.get("num_key_value_heads", heads)),
+        num_query_groups=c.int_opt("num_key_value_heads", heads),
         kv_channels=c.int_req("v_head_dim"),  # Megatron's --kv-channels for MLA models
         vocab_size=c.int_req("vocab_size"),
         max_position_embeddings=c.int_req("max_position_embeddings"),
-        rotary_base=float(c.get("rope_theta", 10000.0)),
+        rotary_base=c.num("rope_theta", 10000.0),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         multi_latent_attention=True,
-        q_lora_rank=int(q_lora_rank) if q_lora_rank else None,  # null in DeepSeek-V2-Lite: full-rank q
+        q_lora_rank=c.int_opt("q_lora_rank", None) or None,  # null in DeepSeek-V2-Lite: full-rank q
         kv_lora_rank=c.int_req("kv_lora_rank"),
         qk_head_dim=c.int_req("qk_nope_head_dim"),
         qk_pos_emb_head_dim=c.int_req("qk_rope_head_dim"),
@@ -137,7 +139,7 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         shared_expert_ffn_hidden_size=n_shared * moe_ffn,
         first_k_dense_layers=first_k,
         moe_layer_freq=freq,
-        mtp_num_layers=int(c.get("num_nextn_predict_layers", 0)),
+        mtp_num_layers=c.int_opt("num_nextn_predict_layers", 0),
         gate_activation=gate_activation(c, "hidden_act"),
         **_aux_loss(c, "aux_loss_alpha"),
         **rope_scaling(c),
@@ -150,18 +152,18 @@ def _gpt_oss(c: _Config) -> Dict[str, Any]:
     fields = llama_like(c)
     # configuration_gpt_oss.py default layer_types: even layers (0, 2, ...) slide.
     num_sliding = count_sliding_layers(c, fields["num_layers"], lambda i: i % 2 == 0)
-    topk = c.req("num_experts_per_tok", "experts_per_token")
+    topk = c.int_req("num_experts_per_tok", "experts_per_token")
     return {
         **fields,
         "add_bias_linear": True,
         "add_qkv_bias": True,
         "num_experts": c.int_req("num_local_experts"),
-        "moe_router_topk": int(topk),
+        "moe_router_topk": topk,
         "moe_ffn_hidden_size": fields["ffn_hidden_size"],
-        "sliding_window": int(c.req("sliding_window")),
+        "sliding_window": c.int_req("sliding_window"),
         "num_sliding_window_layers": num_sliding,
         "attention_sinks": True,  # modeling_gpt_oss.py GptOssAttention.sinks, one learned logit per head
-        "swiglu_limit": float(c.get("swiglu_limit", 7.0)),  # configuration_gpt_oss.py default
+        "swiglu_limit": c.num("swiglu_limit", 7.0),  # configuration_gpt_oss.py default
         **_aux_loss(c, "router_aux_loss_coef"),
     }
 
@@ -173,7 +175,7 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
     return dict(
         num_layers=c.int_req("n_layer", "num_hidden_layers"),
         hidden_size=hidden,
-        ffn_hidden_size=int(c.get("n_inner", 4 * hidden)),  # n_inner null = 4h (configuration_gpt2.py)
+        ffn_hidden_size=c.int_opt("n_inner", 4 * hidden),  # n_inner null = 4h (configuration_gpt2.py)
         num_attention_heads=heads,
         num_query_groups=heads,
         kv_channels=head_dim(c, hidden, heads),
@@ -184,7 +186,7 @@ def _gpt2(c: _Config) -> Dict[str, Any]:
         position_embedding="learned",
         tie_embeddings=bool(c.get("tie_word_embeddings", True)),
         add_bias_linear=True,
-        hidden_dropout=float(c.get("resid_pdrop", 0.1)),  # configuration_gpt2.py default 0.1
+        hidden_dropout=c.num("resid_pdrop", 0.1),  # configuration_gpt2.py default 0.1
     )
 
 
@@ -202,10 +204,10 @@ def _gpt_neox(c: _Config) -> Dict[str, Any]:
         rotary_percent=c.fraction("rotary_pct", 0.25),  # configuration_gpt_neox.py default 0.25
         normalization="layernorm",
         position_embedding="rope",
-        rotary_base=float(c.get("rotary_emb_base", c.get("rope_theta", 10000.0))),
+        rotary_base=c.num("rotary_emb_base", None) or c.num("rope_theta", 10000.0),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         add_bias_linear=bool(c.get("attention_bias", True)),
-        hidden_dropout=float(c.get("hidden_dropout", 0.0)),  # configuration_gpt_neox.py default 0.0
+        hidden_dropout=c.num("hidden_dropout", 0.0),  # configuration_gpt_neox.py default 0.0
     )
 
 

@@ -27,14 +27,14 @@ def _phi3(c: Config) -> Dict[str, Any]:
         **fields,
         **sliding_window_all_layers(c, fields["num_layers"]),
         "rotary_percent": c.fraction("partial_rotary_factor", 1.0),
-        "hidden_dropout": float(c.get("resid_pdrop", 0.0)),  # Phi3DecoderLayer resid_attn/mlp_dropout
+        "hidden_dropout": c.num("resid_pdrop", 0.0),  # Phi3DecoderLayer resid_attn/mlp_dropout
     }
 
 
 def _gemma(c: Config, slides: Callable[[int], bool]) -> Dict[str, Any]:
     """Fields shared by Gemma-2 and Gemma-3; `slides(i)` is the family's default sliding-layer rule."""
     fields = llama_like(c, activation_keys=("hidden_activation", "hidden_act"))
-    window = int(c.get("sliding_window", 0))
+    window = c.int_opt("sliding_window", 0)
     num_sliding = count_sliding_layers(c, fields["num_layers"], slides) if window else 0
     softcap = c.get("attn_logit_softcapping", None)
     if softcap:
@@ -44,7 +44,7 @@ def _gemma(c: Config, slides: Callable[[int], bool]) -> Dict[str, Any]:
         **fields,
         "tie_embeddings": bool(c.get("tie_word_embeddings", True)),  # Gemma ties by default
         "sandwich_norm": True,
-        "logit_softcapping": float(c.get("final_logit_softcapping", 0.0)),
+        "logit_softcapping": c.num("final_logit_softcapping", 0.0),
         "sliding_window": window if num_sliding else 0,
         "num_sliding_window_layers": num_sliding,
     }
@@ -67,7 +67,7 @@ GEMMA3_TEXT_DEFAULTS = dict(vocab_size=262208, hidden_size=2304, intermediate_si
 def _gemma3_text(c: Config) -> Dict[str, Any]:
     c = _with_defaults(c, GEMMA3_TEXT_DEFAULTS)
     # configuration_gemma3.py: layer i slides when (i + 1) % sliding_window_pattern != 0 (default 6).
-    pattern = int(c.get("sliding_window_pattern", 6))
+    pattern = c.int_opt("sliding_window_pattern", 6)
     return {**_gemma(c, lambda i: (i + 1) % pattern != 0), "qk_layernorm": True}
 
 

@@ -3,6 +3,7 @@ config mapping that names the file in its errors and keeps notes, and the fields
 gated activation, RoPE scaling, the Llama-style block)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Mapping
 
 from autoplan.errors import InputError
@@ -37,10 +38,36 @@ class Config:
         return default if value is None else value
 
     def int_req(self, *keys: str) -> int:
+        """A required count: a positive integer."""
         value = self.req(*keys)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{self.where}: field {keys[0]!r}={value!r} must be an integer; fix the config")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"{self.where}: field {keys[0]!r}={value!r} must be a positive integer; fix the config")
         return value
+
+    def int_opt(self, key: str, default: Any) -> Any:
+        """`key` as an integer (an integral float such as 4096.0 is taken), or `default` when it is absent or null;
+        any other value is a one-line InputError naming the field."""
+        value = self.get(key, default)
+        if value is default:
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{self.where}: field {key!r}={value!r} must be an integer; fix the config")
+        return value
+
+    def num(self, key: str, default: Any) -> Any:
+        """`key` as a finite number, or `default` when it is absent or null; InputError otherwise."""
+        value = self.get(key, default)
+        if value is default:
+            return value
+        try:
+            number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        except OverflowError:
+            number = None
+        if number is None or not math.isfinite(number):
+            raise InputError(f"{self.where}: field {key!r}={value!r} must be a finite number; fix the config")
+        return number
 
     def fraction(self, key: str, default: float) -> float:
         """A value in (0, 1] (rotary fractions); InputError otherwise."""
@@ -52,9 +79,9 @@ class Config:
 
 def head_dim(c: Config, hidden: int, heads: int) -> int:
     """Explicit `head_dim` when given (Qwen3, gpt-oss, Gemma, Mistral-Nemo), else hidden / heads."""
-    value = c.get("head_dim", None)
+    value = c.int_opt("head_dim", None)
     if value is not None:
-        return int(value)
+        return value
     if hidden % heads:
         raise InputError(f"{c.where}: hidden_size={hidden} is not divisible by num_attention_heads={heads} and "
                          f"there is no head_dim; add head_dim to the config")
@@ -80,16 +107,17 @@ def rope_scaling(c: Config) -> Dict[str, Any]:
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind in (None, "default"):
         return {}
-    factor = float(scaling.get("factor", 1.0))
+    sc = Config(scaling, c.model_type, f"{c.where} rope_scaling")
+    factor = sc.num("factor", 1.0)
     if kind == "llama3":
         return dict(rope_scaling="llama3", rope_scaling_factor=factor)
     if kind == "yarn":  # defaults as transformers' _compute_yarn_parameters: mscale 1 (0 = unused), betas 32 and 1
         return dict(rope_scaling="yarn", rope_scaling_factor=factor,
-                    rope_beta_fast=float(scaling.get("beta_fast") or 32.0),
-                    rope_beta_slow=float(scaling.get("beta_slow") or 1.0),
-                    rope_original_max_position_embeddings=int(scaling.get("original_max_position_embeddings", 0)),
-                    rope_mscale=float(scaling.get("mscale") or 1.0),
-                    rope_mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),
+                    rope_beta_fast=sc.num("beta_fast", None) or 32.0,
+                    rope_beta_slow=sc.num("beta_slow", None) or 1.0,
+                    rope_original_max_position_embeddings=sc.int_opt("original_max_position_embeddings", 0),
+                    rope_mscale=sc.num("mscale", None) or 1.0,
+                    rope_mscale_all_dim=sc.num("mscale_all_dim", None) or 0.0,
                     rope_truncate=bool(scaling.get("truncate", True)))
     c.notes.append(f"rope_scaling {kind!r} is not carried: it changes no time or memory, and emitted launch files "
                    f"use RoPE without it")
@@ -105,7 +133,7 @@ def llama_like(c: Config, activation_keys: tuple = ("hidden_act",)) -> Dict[str,
         hidden_size=hidden,
         ffn_hidden_size=c.int_req("intermediate_size"),
         num_attention_heads=heads,
-        num_query_groups=int(c.get("num_key_value_heads", heads)),  # absent in old configs = MHA
+        num_query_groups=c.int_opt("num_key_value_heads", heads),  # absent in old configs = MHA
         kv_channels=head_dim(c, hidden, heads),
         vocab_size=c.int_req("vocab_size"),
         max_position_embeddings=c.int_req("max_position_embeddings"),
@@ -113,7 +141,7 @@ def llama_like(c: Config, activation_keys: tuple = ("hidden_act",)) -> Dict[str,
         gate_activation=gate_activation(c, *activation_keys),
         normalization="rmsnorm",
         position_embedding="rope",
-        rotary_base=float(c.get("rope_theta", 10000.0)),
+        rotary_base=c.num("rope_theta", 10000.0),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         add_qkv_bias=bool(c.get("attention_bias", False)),
         **rope_scaling(c),
@@ -122,10 +150,10 @@ def llama_like(c: Config, activation_keys: tuple = ("hidden_act",)) -> Dict[str,
 
 def sliding_window_all_layers(c: Config, num_layers: int) -> Dict[str, Any]:
     """Mistral / Phi-3 apply `sliding_window` to every layer; Qwen2 only when `use_sliding_window` is true."""
-    window = c.get("sliding_window", 0)
+    window = c.int_opt("sliding_window", 0)
     if not window or not c.get("use_sliding_window", True):
         return {}
-    return dict(sliding_window=int(window), num_sliding_window_layers=num_layers)
+    return dict(sliding_window=window, num_sliding_window_layers=num_layers)
 
 
 def count_sliding_layers(c: Config, num_layers: int, default_pattern) -> int:
@@ -133,6 +161,8 @@ def count_sliding_layers(c: Config, num_layers: int, default_pattern) -> int:
     default rule `default_pattern(i) -> True when layer i slides`."""
     layer_types = c.get("layer_types", None)
     if layer_types:
+        if not isinstance(layer_types, list):
+            raise InputError(f"{c.where}: layer_types={layer_types!r} must be a list of layer kinds; fix the config")
         if len(layer_types) != num_layers:
             raise InputError(f"{c.where}: layer_types has {len(layer_types)} entries for num_hidden_layers="
                              f"{num_layers}; fix the config")

@@ -1,12 +1,23 @@
 """`ModelSpec`: the architecture of a transformer language model, dense or MoE, as the cost model needs it."""
 from __future__ import annotations
 
+import math
 from typing import Literal, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 HYBRID_SYMBOLS = "M*-E"
+
+# The deepest model read: 2^14 = 16,384 layers, 128x the deepest in the catalogue (gpt-1t, 128 layers; Narayanan et
+# al. 2021 Table 1). The cost model and the stage splits walk the layers one by one, so the bound keeps a typo'd
+# depth (80,000,000) a one-line error instead of minutes of work.
+MAX_LAYERS = 2**14
+
+# Every other size at most 2^31 - 1 (the int32 range Megatron's argparse sizes and TransformerConfig dims are used
+# in; the largest catalogue dim, vocab 256,000, is 8,000x below), and every number finite: the cost model multiplies
+# sizes in float64 (layers x hidden^2 x ...), which a 400-digit field overflows into a crash or an inf.
+MAX_SIZE = 2**31 - 1
 
 
 class ModelSpec(BaseModel):
@@ -15,7 +26,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="Display name, e.g. 'llama3-70b'.")
-    num_layers: int = Field(gt=0, description="Transformer decoder layers (Megatron --num-layers).")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer decoder layers (Megatron --num-layers).")
     hidden_size: int = Field(gt=0, description="Model width h.")
     ffn_hidden_size: int = Field(gt=0, description="Dense MLP inner width (per SwiGLU branch for swiglu).")
     num_attention_heads: int = Field(gt=0, description="Query heads a.")
@@ -131,6 +142,17 @@ class ModelSpec(BaseModel):
     # bf16 and save bf16 inputs.
     bf16_first_layers: int = Field(0, ge=0, description="Leading layers whose GEMMs stay bf16 under FP8/FP4.")
     bf16_last_layers: int = Field(0, ge=0, description="Trailing layers whose GEMMs stay bf16 under FP8/FP4.")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _representable(cls, value, info):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value > MAX_SIZE:
+            raise ValueError(f"must be at most 2^31 - 1 = {MAX_SIZE:,}; pass the real size")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from autoplan.errors import InputError, did_you_mean
+from autoplan.fileio import read_text
 from autoplan.hf_config import hf_config_fields
 from autoplan.model import ModelSpec
 
@@ -64,7 +65,7 @@ def _read_mapping(path: Path) -> Dict[str, Any]:
     if path.is_dir():
         raise InputError(f"model path {str(path)!r} is a directory without a config.json; pass the config.json "
                          f"file itself")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_text(path, "model file", "pass a Hugging Face config.json or a model YAML")
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:

@@ -117,8 +117,9 @@ class Strategy(BaseModel):
         "Megatron-LM command-line flag): only the routing probabilities are saved for the weighting, not the bf16 "
         "activation output; no effect on gated (SwiGLU) experts, which are always weighted in a fused kernel."))
     expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
-                                                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
-                                                         "fragmentation allowance is added.")
+                                                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a "
+                                                         "smaller fragmentation allowance (measured, "
+                                                         "calibration.py).")
     te_op_fuser: bool = Field(False, description=(
         "TransformerEngine's operation fuser for the MoE experts (Megatron --use-transformer-engine-op-fuser): the "
         "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "

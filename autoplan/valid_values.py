@@ -5,15 +5,23 @@ rule has failed, so none of them is on the search's hot path. Each helper applie
 checks before the one that failed, so a value offered here does not fail an earlier rule."""
 from __future__ import annotations
 
+import math
 from typing import Iterable, List, Optional, Tuple
 
 from autoplan.model import ModelSpec
 
 
-def divisors(n: int) -> List[int]:
-    """Positive divisors of n, ascending; [] for n < 1."""
-    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0] if n >= 1 else []
-    return sorted(set(small) | {n // d for d in small})
+def divisors(n: int, upto: Optional[int] = None) -> List[int]:
+    """Positive divisors of n, ascending, only those <= `upto` when given; [] for n < 1. The loop runs
+    min(sqrt(n), upto) times, so a huge n (a typo'd GPU count or batch) costs no more than its square root."""
+    if n < 1:
+        return []
+    limit = n if upto is None else min(n, upto)
+    root = math.isqrt(n)
+    if limit <= root:
+        return [d for d in range(1, limit + 1) if n % d == 0]
+    small = [d for d in range(1, root + 1) if n % d == 0]
+    return sorted(v for v in set(small) | {n // d for d in small} if v <= limit)
 
 
 def join(values: Iterable[object]) -> str:

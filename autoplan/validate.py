@@ -315,6 +315,11 @@ def _sequence_parallel(c: Case) -> Optional[str]:
     ))
 
 
+# The "valid mbs" a batch error lists stop at 2^20 sequences per rank: past that the list is no help, and its loop
+# (valid_values.divisors, min(sqrt(n), bound) steps) stays short for a typo'd batch.
+MBS_LISTED = 2**20
+
+
 def _batch(c: Case) -> Optional[str]:
     """[V] mbs > 0; [MB] global batch divisible by mbs*dp (num_microbatches = gbs / (mbs*dp))."""
     s, gbs = c.strategy, c.workload.global_batch_size
@@ -323,7 +328,7 @@ def _batch(c: Case) -> Optional[str]:
     step = s.mbs * c.dp
     if gbs % step == 0:
         return None
-    other_mbs = [v for v in vv.divisors(gbs // c.dp)] if gbs % c.dp == 0 else []
+    other_mbs = [v for v in vv.divisors(gbs // c.dp, upto=MBS_LISTED)] if gbs % c.dp == 0 else []
     mbs_fix = f"; or valid mbs for dp={c.dp}: {vv.join(other_mbs)}" if other_mbs else ""
     return (f"gbs={gbs} must be divisible by mbs*dp={s.mbs}*{c.dp}={step}; "
             f"valid gbs near {gbs}: {vv.join(vv.gbs_near(gbs, step))}{mbs_fix}")
@@ -356,7 +361,7 @@ def _interleaved_schedule(c: Case) -> Optional[str]:
     if problem is None:
         return None
     group = s.pp * c.dp
-    mbs_ok = [b for b in vv.divisors(gbs) if gbs % (b * group) == 0 and b <= 16]
+    mbs_ok = [b for b in vv.divisors(gbs, upto=16) if gbs % (b * group) == 0]
     fixes = ["use vpp=1", f"a gbs that is a multiple of mbs*dp*pp={s.mbs * group}"
              f" (e.g. {vv.join(vv.gbs_near(gbs, s.mbs * group))})"]
     if mbs_ok:

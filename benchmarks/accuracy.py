@@ -37,23 +37,7 @@ from autoplan.costmodel.estimate import estimate
 from benchmarks import holdout, ranking
 from benchmarks.calibrate import PARAMETERS, Predictor, fit, holdout_start  # numpy-only Nelder-Mead over the bounds
 from benchmarks.naive import NaiveBar, precision_of
-from benchmarks.published import POLICIES, PublishedRun, build_run, exclusion_reason, load_runs, read_rows, stem
-
-# Rows the source itself flags as a known software regression (Megatron-Bridge 26.06.01 GPT-OSS footnote): they
-# are priced and counted, but no constant or naive bar is fitted on them.
-FOOTNOTE = "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
-
-
-def headline_runs(policy: str = "recipe") -> Tuple[List[PublishedRun], List[Tuple[str, str]], set]:
-    """(runs, excluded (id, reason), ids not to fit on). Every row published.load_runs uses, the rows its
-    regression rule drops and the footnote rows."""
-    runs, excluded = load_runs(policy=policy, keep_regressions=True)
-    rows = {r["id"]: r for r in read_rows()}
-    footnote = {i for i, why in excluded if why == FOOTNOTE}
-    runs += [build_run(rows[i], policy=policy) for i in sorted(footnote)]
-    excluded = [(i, why) for i, why in excluded if i not in footnote]
-    return runs, excluded, footnote
-
+from benchmarks.published import POLICIES, PublishedRun, exclusion_reason, headline_runs, stem
 
 @dataclass(frozen=True)
 class RowResult:

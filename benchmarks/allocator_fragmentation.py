@@ -12,7 +12,7 @@ Printed per setting, from `torch.cuda.memory_stats()` after the steps (PyTorch c
 - the allocated peak minus what is allocated before the first forward (weights, grads, optimizer state): the
   activation-and-transient peak the cost model sizes;
 - fragmentation = (peak reserved - peak allocated) / that activation peak: the quantity
-  `Calibration.fragmentation` stands for (evaluate.py applies it to activations + logits + transients).
+  `Calibration.fragmentation` stands for (costmodel/rank.py applies it to activations + logits + transients).
 Peak reserved includes cached blocks the allocator would free and retry before an out-of-memory error, so this
 ratio is an upper bound on the overhead that can cause one.
 

@@ -7,7 +7,7 @@ fitted constants are time terms and do not change memory; policy "recipe", see b
 
 Overfitting guard: the constants are first fitted on the training rows of `benchmarks/holdout.py` (split by model
 family and by source, never by row) and the MAPE is reported on the held-out rows, before the final fit on all
-rows. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are never fitted on.
+rows. Rows the source flags as regressed (`benchmarks.published.FOOTNOTE`) are never fitted on.
 
     python -m benchmarks.calibrate                # before/after MAPE, hold-out MAPE, values for calibration.py
     python -m benchmarks.calibrate --max-evals 60 # quicker, coarser
@@ -25,7 +25,7 @@ from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.estimate import evaluate
 from autoplan.costmodel.layout import layouts_from_strategies
 from benchmarks import holdout
-from benchmarks.published import PublishedRun
+from benchmarks.published import PublishedRun, headline_runs
 
 # (name, lower, upper): physically sensible ranges, so a fit cannot wander into nonsense.
 PARAMETERS: Tuple[Tuple[str, float, float], ...] = (
@@ -153,8 +153,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-evals", type=int, default=250, help="objective evaluations per fit")
     args = ap.parse_args(argv)
-    from benchmarks.accuracy import headline_runs
-
     runs, _, no_fit = headline_runs()
     predict = Predictor(runs)
     every = [i for i, r in enumerate(runs) if r.id not in no_fit]

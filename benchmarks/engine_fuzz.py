@@ -75,14 +75,15 @@ class Emitted:
 
 
 def search(setup, engine: str, top: int):
-    """The plans `autoplan plan --engine ENGINE --top TOP` returns for the setup."""
+    """The plans `autoplan plan --engine ENGINE --precision any --top TOP` returns for the setup: bf16 and FP8 plans,
+    so that the FP8 flags are checked by the engines too."""
     from autoplan.cli.common import load_inputs
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
     model, gpu, gpus, seq, gbs = setup
     m, c, wl = load_inputs(model, None, gpu, gpus, seq, gbs)
-    return solve(Problem(m, c, wl, engine=engine), "cpsat", top_k=top).plans
+    return solve(Problem(m, c, wl, engine=engine, precision="any"), "cpsat", top_k=top).plans
 
 
 def emit(setup, engine: str, top: int, folder: Path) -> List[Emitted]:

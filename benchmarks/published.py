@@ -126,6 +126,11 @@ def stem(row_id: str) -> str:
     return row_id
 
 
+# Rows the source itself flags as a known software regression (Megatron-Bridge 26.06.01 GPT-OSS footnote): left
+# out by `load_runs`; `headline_runs` prices and counts them, but no constant or naive bar is fitted on them.
+FOOTNOTE = "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
+
+
 def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
     """Why a row is not used, or None. Order matters only for the reason printed."""
     notes, model = row["notes"], row["model"]
@@ -134,7 +139,7 @@ def exclusion_reason(row: Dict[str, str]) -> Optional[str]:
     if "task=SFT" in notes or "task=LoRA" in notes:
         return "fine-tuning task (SFT/LoRA): packed/short sequences and frozen weights, not pre-training"
     if row["id"].startswith("mb_26.06.01_") and model.startswith("GPT OSS"):
-        return "26.06.01 GPT-OSS rows carry the page's known-regression footnote"
+        return FOOTNOTE
     if model not in CATALOGUE:
         return f"no public config for {model!r} to complete the missing dims"
     if row["gpu"] not in GPU_IDS:
@@ -188,7 +193,7 @@ def _int(cell: str, default: Optional[int] = None) -> Optional[int]:
 
 
 # The source's DeepSeek-V3 tables mark runs "(w/o MTP)" and "(w/ MTP)"; the catalogue model carries the public
-# config's one MTP depth (mtp.py prices it), which the "(w/o MTP)" runs leave out.
+# config's one MTP depth (costmodel/layers/mtp.py prices it), which the "(w/o MTP)" runs leave out.
 NO_MTP = "(w/o MTP)"
 
 
@@ -368,6 +373,17 @@ def load_runs(path: Path = DATA, cal: Calibration = DEFAULT, policy: str = "reci
             continue
         runs.append(build_run(row, cal, policy))
     return runs, excluded
+
+
+def headline_runs(policy: str = "recipe") -> Tuple[List[PublishedRun], List[Tuple[str, str]], set]:
+    """(runs, excluded (id, reason), ids not to fit on). Every row `load_runs` uses, the rows its regression rule
+    drops and the footnote rows."""
+    runs, excluded = load_runs(policy=policy, keep_regressions=True)
+    rows = {r["id"]: r for r in read_rows()}
+    footnote = {i for i, why in excluded if why == FOOTNOTE}
+    runs += [build_run(rows[i], policy=policy) for i in sorted(footnote)]
+    excluded = [(i, why) for i, why in excluded if i not in footnote]
+    return runs, excluded, footnote
 
 
 def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "recipe") -> PublishedRun:

@@ -76,6 +76,8 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 from autoplan import cuda_graphs as G
+from autoplan.modelio import load_model
+from autoplan.pipeline_split import balanced_layout
 
 # Container release -> Megatron-Bridge tag (tag dates 2026-02-26, 04-16, 06-16, 08-19).
 RELEASE_TAG = {"26.02": "v0.3.0", "26.02.01": "v0.3.0", "26.04": "v0.4.0", "26.04.01": "v0.4.0",
@@ -276,18 +278,21 @@ def cuda_graph_modules(row: Dict[str, str], gpu: str, release: str) -> Tuple[str
 
 def deepseek_v3_layout(gpu: str, pp: str, vpp: str) -> Optional[str]:
     """The pipeline layout the DeepSeek-V3 recipes set (src/megatron/bridge/recipes/deepseek/deepseek_v3.py
-    `set_deepseek_v3_pipeline_model_parallel_layout` layout_map, and the perf presets' `pp_layout`): 16 virtual
-    stages (pp x vpp = 16) hold the embedding with 4 layers, 14 x 4 layers, then 1 layer, the MTP block and the
-    loss; pp 8 vpp 4 (H100 preset) 1, 30 x 2, then MTP and loss; pp 8 alone 8, 6 x 8, then 5. None where no
-    config sets one (Megatron's even split)."""
-    stages = int(pp or 1) * int(vpp or 1)
-    if stages == 16 and pp in ("2", "4", "8", "16"):
-        return "Et*4|(t*4|)*14tmL"
-    if gpu == "h100" and (pp, vpp) == ("8", "4"):
-        return "Et|(tt|)*30mL"
-    if (pp, vpp) == ("8", "1"):
-        return "Et*8|(t*8|)*6t*5mL"
-    return None
+    `set_deepseek_v3_pipeline_model_parallel_layout` layout_map, and the perf presets' `pp_layout`), as
+    `pipeline_split.balanced_layout` builds it for the catalogue model (61 layers, one MTP depth): 16 virtual stages
+    (pp x vpp = 16) hold the embedding with 4 layers, 14 x 4 layers, then 1 layer, the MTP block and the loss
+    (Et*4|(t*4|)*14tmL: the last stage gives 3 layers to MTP and loss); pp 8 vpp 4 (H100 preset) 1, 30 x 2, then
+    MTP and loss (Et|(t*2|)*30mL, the preset's Et|(tt|)*30mL: the embedding takes 1 and MTP with the loss 2); pp 8
+    alone 8, 6 x 8, then 5. None where no config sets one (Megatron's even split)."""
+    p, v = int(pp or 1), int(vpp or 1)
+    if (p * v == 16 and p in (2, 4, 8, 16)) or (p, v) == (8, 1):
+        emb_units, loss_units = 0, 3
+    elif gpu == "h100" and (p, v) == (8, 4):
+        emb_units, loss_units = 1, 2
+    else:
+        return None
+    model = load_model("deepseek-v3")
+    return balanced_layout(model.num_layers, p, v, emb_units, loss_units, model.mtp_num_layers)
 
 
 def deepseek_v3_modules(gpu: str, release: str, pp: str, vpp: str, ep: str) -> str:

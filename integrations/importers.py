@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
-from autoplan.workload import Workload
+from autoplan.workload import Workload, make_workload
 from autoplan.integrations import megatron_flags as MF
 from autoplan.integrations.megatron_model_args import megatron_model
 from autoplan.integrations.engines import check_deepspeed_keys
@@ -39,12 +39,17 @@ def _read_text(text_or_path: Union[str, Path]) -> str:
     text = str(text_or_path)
     if not isinstance(text_or_path, Path) and ("\n" in text or text.lstrip().startswith("-") or " --" in text):
         return text
-    path = Path(text).expanduser()
-    if not path.is_file():
-        why = "is a directory" if path.is_dir() else "not found"
-        raise InputError(f"Megatron launch file {text}: file {why}; pass a launch script, an argument file or "
-                         f"'--num-layers ... ' text")
-    return path.read_text(encoding="utf-8", errors="replace")
+    from autoplan.fileio import read_text
+
+    return read_text(text, "Megatron launch file", _MEGATRON_FIX)
+
+
+_MEGATRON_FIX = "pass a Megatron-LM launch script, an argument file or '--num-layers ...' text"
+
+
+def _source_name(text_or_path: Union[str, Path]) -> str:
+    text = str(text_or_path)
+    return f"{text!r}" if "\n" not in text and len(text) <= 80 else "the argument text"
 
 
 def parse_megatron_flags(text: str) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
@@ -60,8 +65,13 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell it)."""
     from autoplan.modelio import parse_overrides
 
-    launcher, words, notes, env = MF.launch_words(_read_text(text_or_path))
+    text = _read_text(text_or_path)
+    launcher, words, notes, env = MF.launch_words(text)
     flags = MF.parse_flags(words)
+    if not set(flags) & MF.READ_FLAGS:
+        what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
+                                                   "--seq-length, ...)"
+        raise InputError(f"{_source_name(text_or_path)} {what}: not a Megatron script; {_MEGATRON_FIX}")
     seq_len = MF.typed(flags, "seq-length", MF.pos_int)
     if seq_len is None:
         raise InputError("Megatron arguments lack --seq-length; add it")
@@ -78,7 +88,8 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
         notes.append(f"--global-batch-size absent: Megatron's default mbs*dp = {gbs}")
     if gbs is None:
         raise InputError("Megatron arguments lack --global-batch-size and the world size is unknown; add it")
-    return ImportedConfig(model=model, strategy=strategy, workload=Workload(seq_len=seq_len, global_batch_size=gbs),
+    workload = make_workload(seq_len, gbs, "Megatron arguments --seq-length/--global-batch-size")
+    return ImportedConfig(model=model, strategy=strategy, workload=workload,
                           global_batch_size=gbs, world_size=world, source="megatron", notes=notes)
 
 
@@ -132,12 +143,11 @@ def _ds_batch(config: Dict[str, Any], dp: int, mbs: Optional[int], gbs: Optional
 
 
 def _read_ds_json(path: Union[str, Path]) -> Dict[str, Any]:
+    from autoplan.fileio import read_text
+
+    text = read_text(path, "DeepSpeed config", "pass the ds_config.json file")
     try:
-        config = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"DeepSpeed config {path}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"DeepSpeed config {path} is a directory; pass the ds_config.json file") from None
+        config = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"DeepSpeed config {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(config, dict):
@@ -207,6 +217,6 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
         strategy["grad_reduce_bf16"] = True
     notes += _offload_notes(zero)
     strategy.update(_ds_recompute(config, pipeline, notes))
-    workload = Workload(seq_len=seq_len, global_batch_size=train) if seq_len else None
+    workload = make_workload(seq_len, train, "ds_config train_batch_size") if seq_len else None
     return ImportedConfig(model=model, strategy=strategy, workload=workload, global_batch_size=train,
                           world_size=num_gpus, source="deepspeed", notes=notes)

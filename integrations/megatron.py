@@ -3,7 +3,7 @@
 Every argument name is one that Megatron-LM's `megatron/training/arguments.py` defines (the verified list and the
 commit it was read at live in `tests/engine_checks/megatron_args_verified.txt`). The engine rules checked here are
 the ones that would otherwise fail only after the job starts; each cites `validate_args` [V],
-`TransformerConfig.__post_init__` [TC] or the runtime [RT] (see /work/shared/reference/engines.md)."""
+`TransformerConfig.__post_init__` [TC] or the runtime [RT] (see docs/sources.md)."""
 from __future__ import annotations
 
 import shlex
@@ -443,7 +443,7 @@ def train_script(plan: Plan, probe: bool = False) -> str:
     layout = world_layout(plan)
     connections = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)\n"
                    if needs_max_connections_1(plan) else "")
-    if plan.strategy.expandable_segments:  # the plan's memory has no fragmentation allowance (PyTorch allocator)
+    if plan.strategy.expandable_segments:  # the plan was priced with the expandable-segments allocator allowance
         connections += "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
         if plan.strategy.cuda_graph_modules and not G.is_full_iteration(plan.strategy.cuda_graph_modules):
             # [V] TransformerEngine graphs with expandable segments need NCCL's graph registration off.

@@ -172,20 +172,21 @@ def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool
     """RoPE scaling, attention sinks, gpt-oss's clamped GLU and the aux-loss weight: no effect on the price, kept so
     that the model (and a launch emitted from it) is the one the arguments train."""
     out: Dict[str, Any] = {}
-    if mla and typed(f, "rope-type", str, "yarn") == "yarn":
-        # [TC] MLATransformerConfig: rope_type yarn unless --rope-type rope, original_max_position_embeddings 4096;
-        # [V] --rotary-scaling-factor default 1.0, --mscale 1.0, --mscale-all-dim 0.0.
+    mla_yarn = mla and typed(f, "rope-type", str, "yarn") == "yarn"
+    if mla_yarn or (not mla and typed(f, "position-embedding-type", str) == "yarn"):
+        # [V] --rotary-scaling-factor default 1.0, --mscale 1.0, --mscale-all-dim 0.0. MLA: [TC]
+        # MLATransformerConfig: rope_type yarn unless --rope-type rope, original_max_position_embeddings 4096.
+        # Other attention: [V] --position-embedding-type yarn with its own original length, correction-range
+        # rounding and beta flags.
         out.update(rope_scaling="yarn", rope_scaling_factor=typed(f, "rotary-scaling-factor", float, 1.0),
-                   rope_original_max_position_embeddings=4096, rope_mscale=typed(f, "mscale", float, 1.0),
-                   rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0))
-    elif typed(f, "position-embedding-type", str) == "yarn" and not mla:  # [V] YaRN: --rotary-scaling-factor
-        out.update(rope_scaling="yarn", rope_scaling_factor=typed(f, "rotary-scaling-factor", float, 1.0),
-                   rope_original_max_position_embeddings=typed(f, "yarn-original-max-position-embeddings", int, 0),
+                   rope_original_max_position_embeddings=4096 if mla_yarn else
+                   typed(f, "yarn-original-max-position-embeddings", int, 0),
                    rope_mscale=typed(f, "mscale", float, 1.0),
-                   rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0),
-                   rope_truncate="no-yarn-correction-range-round-to-int" not in f,
-                   rope_beta_fast=typed(f, "yarn-beta-fast", float, 32.0),  # [V] defaults 32 and 1
-                   rope_beta_slow=typed(f, "yarn-beta-slow", float, 1.0))
+                   rope_mscale_all_dim=typed(f, "mscale-all-dim", float, 0.0))
+        if not mla_yarn:
+            out.update(rope_truncate="no-yarn-correction-range-round-to-int" not in f,
+                       rope_beta_fast=typed(f, "yarn-beta-fast", float, 32.0),  # [V] defaults 32 and 1
+                       rope_beta_slow=typed(f, "yarn-beta-slow", float, 1.0))
     elif "use-rope-scaling" in f:  # [V] Llama-3.x frequency scaling, factor default 8
         out.update(rope_scaling="llama3", rope_scaling_factor=typed(f, "rope-scaling-factor", float, 8.0))
     if typed(f, "softmax-type", str, "vanilla") == "learnable":  # [TC] softmax_type: a learned sink per head

@@ -13,10 +13,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from ortools.sat.python import cp_model
 
-from autoplan.costmodel.evaluate import MEMORY_KEYS, num_microbatches, rank_cost
+from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.costmodel.layout import Layouts
-from autoplan.solvers.api import SolveResult, plans_from, price, register
+from autoplan.solvers.common import SolveResult, plans_from, price
 from autoplan.solvers.space import Problem, delayed_fp8, fp8_recompute_options
 
 US = 1e6  # CP-SAT works in integer microseconds ...
@@ -140,7 +140,6 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     return new, solver.ObjectiveValue() / US / vpp
 
 
-@register("cpsat")
 def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: Optional[float] = None,
                  progress=None, profile=None, **_) -> SolveResult:
     """Enumerate, then refine the stage split and recompute of the best pipelined layouts with CP-SAT."""

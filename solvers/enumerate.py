@@ -12,7 +12,7 @@ import numpy as np
 
 from autoplan import recompute as R
 from autoplan.costmodel.hardware import GIB
-from autoplan.solvers.api import SolveResult, plans_from, price, register
+from autoplan.solvers.common import SolveResult, plans_from, price
 from autoplan.solvers.space import Grid, Problem, enumerate_grid
 
 SHAPE_KEYS = ("tp", "pp", "cp", "ep")
@@ -50,10 +50,6 @@ def brute_force(problem: Problem, *, top_k: int = 5, profile=None, **_) -> Solve
                    profile)
 
 
-register("brute-force")(brute_force)
-
-
-@register("enumerate")
 def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile=None, **_) -> SolveResult:
     grid = enumerate_grid(problem)
     lay, group, level = grid.layouts, grid.group, grid.level

@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from autoplan.solvers.api import SolveResult, plans_from, price, register
+from autoplan.solvers.common import SolveResult, plans_from, price
 from autoplan.solvers.space import Grid, Problem, enumerate_grid
 
 DIMS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "recompute_block",
@@ -42,7 +42,6 @@ def suggest(trial, trie: dict) -> int:
     return node
 
 
-@register("optuna")
 def optuna_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: Optional[float] = None,
                   progress=None, profile=None, n_trials: int = 400, **_) -> SolveResult:
     import optuna

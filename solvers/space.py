@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,7 +21,10 @@ from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calib
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
+from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
+from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
+# pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
 from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
@@ -46,11 +49,23 @@ class Problem:
     allow: FrozenSet[str] = frozenset()
     engine: str = "megatron"
     mem_headroom: float = 0.0  # fraction of device memory kept free
+    # GEMM precision the search may try (autoplan/numerics.py PRECISIONS); None: what a fixed fp8 / fp8_recipe says,
+    # else bf16. The numerics are never chosen for speed unless asked.
+    precision: Optional[str] = None
     calibration: Calibration = DEFAULT_CALIBRATION  # constants every candidate is priced with (--calibration)
 
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise InputError(f"engine {self.engine!r} is not supported; use one of: {', '.join(ENGINES)}")
+        conflict = precision_conflict(self.precision, self.fixed)
+        if conflict:
+            raise InputError(conflict)
+        if self.precision == "fp8" and not _has_fp8(self):
+            raise InputError(f"--precision fp8 needs a GPU with FP8 tensor cores; {self.cluster.gpu.id} has none, "
+                             f"use --precision bf16")
+        if self.precision == "fp8" and self.engine != "megatron":
+            raise InputError(f"--precision fp8: the {self.engine} launch files run bf16 GEMMs only; use --engine "
+                             f"megatron or --precision bf16")
         unknown = set(self.allow) - set(ALLOW_CHOICES)
         if unknown:
             raise InputError(f"--allow {sorted(unknown)[0]!r} is unknown; valid: {', '.join(ALLOW_CHOICES)}")
@@ -74,21 +89,24 @@ class Problem:
 
 
 def parse_constraints(items: Sequence[str], what: str) -> Dict[str, List[object]]:
-    """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values."""
+    """['tp=8', 'pp=2|4'] -> {'tp': [8], 'pp': [2, 4]} with values coerced like strategy values. --exclude may
+    name a key several times (each value is excluded); --fix may not: a plan has one value, and 'tp=8|4' is how
+    to allow either."""
     out: Dict[str, List[object]] = {}
+    given: Dict[str, str] = {}
     for item in items:
         for part in strategy_items(item):
             if "=" not in part:
                 raise InputError(f"{what} {part!r} must be key=value (e.g. {what} tp=8)")
             key, raw = (s.strip() for s in part.split("=", 1))
             key = key.lower().replace("-", "_")
+            if what == "--fix" and key in given:
+                raise InputError(f"--fix {key} is given twice ({what} {given[key]} and {what} {part}); a plan has one "
+                                 f"{key}: keep one, or write {key}={given[key].split('=', 1)[1]}|{raw} to allow either")
+            given[key] = part
             alternatives = [raw] if key == "pipeline_layout" else raw.split("|")  # '|' separates a layout's stages
             out.setdefault(key, []).extend(coerce_strategy_value(key, v) for v in alternatives)
     return out
-
-
-def divisors(n: int) -> List[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _pow2_upto(n: int) -> List[int]:
@@ -118,7 +136,7 @@ def tp_choices(problem: Problem) -> List[int]:
     wide = "tp-outside-domain" in problem.allow or "tp" in problem.fixed
     limit = problem.cluster.num_gpus if wide else min(hw_domain, problem.cluster.num_gpus)
     out = []
-    for t in divisors(m.num_attention_heads):
+    for t in divisors(m.num_attention_heads, upto=limit):
         if t > limit or problem.cluster.num_gpus % t:
             continue
         if not wide and limit % t:
@@ -200,10 +218,10 @@ def split_vpps(model: ModelSpec, pp: int) -> List[int]:
     """vpp values (<= 16) some Megatron split supports at pp: divisors of the layers per rank (even, or with the
     embedding/loss counted), and, for the models searched with layouts, any vpp a balanced layout string can fill."""
     L = model.num_layers
-    vals = set(divisors(L // pp if L % pp == 0 else L))
+    vals = set(divisors(L // pp if L % pp == 0 else L, upto=16))
     for extra in (1, 2):
         if (L + extra) % pp == 0:
-            vals |= set(divisors((L + extra) // pp))
+            vals |= set(divisors((L + extra) // pp, upto=16))
     if model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:
         vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
     return sorted(v for v in vals if v <= 16)
@@ -247,7 +265,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 continue  # seq divisible by 2*cp (validate_args)
             if world % (tp * cp):
                 continue
-            for pp in _choices(problem, "pp", divisors(world // (tp * cp))):
+            for pp in _choices(problem, "pp", divisors(world // (tp * cp), upto=L)):
                 if pp > L:
                     continue
                 if problem.engine == "deepspeed" and cp > 1:
@@ -281,7 +299,7 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
     for etp in _choices(problem, "etp", etps):
         if m.add_bias_linear and etp != 1:
             continue  # MoE layers with bias need etp = 1 (TransformerConfig)
-        for ep in _choices(problem, "ep", divisors(m.num_experts)):
+        for ep in _choices(problem, "ep", divisors(m.num_experts, upto=world)):
             if world % (etp * ep * pp):
                 continue  # etp*ep*pp must divide world (parallel_state)
             if ep * etp > tp * cp * dp:
@@ -297,7 +315,7 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
 
 def mbs_choices(problem: Problem, dp: int) -> List[int]:
     per_dp = problem.workload.global_batch_size // dp
-    cands = divisors(per_dp) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
+    cands = divisors(per_dp, upto=16) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
                                                                         if per_dp % v == 0]
     return [v for v in _choices(problem, "mbs", cands) if v <= 16]
 
@@ -331,6 +349,13 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     if graphs and not G.is_full_iteration(graphs):
         allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
     out = [o for o in opts if names[o[0]] in allowed]
+    if "recompute_layers" in problem.fixed and "recompute_method" in problem.fixed:
+        # Method and layers both written: exactly those (a block of at most a chunk's layers), e.g. uniform/1 for
+        # full recompute of every layer, whether or not the default ladder holds them.
+        full = [(2, meth == "block", n, 0) for meth in _as_list(problem.fixed["recompute_method"])
+                for n in _as_list(problem.fixed["recompute_layers"]) if 1 <= n <= chunk_layers]
+        full = sorted(set(full), key=lambda o: (not o[1], o[2])) if "full" in allowed else []
+        return [o for o in out if o[0] != 2] + full
     if "recompute_layers" in problem.fixed:
         want = problem.fixed["recompute_layers"]
         want = want if isinstance(want, list) else [want]
@@ -340,6 +365,10 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
         meth = meth if isinstance(meth, list) else [meth]
         out = [o for o in out if o[0] != 2 or ("block" if o[1] else "uniform") in meth]
     return out
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def zero_choices(problem: Problem, pp: int) -> List[int]:
@@ -352,13 +381,18 @@ def zero_choices(problem: Problem, pp: int) -> List[int]:
 
 
 def fp8_choices(problem: Problem) -> List[bool]:
+    """FP8 GEMMs off and/or on: what the fixed fp8 / fp8_recipe and the hardware allow, narrowed to the precision
+    the user asked for (autoplan/numerics.py: bf16 unless --precision or a fixed fp8 says otherwise)."""
     vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
     allowed = _choices(problem, "fp8", ["none", "hybrid", "e4m3"])
     if "fp8_recipe" in problem.fixed:
         allowed = [v for v in allowed if v != "none"]  # a fixed FP8 recipe needs FP8 GEMMs on every plan
     if "fp8" in problem.fixed or "fp8_recipe" in problem.fixed:
-        return sorted({v != "none" for v in allowed if v == "none" or _has_fp8(problem)})
-    return [v for v in vals if ("hybrid" if v else "none") in allowed]
+        vals = sorted({v != "none" for v in allowed if v == "none" or _has_fp8(problem)})
+    else:
+        vals = [v for v in vals if ("hybrid" if v else "none") in allowed]
+    wanted = fp8_allowed(problem.precision, problem.fixed)
+    return [v for v in vals if v in wanted]
 
 
 def sp_choices(problem: Problem, tp: int, cp: int = 1) -> List[bool]:

@@ -85,7 +85,7 @@ def test_hybrid_model_files_reproduce_the_published_flops_per_token():
 
 def test_deepseek_rows_train_with_or_without_mtp_as_they_say(runs_and_excluded):
     """The "(w/o MTP)" DeepSeek-V3 rows drop the catalogue model's MTP depth; the "(w/ MTP)" row keeps it and is
-    priced (mtp.py), not excluded."""
+    priced (costmodel/layers/mtp.py), not excluded."""
     runs, excluded = runs_and_excluded
     by_id = {r.id: r for r in runs}
     marked = {r["id"]: r["notes"] for r in read_rows() if "MTP)" in r["notes"]}

@@ -38,7 +38,7 @@ def test_profile_sanity(gpu):
 
 
 def test_figures_against_reference_rows():
-    # /work/shared/reference/gpus.md sec. 1 and 2: a few rows spelled out.
+    # profiles/gpu_reference.md sec. 1 and 2: a few rows spelled out.
     h100 = load_gpu("h100")
     assert (h100.peak_tflops["bf16"], h100.hbm_bandwidth_tbps, h100.nvlink_bandwidth_gbytes_per_s) == (989, 3.35, 450)
     assert h100.network_bandwidth_gbytes_per_s == 50.0  # 8x 400 Gb/s NICs for 8 GPUs

@@ -208,7 +208,7 @@ def test_cpu_offload_keeps_the_other_layers_activations(dense):
 
 
 def test_embedding_activations_only_on_chunk_0_micro_batches(dense):
-    from autoplan.costmodel.evaluate import embedding_in_flight
+    from autoplan.costmodel.rank import embedding_in_flight
     lay = layouts_from_strategies([Strategy(pp=4, vpp=2), Strategy(pp=4)], 8)
     # rank 0 holds (4 - 1) * 2 + (2 - 1) * 4 + 1 = 11 pairs: forwards 0-3 and 8-10 run on chunk 0.
     assert list(embedding_in_flight(lay, np.array([11, 4]))) == [7, 4]
@@ -230,7 +230,7 @@ def test_a2a_overlap_pairs_only_steady_state_passes():
     """Combined 1F1B (Megatron combined_1f1b.py): without pipelining the first forward and the last backward run
     alone, so of m micro batches (m - 1) / m of the passes are paired; interleaved, the warm-up forwards
     2 (pp - rank - 1) + (vpp - 1) pp + 1 run alone."""
-    from autoplan.costmodel.evaluate import a2a_paired_fraction
+    from autoplan.costmodel.rank import a2a_paired_fraction
 
     for gbs, m_micro in ((8, 1), (40, 5), (160, 20)):
         lay = layouts_from_strategies([Strategy(ep=8, mbs=1, moe_a2a_overlap=True)], 8)

@@ -20,7 +20,7 @@ def read_plan(path):
 
 
 def test_fp8_vpp_winner_gets_megatron_and_deepspeed_its_own_best(tmp_path):
-    out = plan_cli(*LLAMA_70B, "--emit", "megatron,deepspeed", "--out", str(tmp_path))
+    out = plan_cli(*LLAMA_70B, "--precision", "any", "--emit", "megatron,deepspeed", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
     winner = read_plan(tmp_path / "plan.json")
     # The case reported: the winner runs what DeepSpeed does not (FP8 here, and VPP when the winner has it).
@@ -51,3 +51,13 @@ def test_engine_with_no_plan_is_named_and_the_others_are_written(tmp_path):
     assert (tmp_path / "megatron" / "megatron_args.txt").exists() and not (tmp_path / "deepspeed").exists()
     line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
     assert line and "context parallelism (cp=2)" in line[0] and "nothing written" in line[0]
+
+
+def test_fp8_only_search_names_deepspeed_as_unable(tmp_path):
+    # --precision fp8: DeepSpeed runs no FP8 GEMMs, so it has no plan of this search; Megatron's files are written.
+    out = plan_cli(*LLAMA_70B, "--precision", "fp8", "--emit", "megatron,deepspeed", "--out", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert read_plan(tmp_path / "plan.json").strategy.uses_fp8
+    assert (tmp_path / "megatron" / "megatron_args.txt").exists() and not (tmp_path / "deepspeed").exists()
+    line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
+    assert line and "nothing written" in line[0]

@@ -6,10 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from autoplan.clusterio import load_cluster
-from autoplan.costmodel import mamba
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
-from autoplan.costmodel.params import count_parameters, layer_params
+from autoplan.costmodel.params import count_parameters, layer_params, mamba_mixer_params
 from autoplan.model import ModelSpec
 from autoplan.modelio import load_model
 from autoplan.strategy import Strategy
@@ -53,7 +52,7 @@ def test_mamba_mixer_parameters_by_hand():
     in_proj = 256 * (2 * d_inner + 2 * gn + 8)
     conv = (d_inner + 2 * gn) * (4 + 1)
     expected = in_proj + conv + 3 * 8 + d_inner + d_inner * 256
-    assert mamba.mamba_mixer_params(m) == expected
+    assert mamba_mixer_params(m) == expected
     # One layer = the mixer + its pre-norm; the model adds embedding, final norm and head.
     total, _ = count_parameters(m)
     assert total == expected + 256 + 2 * 1000 * 256 + 256
@@ -63,7 +62,7 @@ def test_hybrid_layer_params_average_the_non_moe_layers():
     m = ModelSpec(**TINY, num_layers=3, hybrid_layer_pattern="M*-")
     p = layer_params(m, False)
     from autoplan.costmodel.params import attention_params, mlp_params
-    assert p.attention == pytest.approx((mamba.mamba_mixer_params(m) + attention_params(m)) / 3)
+    assert p.attention == pytest.approx((mamba_mixer_params(m) + attention_params(m)) / 3)
     assert p.dense_mlp == pytest.approx(mlp_params(m, 512, False) / 3)
 
 

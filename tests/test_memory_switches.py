@@ -12,13 +12,13 @@ from autoplan.strategy import Strategy
 from conftest import cluster, workload
 
 
-def test_te_cross_entropy_holds_a_third_of_the_logits_and_expandable_segments_no_fragmentation(dense):
+def test_te_cross_entropy_holds_a_third_of_the_logits_and_expandable_segments_less_fragmentation(dense):
     wl = workload(2048, 8)
     plain = estimate(dense, cluster(8), Strategy(), wl).memory_breakdown
     te = estimate(dense, cluster(8), Strategy(te_cross_entropy=True), wl).memory_breakdown
     exp = estimate(dense, cluster(8), Strategy(expandable_segments=True), wl).memory_breakdown
     assert np.isclose(te["logits"], plain["logits"] / 3)  # 2 of 6 bytes per logit
-    assert plain["fragmentation"] > 0 and exp["fragmentation"] == 0
+    assert 0 < exp["fragmentation"] < plain["fragmentation"]
 
 
 def test_delayed_fp8_keeps_linear_proj_own_copy_of_the_attention_output(dense):
@@ -72,7 +72,10 @@ def test_gated_experts_keep_the_routing_probabilities_not_their_output(moe, monk
     assert M.routing_weight_bytes(10) == 40 and M.weighted_activation_bytes(moe, lay, 10, 1024)[0] == 0
     wl, s = workload(2048, 8), Strategy(mbs=1)
     new = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
-    monkeypatch.setattr(M, "routing_weight_bytes", lambda copies: 2.0 * copies * moe.hidden_size)
+    from autoplan.costmodel.layers import moe as moe_layer
+
+    for module in (moe_layer, M):  # where the MoE layer's bytes and the selective-recompute drop read it
+        monkeypatch.setattr(module, "routing_weight_bytes", lambda copies: 2.0 * copies * moe.hidden_size)
     old = estimate(moe, cluster(8), s, wl).memory_breakdown["activations"]
     copies = 2048 * moe.moe_router_topk  # one micro batch of 2048 tokens, top-2, tp = ep = 1
     moe_layers = moe.num_layers - moe.first_k_dense_layers
@@ -208,7 +211,7 @@ def test_all_to_all_overlap_holds_one_more_micro_batch(pp, vpp, plain, overlappe
     get_pp_rank_microbatches). Rank 0's in-flight (micro batch, chunk) pairs grow by one."""
     import numpy as np
 
-    from autoplan.costmodel.evaluate import in_flight
+    from autoplan.costmodel.rank import in_flight
 
     def chunks(overlap):
         s = Strategy(pp=pp, vpp=vpp, ep=8, moe_a2a_overlap=overlap)
@@ -289,7 +292,7 @@ def test_megatron_fsdp_buffers():
     copy of the optimizer step are priced."""
     import numpy as np
 
-    from autoplan.costmodel.evaluate import _fsdp_unsharded_grads, _gathered_params
+    from autoplan.costmodel.rank import _fsdp_unsharded_grads, _gathered_params
     from autoplan.costmodel.stages import stage_layers
     from autoplan.modelio import load_model
 

@@ -10,8 +10,7 @@ from autoplan.clusterio import load_gpu
 from autoplan.complete import complete_strategy
 from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.flops import model_flops_per_token
-from autoplan.costmodel.mtp import mtp_params
-from autoplan.costmodel.params import count_parameters
+from autoplan.costmodel.params import count_parameters, mtp_params
 from autoplan.integrations.engines import deepspeed_unsupported
 from autoplan.integrations.importers import from_megatron_args
 from autoplan.integrations.megatron import emit_megatron

@@ -1,7 +1,7 @@
 """ZeRO-2/3 and Megatron-FSDP data-parallel communication: per micro batch, per unit, overlapped only inside it."""
 import numpy as np
 
-from autoplan.costmodel import evaluate as E
+from autoplan.costmodel import rank as E
 from autoplan.costmodel.calibration import DEFAULT
 from autoplan.costmodel.collectives import collective_time
 from autoplan.costmodel.estimate import estimate

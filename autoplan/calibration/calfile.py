@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from dataclasses import fields
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -87,32 +85,28 @@ def from_fit(result: FitResult) -> CalibrationFile:
 
 
 def check_out(path: Path) -> None:
-    """--out must name a file in an existing folder (checked before any fitting)."""
+    """--out must name a file, not a folder (checked before any fitting)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"--out {path} is a folder; name the calibration file, e.g. --out {path / 'cal.json'}")
-    if not path.parent.exists():
-        raise InputError(f"--out {path}: folder {path.parent} does not exist; create it or write elsewhere")
 
 
 def write(cal: CalibrationFile, path: Path) -> None:
-    """Write atomically: the file is either the old one or the whole new one."""
-    path = Path(path)
+    """Write all or none (autoplan/fileio.py): the file is either the old one or the whole new one."""
+    from autoplan.fileio import write_text
+
     check_out(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or Path(".")))
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(cal.model_dump(), indent=2) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(cal.model_dump(), indent=2) + "\n")
 
 
 def load(path: str) -> CalibrationFile:
     """Read a calibration file; every problem is one InputError naming the file."""
+    from autoplan.fileio import read_text
+
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise InputError(f"--calibration {path}: file not found; write one with `autoplan calibrate RUN... --out "
-                         f"{p.name}`")
+    text = read_text(p, "--calibration file", f"write one with `autoplan calibrate RUN... --out {p.name}`")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"--calibration {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -69,7 +69,9 @@ def read_table(path: Path) -> List[MeasuredRun]:
 
 
 def _table_rows(path: Path) -> List[Dict[str, Any]]:
-    text = path.read_text(encoding="utf-8", errors="replace")
+    from autoplan.fileio import read_text
+
+    text = read_text(path, "runs table", f"pass a .csv or .json table with the columns {', '.join(REQUIRED_COLUMNS)}")
     if path.suffix.lower() == ".csv":
         reader = csv.DictReader(text.splitlines())
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
@@ -221,6 +223,8 @@ def read_log(path: Path, cfg: LogConfig) -> MeasuredRun:
     """The run a training log measured, its setup read from the launch config in `cfg`."""
     from autoplan.integrations.logparse import parse_log
 
+    # Not fileio.read_text: a long run's log may pass its size bound, and stray bytes (progress bars, other
+    # processes' output) are replaced, not refused.
     text = path.read_text(encoding="utf-8", errors="replace")
     fmt = detect_log_format(text)
     label = path.name
@@ -325,7 +329,9 @@ def read_probe(path: Path) -> MeasuredRun:
         raise InputError(f"{label}: no plan.json beside it; a probe folder holds the plan it ran (re-run the probe, "
                          f"or list the run in a runs table)")
     try:
-        result = ProbeResult.model_validate_json(result_path.read_text())
+        from autoplan.fileio import read_text
+
+        result = ProbeResult.model_validate_json(read_text(result_path, "probe result", "pass a probe's folder"))
     except ValueError as e:
         raise InputError(f"{label}: not a probe result ({str(e).splitlines()[0]})") from None
     if result.status != "ok" or not result.step_time_s:

@@ -5,9 +5,9 @@ import json
 from typing import Any, Dict, List
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from autoplan.cli.console import console
 from autoplan.cluster import GpuSpec
 from autoplan.clusterio import list_gpus
 from autoplan.costmodel.params import count_parameters
@@ -49,12 +49,6 @@ def gpu_row(g: GpuSpec) -> Dict[str, Any]:
     }
 
 
-def _console() -> Console:
-    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
-
-
 def _billions(n: int) -> str:
     return f"{n / 1e9:,.2f}"
 
@@ -89,7 +83,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print a JSON list
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
-        _console().print(_models_table(rows))
+        console(width=160).print(_models_table(rows))
 
 
 def clusters(as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table.")) -> None:
@@ -98,7 +92,7 @@ def clusters(as_json: bool = typer.Option(False, "--json", help="Print a JSON li
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
     else:
-        _console().print(_gpus_table(rows))
+        console(width=160).print(_gpus_table(rows))
 
 
 def register(app: typer.Typer) -> None:

@@ -5,30 +5,37 @@ import json
 import sys
 from typing import List, Optional
 
-from pydantic import ValidationError
-
 from autoplan.errors import InputError
-from autoplan.workload import Workload
+from autoplan.workload import Workload, make_workload, workload_warning
 
 
-def load_inputs(model: str, sets: Optional[List[str]], cluster: str, gpus: Optional[int], seq: int, gbs: int):
+# `plan` and `estimate` take the same workload when --seq / --gbs are left out.
+DEFAULT_SEQ = 8192
+DEFAULT_GBS = 128
+
+
+def load_inputs(model: str, sets: Optional[List[str]], cluster: str, gpus: Optional[int], seq: Optional[int],
+                gbs: Optional[int]):
+    """(model, cluster, workload) of the command line; --seq and --gbs default to DEFAULT_SEQ and DEFAULT_GBS."""
     from autoplan.clusterio import load_cluster
     from autoplan.modelio import load_model
 
-    if seq is None or seq <= 0:
-        raise InputError(f"--seq={seq} must be a positive number of tokens (e.g. --seq 4096)")
-    if gbs is None or gbs <= 0:
-        raise InputError(f"--gbs={gbs} must be a positive number of sequences (e.g. --gbs 1024)")
+    wl = make_workload(DEFAULT_SEQ if seq is None else seq, DEFAULT_GBS if gbs is None else gbs)
     m = load_model(model, sets or ())
     c = load_cluster(cluster, gpus)
-    if seq > m.max_position_embeddings:
-        raise InputError(f"--seq={seq} exceeds max_position_embeddings={m.max_position_embeddings} of {m.name}; "
-                         f"use --seq <= {m.max_position_embeddings} or --set max_position_embeddings={seq}")
-    try:
-        wl = Workload(seq_len=seq, global_batch_size=gbs)
-    except ValidationError as e:
-        raise InputError(f"workload: {e.errors()[0]['msg']}") from None
+    if wl.seq_len > m.max_position_embeddings:
+        raise InputError(f"--seq={wl.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of "
+                         f"{m.name}; use --seq <= {m.max_position_embeddings} or --set "
+                         f"max_position_embeddings={wl.seq_len}")
+    warn_workload(wl)
     return m, c, wl
+
+
+def warn_workload(wl: Workload) -> None:
+    """A legal but absurd batch is priced with one warning line on stderr (autoplan.workload.workload_warning)."""
+    warning = workload_warning(wl)
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def read_strategy(text: Optional[str]):
@@ -40,20 +47,39 @@ def read_strategy(text: Optional[str]):
     if not text:
         return {}
     path = Path(text)
-    if path.suffix.lower() in (".yaml", ".yml", ".json") or path.is_file():
-        if not path.is_file():
-            raise InputError(f"strategy file {text} does not exist; pass 'tp=8,pp=2,...' or a YAML/JSON file")
+    if path.suffix.lower() in (".yaml", ".yml", ".json") or _is_file(path):
         import yaml
 
+        from autoplan.fileio import read_text
+
+        body = read_text(path, "strategy file", "pass 'tp=8,pp=2,...' or a YAML/JSON file of strategy keys")
         try:
-            data = yaml.safe_load(path.read_text())
+            data = yaml.safe_load(body)
         except yaml.YAMLError as e:
             raise InputError(f"strategy file {text} is not valid YAML/JSON: {str(e).splitlines()[0]}") from None
+        data = data.get("strategy", data) if isinstance(data, dict) else data
         if not isinstance(data, dict):
             raise InputError(f"strategy file {text} must hold a mapping of strategy keys (tp: 8, pp: 2, ...)")
-        data = data.get("strategy", data)
         return {str(k).lower(): coerce_strategy_value(str(k).lower(), v) for k, v in data.items()}
     return parse_strategy_text(text)
+
+
+def _is_file(path) -> bool:
+    """Whether `path` names a file; text too long or odd to be a path (strategy text) is not one."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def fix_contradicts_exclude(fixed: dict, excluded: dict) -> None:
+    """A key whose every --fix value is also excluded leaves no plan: a one-line InputError naming both options."""
+    for key, values in fixed.items():
+        banned = excluded.get(key, ())
+        if values and all(v in banned for v in values):
+            shown = "|".join("+".join(v) if isinstance(v, tuple) else str(v) for v in values)
+            raise InputError(f"--fix {key}={shown} contradicts --exclude {key}={shown}: every fixed value is "
+                             f"excluded; drop one of the two")
 
 
 def print_json(obj) -> None:

@@ -4,7 +4,6 @@ PLAN.json is a serialized `Plan` or the output of `autoplan plan --json` (then p
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -33,24 +32,64 @@ def emit_files(plan: Plan, fmt: str, probe: bool = False, train_script: Optional
     raise InputError(f"unknown format {fmt!r}; valid formats: {', '.join(FORMATS)}")
 
 
-def write_emitted(plan: Plan, formats: List[str], out_dir, probe: bool = False,
-                  train_script: Optional[str] = None) -> List[Path]:
-    """Write each format's files; with several formats each goes to its own subfolder (out_dir/megatron, ...)."""
+def parse_formats(text: str, option: str = "--format") -> List[str]:
+    """'megatron,deepspeed' -> ['megatron', 'deepspeed']; an unknown or missing format is a one-line InputError."""
+    formats = list(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    _check_formats(formats, option)
+    return formats
+
+
+def _check_formats(formats: List[str], option: str = "--format") -> None:
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
-        raise InputError(f"unknown format {unknown[0] if unknown else ''!r}; valid formats: {', '.join(FORMATS)}")
-    all_files = {fmt: emit_files(plan, fmt, probe, train_script) for fmt in formats}  # fail before writing
-    written: List[Path] = []
-    for fmt, files in all_files.items():
+        raise InputError(f"{option}: unknown format {unknown[0] if unknown else ''!r}; valid formats: "
+                         f"{', '.join(FORMATS)} (comma-separated for several)")
+
+
+def emit_request(emit: Optional[str], out: Optional[str]) -> List[str]:
+    """`plan --emit/--out`, checked before the search: the formats (none without --emit). --emit writes files, so
+    it needs --out; --out must be a folder."""
+    if out is not None:
+        check_out_folder(out)
+    if not emit:
+        return []
+    formats = parse_formats(emit, "--emit")
+    if out is None:
+        raise InputError(f"--emit {','.join(formats)} writes launch files but no --out folder is given; add --out DIR "
+                         f"(e.g. --out plan-out)")
+    return formats
+
+
+def check_out_folder(out: str) -> None:
+    """--out names a folder (it may not exist yet); an existing file there is a one-line InputError."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder; pass a folder to write into")
+
+
+def emitted_files(plan: Plan, formats: List[str], out_dir, probe: bool = False,
+                  train_script: Optional[str] = None) -> Dict[Path, str]:
+    """{path: text} of each format's files; with several formats each goes to its own subfolder (out_dir/megatron,
+    ...). Every emitter runs before anything is written, so a refusal writes nothing."""
+    _check_formats(formats)
+    files: Dict[Path, str] = {}
+    for fmt in formats:
         folder = Path(out_dir) / fmt if len(formats) > 1 else Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            path = folder / name
-            path.write_text(text)
-            if name.endswith(".sh"):
-                os.chmod(path, 0o755)
-            written.append(path)
-    return written
+        files.update({folder / name: text for name, text in emit_files(plan, fmt, probe, train_script).items()})
+    return files
+
+
+def write_all(files: Dict[Path, str]) -> List[Path]:
+    """Write the files all or none (autoplan/fileio.py); shell scripts are made executable."""
+    from autoplan.fileio import write_files
+
+    return write_files(files, executable=[p for p in files if p.name.endswith(".sh")])
+
+
+def write_emitted(plan: Plan, formats: List[str], out_dir, probe: bool = False,
+                  train_script: Optional[str] = None) -> List[Path]:
+    """Write each format's files (see `emitted_files`), all or none."""
+    return write_all(emitted_files(plan, formats, out_dir, probe, train_script))
 
 
 def emit_error(plan: Plan, fmt: str) -> Optional[str]:
@@ -62,16 +101,14 @@ def emit_error(plan: Plan, fmt: str) -> Optional[str]:
     return None
 
 
-def write_search_emits(winner: Plan, formats: List[str], out_dir, engine_best: Callable[[str], Optional[Plan]],
-                       probe: bool = False) -> Tuple[List[Path], List[str], List[str]]:
+def search_emit_files(winner: Plan, formats: List[str], out_dir, engine_best: Callable[[str], Optional[Plan]],
+                      probe: bool = False) -> Tuple[Dict[Path, str], List[str], List[str]]:
     """`plan --emit`: each format gets the search's winner when its engine runs it, else that engine's own best
-    plan (`engine_best(fmt)`: the same search with --engine fmt). Returns (written paths, one line per format
-    saying which plan it got, one line per format that got nothing). With several formats each goes to its own
-    subfolder with the plan.json it was emitted from."""
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown or not formats:
-        raise InputError(f"unknown format {unknown[0] if unknown else ''!r}; valid formats: {', '.join(FORMATS)}")
-    written: List[Path] = []
+    plan (`engine_best(fmt)`: the same search with --engine fmt). Returns ({path: text} to write, one line per
+    format saying which plan it got, one line per format that got nothing). With several formats each goes to its
+    own subfolder with the plan.json it was emitted from."""
+    _check_formats(formats, "--emit")
+    files: Dict[Path, str] = {}
     said: List[str] = []
     missing: List[str] = []
     for fmt in formats:
@@ -87,19 +124,19 @@ def write_search_emits(winner: Plan, formats: List[str], out_dir, engine_best: C
         else:
             said.append(f"{fmt}: the winner {plan.strategy.label()}")
         folder = Path(out_dir) / fmt if len(formats) > 1 else Path(out_dir)
-        written += write_emitted(plan, [fmt], folder, probe=probe)
+        files.update(emitted_files(plan, [fmt], folder, probe=probe))
         if len(formats) > 1:
-            (folder / "plan.json").write_text(plan.model_dump_json(indent=2))
-            written.append(folder / "plan.json")
-    return written, said, missing
+            files[folder / "plan.json"] = plan.model_dump_json(indent=2)
+    return files, said, missing
 
 
 def load_plan(path: str, index: int = 0) -> Plan:
     """A Plan from a serialized Plan or from `autoplan plan --json` output (plans[index])."""
+    from autoplan.fileio import read_text
+
+    text = read_text(path, "plan file", "pass plan.json from `autoplan plan --out` or `autoplan plan --json` output")
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"plan file {path} does not exist") from None
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"plan file {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     if isinstance(data, dict) and "plans" in data:
@@ -116,6 +153,9 @@ def load_plan(path: str, index: int = 0) -> Plan:
 
 def _plan_from_search_output(data: Dict[str, Any], index: int, path: str) -> Dict[str, Any]:
     plans = data["plans"]
+    if not isinstance(plans, list):
+        raise InputError(f"plan file {path}: plans is a {type(plans).__name__}, not a list; write it with "
+                         f"`autoplan plan --json`")
     if not plans:
         raise InputError(f"plan file {path} holds no plans (the search found none feasible)")
     if not 0 <= index < len(plans):
@@ -124,6 +164,9 @@ def _plan_from_search_output(data: Dict[str, Any], index: int, path: str) -> Dic
     if missing:
         raise InputError(f"plan file {path} lacks {', '.join(missing)}; write it with `autoplan plan --json`")
     entry = plans[index]
+    if not isinstance(entry, dict) or not {"strategy", "estimate"} <= set(entry):
+        raise InputError(f"plan file {path}: plans[{index}] lacks strategy or estimate; write it with "
+                         f"`autoplan plan --json`")
     return {"model": data["model"], "cluster": data["cluster"], "workload": data["workload"],
             "strategy": entry["strategy"], "estimate": entry["estimate"]}
 
@@ -138,7 +181,8 @@ def emit_cmd(
                                                help="DeepSpeed: your training script instead of ds_train.py."),
 ) -> None:
     """Write ready-to-run Megatron-LM or DeepSpeed launch files for a plan."""
+    formats = parse_formats(fmt)
+    check_out_folder(out)
     plan = load_plan(plan_file, index)
-    formats = [f.strip().lower() for f in fmt.split(",") if f.strip()]
     for path in write_emitted(plan, formats, out, probe=probe, train_script=train_script):
         print(path)

@@ -5,7 +5,7 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import load_inputs, print_json, read_strategy
+from autoplan.cli.common import load_inputs, print_json, read_strategy, warn_workload
 
 
 def register(app: typer.Typer) -> None:
@@ -17,8 +17,10 @@ def estimate_cmd(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
     cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (world size)."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens."),
-    gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens (default 8192 as for plan; an "
+                                      "imported config's own when given)."),
+    gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences (default 128 as for plan; an "
+                                      "imported config's own when given)."),
     mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro batch, sequences (fills a ds_config's \"auto\")."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
@@ -140,10 +142,11 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
     wl = imp.workload
     if wl is None and not seq:
         raise InputError("--from-deepspeed needs --seq: a DeepSpeed config holds no sequence length")
-    if seq or gbs:
-        from autoplan.workload import Workload
+    if seq is not None or gbs is not None:
+        from autoplan.workload import make_workload
 
-        wl = Workload(seq_len=seq or wl.seq_len, global_batch_size=gbs or wl.global_batch_size)
+        wl = make_workload(wl.seq_len if seq is None else seq, wl.global_batch_size if gbs is None else gbs)
+    warn_workload(wl)
     return m, c, wl, dict(imp.strategy), [f"read from {source}"] + list(imp.notes) + notes
 
 

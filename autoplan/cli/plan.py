@@ -6,7 +6,10 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import load_inputs, print_json, read_strategy
+from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, fix_contradicts_exclude, load_inputs, print_json,
+                                 read_strategy)
+from autoplan.cli.emit import emit_request
+from autoplan.numerics import PRECISION_HELP
 from autoplan.strategy import SPLIT_KEYS
 
 
@@ -19,8 +22,8 @@ def plan_cmd(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
     cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
     gpus: int = typer.Option(64, "--gpus", help="Number of GPUs (world size)."),
-    seq: int = typer.Option(8192, "--seq", help="Sequence length, tokens."),
-    gbs: int = typer.Option(128, "--gbs", help="Global batch, sequences."),
+    seq: int = typer.Option(DEFAULT_SEQ, "--seq", help="Sequence length, tokens."),
+    gbs: int = typer.Option(DEFAULT_GBS, "--gbs", help="Global batch, sequences."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     objective: str = typer.Option("throughput", "--objective",
                                   help="throughput: fastest on all --gpus; cost: fewest GPU-hours per token, "
@@ -32,6 +35,7 @@ def plan_cmd(
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
                                               "ep-outside-domain, no-sp, non-pow2-mbs."),
     engine: str = typer.Option("megatron", "--engine", help="megatron or deepspeed (what the engine can run)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of device memory to keep free."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Your own strategy, estimated beside the best."),
     baseline_from_megatron: Optional[str] = typer.Option(None, "--baseline-from-megatron",
@@ -54,6 +58,7 @@ def plan_cmd(
         raise InputError(f"--objective {objective!r} must be throughput or cost")
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
+    formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     prof, c = _profiles(profile, m, c, quiet=as_json)
     from autoplan.calibration.calfile import load_and_apply
@@ -63,7 +68,7 @@ def plan_cmd(
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom, calibration=cal)
+                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal)
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -75,7 +80,7 @@ def plan_cmd(
         _no_plan(result, problem, as_json)
         raise typer.Exit(1)
     if out:
-        _write_out(result, problem, out, emit,
+        _write_out(result, problem, out, formats,
                    lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster))
     if as_json:
         payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
@@ -118,6 +123,7 @@ def search_constraints(fixed: dict, excluded: dict):
         if (key in SWITCHES or key in LABELS[1:]) and len(set(map(str, values))) > 1:
             raise InputError(f"--fix {key}={'|'.join(map(str, values))}: the search does not vary {key}; "
                              f"give one value")
+    fix_contradicts_exclude(fixed, excluded)
     fixed = dict(fixed)
     for key, values in excluded.items():
         if key == "dp":
@@ -344,6 +350,8 @@ def _engine_refuses_model(problem):
 def _no_plan(result, problem, as_json):
     import sys
 
+    from autoplan.solvers.space import fp8_choices
+
     need = result.smallest_peak_gib
     cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
     n = problem.cluster.num_gpus
@@ -367,8 +375,9 @@ def _no_plan(result, problem, as_json):
         while need is not None and want < n * need / cap and want < n * 1024:
             want *= 2
         hints = [f"try >= {want} GPUs"]
-        if problem.cluster.gpu.has_dtype("fp8") and problem.fixed.get("fp8") in (None, ["hybrid"]):
-            hints.append("fp8")
+        if problem.cluster.gpu.has_dtype("fp8") and problem.engine == "megatron" and "fp8" not in problem.fixed \
+                and not any(fp8_choices(problem)):
+            hints.append("--precision fp8 (FP8 GEMMs change the numerics)")
         if problem.mem_headroom:
             hints.append("a smaller --mem-headroom")
         msg = (f"no strategy fits: the smallest needs {need:.1f} GiB per GPU on {n} GPUs "
@@ -383,29 +392,29 @@ def _engine_best(problem, engine, solver, seed, prof, cluster):
     size it chose), or None: what `--emit` writes for that engine when it cannot run the winner."""
     from dataclasses import replace as dc_replace
 
-    if engine == problem.engine:
-        return None
+    if engine == problem.engine or (problem.precision == "fp8" and engine != "megatron"):
+        return None  # that engine runs no FP8 GEMMs (solvers/space.py Problem): it has no plan of this search
     r = _run(dc_replace(problem, engine=engine, cluster=cluster), solver, 1, seed, prof, quiet=True)
     return r.plans[0] if r.plans else None
 
 
-def _write_out(result, problem, out, emit, engine_best):
+def _write_out(result, problem, out, formats, engine_best):
+    """plan.json and the --emit formats' files in --out, written all or none."""
     import sys
     from pathlib import Path
 
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    best = result.plans[0]
-    (folder / "plan.json").write_text(best.model_dump_json(indent=2))
-    if emit:
-        from autoplan.cli.emit import write_search_emits
+    from autoplan.cli.emit import search_emit_files, write_all
 
-        formats = [f.strip().lower() for f in emit.split(",") if f.strip()]
-        _, said, missing = write_search_emits(best, formats, folder, engine_best)
-        for line in said + missing:
-            print(f"emitted {line}", file=sys.stderr)
-        if missing:
-            raise typer.Exit(1)
+    best = result.plans[0]
+    files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
+    if formats:
+        emitted, said, missing = search_emit_files(best, formats, Path(out), engine_best)
+        files.update(emitted)
+    write_all(files)
+    for line in said + missing:
+        print(f"emitted {line}", file=sys.stderr)
+    if missing:
+        raise typer.Exit(1)
 
 
 def _print(result, problem, base_plan, explain, objective):

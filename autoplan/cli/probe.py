@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from autoplan.cli.console import console as _console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.integrations.probe import (DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP, ENGINES, ProbeResult,
@@ -59,12 +59,6 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
         console.print(f"log: {res.log_path}")
     if res.status != "ok":
         raise ProbeFailure(f"{res.status}: {res.error} (log: {res.log_path})")
-
-
-def _console() -> Console:
-    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
 
 
 def register(app: typer.Typer) -> None:

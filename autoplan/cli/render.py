@@ -6,6 +6,7 @@ from typing import List
 from rich.console import Console
 from rich.table import Table
 
+from autoplan.numerics import precision_label
 from autoplan.results import Estimate, Plan
 
 import sys
@@ -69,12 +70,15 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
     if show_gpus:
         t.add_column("GPUs", justify="right")
     t.add_column("strategy", no_wrap=True)
+    t.add_column("GEMMs")  # the training's precision: FP8 / NVFP4 rows change the numerics (autoplan/numerics.py)
     for col, just in ( ("step s", "right"), ("tok/s/GPU", "right"),
                       ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left")):
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
-        t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe), f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
+        gemms = precision_label(p.strategy.fp8, p.strategy.fp8_recipe, p.cluster.gpu.id)
+        t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe),
+                  gemms if gemms == "bf16" else f"[bold magenta]{gemms}[/bold magenta]", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
                   e.bottleneck)
     return t

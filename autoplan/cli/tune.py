@@ -16,13 +16,15 @@ import typer
 from rich.console import Console
 
 from autoplan.clusterio import load_cluster
+from autoplan.cli.console import console as _console
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
 from autoplan.modelio import load_model
+from autoplan.numerics import PRECISION_HELP
 from autoplan.solvers.space import Problem
 from autoplan.tuning.report import render_table
 from autoplan.tuning.study import DEFAULT_SEEDS, run_tune
-from autoplan.workload import Workload
+from autoplan.workload import make_workload
 
 
 def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.json or model YAML."),
@@ -31,6 +33,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          seq: int = typer.Option(..., "--seq", help="Sequence length, tokens."),
          gbs: int = typer.Option(..., "--gbs", help="Global batch size, sequences."),
          engine: str = typer.Option(..., "--engine", help="megatron or deepspeed."),
+         precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
          trials: int = typer.Option(20, "--trials", help="Probes this worker runs at most."),
          budget_minutes: float = typer.Option(60.0, "--budget-minutes", help="No new probe after this."),
          storage: Optional[str] = typer.Option(None, "--storage", help="Optuna RDB URL, e.g. sqlite:///autoplan.db."),
@@ -50,8 +53,8 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     from autoplan.calibration.calfile import load_and_apply
 
     spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus))
-    problem = Problem(model=load_model(model), cluster=spec, workload=Workload(seq_len=seq, global_batch_size=gbs),
-                      engine=engine, calibration=cal)
+    problem = Problem(model=load_model(model), cluster=spec, workload=make_workload(seq, gbs), engine=engine,
+                      precision=precision, calibration=cal)
     console = Console(stderr=True)
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
@@ -69,12 +72,6 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
                               f"tokens/s/device; files in {report.best['files']}")
     if report.best is None:
         raise ProbeFailure(f"no probe of study {report.study_name!r} succeeded; see {out / 'tune_report.json'}")
-
-
-def _console() -> Console:
-    """Rich console; off a terminal (pipes, tests) wide enough that rows do not wrap."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
 
 
 def register(app: typer.Typer) -> None:

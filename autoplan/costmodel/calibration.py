@@ -32,7 +32,7 @@ class Calibration:
     # 16384, 128). The transcription read does not say whether that panel is the causal or the non-causal one (the
     # paper gives both; non-causal peaks higher, up to 740 TFLOP/s), so 0.61 may sit a little above the causal rate
     # priced here. Was fitted (0.60 on all rows; 0.46 on the training rows, which hold no long sequence). The Mamba-2
-    # SSD scan's FLOP rate uses it too (mamba.py; the scan is priced by its HBM traffic in every published row).
+    # SSD scan's FLOP rate uses it too (layers/mamba.py; the scan is priced by its HBM traffic in every published row).
     # Backward is ~2.5x the forward FLOPs (recomputes P) at slightly lower efficiency.
     attention_eff_fwd: float = 0.61
     attention_bwd_ratio: float = 2.5
@@ -78,7 +78,7 @@ class Calibration:
     # Adam step: bytes moved per locally-owned parameter (read fp32 param, grad, m, v; write param, m, v,
     # bf16 copy): 4*4 + 3*4 + 2 = 30.
     optimizer_bytes_per_param: float = 30.0
-    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (compute.cast_bytes), not as a share
+    # FP8 GEMMs also pay their operands' casts: priced as HBM traffic per GEMM (layers/base.cast_bytes), not as a share
     # of the GEMM time (a flat 10% until 2026-12-03).
     # NVFP4 GEMMs (Blackwell, 16-element blocks with an FP8 scale each plus a per-tensor scale) pay more per
     # GEMM than their casts' traffic: amax, two-level scaling and the random Hadamard transform of the wgrad inputs (NVIDIA,
@@ -90,7 +90,16 @@ class Calibration:
     # Memory terms, GiB.
     cuda_context_gib: float = 0.6  # CUDA context + cuBLAS/cuDNN workspaces not seen by the caching allocator
     nccl_gib_per_group: float = 0.15  # NCCL buffers per communicator (NCCL_BUFFSIZE 4 MiB x channels x peers)
-    fragmentation: float = 0.08  # caching-allocator fragmentation, fraction of activations + transients
+    # Caching-allocator overhead, fraction of activations + logits + transients: (peak reserved - peak allocated) /
+    # activation peak, measured on one H200 (torch 2.11, cu130) with a Llama-3-8B-shaped decoder at seq 8192 / mbs 1
+    # (4 and 8 layers) and seq 4096 / mbs 2, 4 micro batches x 3 steps: 0.172, 0.177, 0.172 with the default
+    # allocator, 0.119 and 0.093 with expandable segments (`python -m benchmarks.allocator_fragmentation`,
+    # benchmarks/results/allocator_fragmentation_h200_2026-12-04.txt). Reserved includes cached blocks the allocator
+    # would free and retry before an out-of-memory error, so these are upper bounds; the largest of each is kept,
+    # rounded up, so memory is not under-predicted (the uncited 8% and "no allowance with expandable segments"
+    # used until 2026-12-04 were below both measurements).
+    fragmentation: float = 0.18
+    fragmentation_expandable: float = 0.12
 
 
 DEFAULT = Calibration()

@@ -8,7 +8,7 @@ import numpy as np
 
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.calibration import DEFAULT, Calibration
-from autoplan.costmodel.evaluate import MEMORY_KEYS, TIME_KEYS, num_microbatches, rank_cost
+from autoplan.costmodel.rank import MEMORY_KEYS, TIME_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.flops import model_flops_per_token
 from autoplan.costmodel.hardware import GIB, hardware_of
 from autoplan.costmodel.layout import Layouts, layouts_from_strategies

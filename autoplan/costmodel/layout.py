@@ -57,7 +57,7 @@ class Layouts:
     fused_permute: np.ndarray  # bool: TE fused MoE permute/unpermute (Megatron --moe-permute-fusion); False: DeepSpeed
     deepspeed: np.ndarray  # bool: DeepSpeed ZeRO's communication schedule and buffers (False: Megatron's)
     te_cross_entropy: np.ndarray  # bool: TransformerEngine fused cross entropy (gradient written into the logits)
-    expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (no fragmentation allowance)
+    expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (the smaller measured fragmentation allowance)
     fp4: Optional[np.ndarray] = None  # bool: NVFP4 GEMMs (fp8_recipe nvfp4); None = none (filled in __post_init__)
     # bool: FP8 with the delayed-scaling recipe (the effective one: the pre-Blackwell default when the recipe is left
     # out); None = none. Set where the GPU is known: layouts_from_strategies(gpu_id=...) and the search space.

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from autoplan.errors import InputError
+from autoplan.fileio import read_text, write_text
 from autoplan.cluster import ClusterSpec
 from autoplan.model import ModelSpec
 from autoplan.profiler.schema import LAYER_KINDS, PASSES, SCHEMA_VERSION, MeasuredProfile
@@ -82,16 +83,16 @@ def load_profile(path: Union[str, Path], model: Optional[ModelSpec] = None,
     p = Path(path)
     if not p.is_file():
         raise InputError(f"measured profile {p} does not exist; pass a file written by `autoplan profile --out`")
-    profile = parse_profile(p.read_text(encoding="utf-8"), str(p)).with_path(str(p))
+    text = read_text(p, "measured profile", "pass a file written by `autoplan profile --out`")
+    profile = parse_profile(text, str(p)).with_path(str(p))
     check_matches(profile, str(p), model, gpu_id)
     return profile
 
 
 def save_profile(profile: MeasuredProfile, path: Union[str, Path]) -> Path:
-    """Write a profile as indented JSON (creating the folder)."""
+    """Write a profile as indented JSON, atomically (creating the folder)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(profile.model_dump_json(indent=1, by_alias=True) + "\n", encoding="utf-8")
+    write_text(p, profile.model_dump_json(indent=1, by_alias=True) + "\n")
     return p
 
 
@@ -132,8 +133,9 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         raise InputError(f"measured profile {path}: file not found; pass a file written by `autoplan profile --out` "
                          f"or `autoplan profile-comm --out`")
+    text = read_text(path, "measured profile", "regenerate it with `autoplan profile` or `autoplan profile-comm`")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"measured profile {path} is not valid JSON ({e.msg} at line {e.lineno}); regenerate it") \
             from None
@@ -182,7 +184,7 @@ def _shipped(gpu_id: str, model: ModelSpec, notes: List[str]) -> Optional[Measur
 
 def measured_compute(profile: MeasuredProfile, model: ModelSpec, lay, seq_len: int) -> np.ndarray:
     """Per candidate of `lay` (costmodel.layout.Layouts): True where the profile priced at least one layer pass —
-    the lookups of costmodel/evaluate.py apply_profile (attention + MLP or MoE per pass, in the candidate's
+    the lookups of costmodel/rank.py apply_profile (attention + MLP or MoE per pass, in the candidate's
     precision, at seq / cp tokens), finite where a measured point covers them."""
     seq = np.full(len(lay), float(seq_len)) / lay.cp
     used = np.zeros(len(lay), dtype=bool)

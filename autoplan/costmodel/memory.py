@@ -7,236 +7,33 @@ top-k token copies), and use flash attention (no s^2 term; Dao et al. 2022 store
 log-sum-exp). Sequence parallelism shards the norm/dropout regions by tp (Table 2, row 'sequence parallel').
 Weights/grads/optimizer: Megatron-LM megatron/training/theoretical_memory_usage.py: bf16 params (2), fp32 main
 grads (4), fp32 master params + Adam m, v (12); the distributed optimizer shards the 12 over DP (6 + 12/dp);
-experts shard over expert-DP."""
+experts shard over expert-DP.
+Each layer kind's saved tensors are itemised in its module under `layers/`; this module sums a layer's, drops
+what selective recompute rebuilds, and adds the logits, embedding, CUDA-graph buffers and the model state."""
 from __future__ import annotations
 
 import numpy as np
 
-from autoplan.costmodel.compute import BF16, Shard, mix_bf16_layers
-from autoplan.costmodel.layout import Layouts
-from autoplan.costmodel.mamba import hybrid_layer_activation_bytes
 from autoplan import cuda_graphs as G
+from autoplan.costmodel.layers.base import (BF16, FP8, FP32, Layouts, Shard, dropout_mask_bytes,  # noqa: F401
+                                            gemm_input_bytes, mix_bf16_layers, norm_linear_input_bytes)
+from autoplan.costmodel.layers.dense import (attention_activation_bytes, attention_output_bytes,  # noqa: F401
+                                             attention_output_elements, cp_forward_working_bytes, mla_qkv_bytes,
+                                             mlp_activation_bytes, qkv_input_bytes, sandwich_norm_bytes,
+                                             softmax_stats_bytes)
+from autoplan.costmodel.layers.mamba import hybrid_layer_activation_bytes
+from autoplan.costmodel.layers.moe import (dispatcher_state_bytes, flex_dispatcher_buffer_bytes,  # noqa: F401
+                                           moe_activation_bytes, permute_row_id_map_bytes, routing_index_bytes,
+                                           routing_weight_bytes, weighted_activation_bytes)
 from autoplan.model import ModelSpec
 from autoplan.recompute import has
-
-FP32 = 4
-FP8 = 1
-
-
-def gemm_input_bytes(lay: Layouts):
-    """Bytes per element of a saved GEMM input: TransformerEngine's Linear / LayerNormLinear / GroupedLinear save
-    the quantised input (not the bf16 one) for the weight-gradient GEMM when FP8/FP4 is on
-    (transformer_engine/pytorch/module/linear.py `ctx.save_for_backward(inputmat, ...)` after quantisation), its
-    scales included (`lay.quant_bytes`: 1 for per-tensor scaling, + 1/32 for MXFP8, 0.5625 for NVFP4)."""
-    return np.where(lay.fp8, lay.quant_bytes, BF16)
-
-
-def norm_linear_input_bytes(lay: Layouts):
-    """Bytes per element of the normalised input a fused norm + linear (TransformerEngine LayerNormLinear: Megatron's
-    QKV, dense FC1 and Mamba in_proj) saves for its weight gradient: the local, pre-gather shard, as
-    `gemm_input_bytes`, except under NVFP4 with sequence parallelism, where it keeps both its row- and column-wise
-    copies (transformer_engine/pytorch/module/layernorm_linear.py forward: `ln_out.update_usage(rowwise_usage=False)`
-    only for MXFP8 / blockwise storage or without the all-gather; NVFP4 needs the column-wise copy, its quantizer
-    not supporting a row-wise-only gather), 2 x 0.5625 bytes; TE 2.8-2.20 alike."""
-    return np.where(lay.fp4 & lay.sp, 2.0 * lay.quant_bytes, gemm_input_bytes(lay))
-
-
-def qkv_input_bytes(m: ModelSpec, lay: Layouts):
-    """Bytes per element of the saved QKV input (the input-norm output): a fused norm + linear's
-    (`norm_linear_input_bytes`), except MLA, whose down projections are plain linears after a separate norm."""
-    return gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)
-
-
-def dropout_mask_bytes(m: ModelSpec, elements):
-    """One byte per element of a hidden-dropout mask (Korthikanti Table 2); none at p = 0: torch's dropout
-    returns its input unchanged when p = 0 and saves no mask (torch/nn/functional.py `dropout`,
-    aten native_dropout). Attention dropout stores no mask under flash attention (Dao et al. 2022 sec. 3.1:
-    regenerated from the RNG state)."""
-    return elements if m.hidden_dropout > 0 else 0.0 * elements
-
-
-def mla_qkv_bytes(m: ModelSpec, sh: Shard):
-    """MLA's per-head q, k, v (the up projections' outputs), bf16."""
-    return BF16 * sh.tokens * sh.heads * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
-
-
-def softmax_stats_bytes(sh: Shard):
-    """Flash attention's fp32 log-sum-exp per token and head (Dao et al. 2022)."""
-    return FP32 * sh.tokens * sh.heads
-
-
-def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Bytes the attention block of one layer holds with no recompute."""
-    h = m.hidden_size
-    region = sh.tokens_sp * h  # elements of a [s/tp or s, b, h] tensor
-    norm_in = BF16 * region
-    qkv_in = qkv_input_bytes(m, lay) * region  # norm output, saved sharded under SP and re-gathered in backward
-    if m.multi_latent_attention:
-        # Down-projected latents (saved for the up-projection wgrad) and the per-head q, k, v.
-        latents = BF16 * sh.tokens * (m.kv_lora_rank + m.qk_pos_emb_head_dim + (m.q_lora_rank or 0))
-        qkv = mla_qkv_bytes(m, sh) + latents
-    else:
-        qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
-    dropout_mask = dropout_mask_bytes(m, region)  # after the output projection
-    return norm_in + qkv_in + qkv + attention_output_bytes(m, sh, lay) + softmax_stats_bytes(sh) + dropout_mask
-
-
-def attention_output_elements(m: ModelSpec, sh: Shard):
-    """Elements of core attention's output for one layer and micro batch (heads x value dim per token)."""
-    return sh.tokens * sh.heads * (m.v_head_dim if m.multi_latent_attention else m.kv_channels)
-
-
-def attention_output_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Core attention's output: saved bf16 by flash attention for its backward and, as linear_proj's input, once
-    more as linear_proj's own FP8 copy under delayed scaling: Megatron makes linear_proj save the original input
-    only for the other FP8 recipes (megatron/core/transformer/attention.py and multi_latent_attention.py
-    `set_save_original_input(self.linear_proj)` when `fp8_recipe != 'delayed'`, TE >= 2.6: "linear_proj also
-    saves the quantized tensor of this output")."""
-    return (BF16 + np.where(lay.fp8_delayed, FP8, 0.0)) * attention_output_elements(m, sh)
-
-
-def cp_forward_working_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Bytes a context-parallel ring attention (TransformerEngine AttnFuncWithCPAndKVP2P, Megatron's default
-    --cp-comm-type p2p) holds during one layer's forward, beyond what the layer saves: every received K/V chunk
-    (`p2p_comm_buffers`, one per ring step, none freed before the forward returns, the first a copy of the local
-    K/V) and the per-step outputs and fp32 log-sum-exps (`out_per_step`, `softmax_lse_per_step`) kept for the final
-    correction (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py; TE 1.12-2.20
-    alike): cp x (K/V chunk + output + lse) + one K/V copy + lse, per local token. Zero without CP."""
-    if m.multi_latent_attention:
-        kv = BF16 * sh.heads * (m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim)
-        v_dim = m.v_head_dim
-    else:
-        kv = BF16 * 2 * sh.groups * m.kv_channels
-        v_dim = m.kv_channels
-    per_step = kv + BF16 * sh.heads * v_dim + FP32 * sh.heads
-    return np.where(lay.cp > 1, sh.tokens * (lay.cp * per_step + kv + FP32 * sh.heads), 0.0)
-
-
-def mlp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ffn: int, tokens, shards, fused_norm: bool = True):
-    """`fused_norm`: FC1 fuses the pre-MLP norm (the dense MLP's LayerNormLinear); a MoE layer's shared experts take
-    the norm output through a plain linear."""
-    h = m.hidden_size
-    region = sh.tokens_sp * h
-    gate_up = (2 if m.gated_mlp else 1) * ffn / shards
-    fc1_in = norm_linear_input_bytes(lay) if fused_norm else gemm_input_bytes(lay)
-    return (BF16 * region  # norm input
-            + fc1_in * region  # fc1 input (norm output)
-            + BF16 * tokens * gate_up  # fc1 output (gate and up for SwiGLU)
-            + gemm_input_bytes(lay) * tokens * ffn / shards  # activation output = fc2 input
-            + dropout_mask_bytes(m, region))
-
-
-def routing_weight_bytes(copies):
-    """The routing probabilities the experts' weighting saves for backward, one fp32 per routed copy. Megatron
-    weights the copies inside the expert activation (megatron/core/transformer/moe/experts.py TEGroupedMLP.forward
-    `bias_act_func(fc1_output, bias, permuted_probs)`) and the token dispatchers unpermute without probabilities
-    (transformer/moe/token_dispatcher.py `unpermute(...)`, no `probs=`), so the experts' output is not held."""
-    return FP32 * copies
-
-
-def weighted_activation_bytes(m: ModelSpec, lay: Layouts, copies, f):
-    """Beyond its input and the probabilities, what the weighted expert activation saves for backward, bytes.
-    Gated experts run the fused `weighted_bias_swiglu_impl` (fusions/fused_bias_swiglu.py WeightedSwiGLUFunction
-    `ctx.save_for_backward(input_for_backward, weights)`) and non-gated ones with `lay.fused_sq_relu`
-    `weighted_squared_relu_impl` (fusions/fused_weighted_squared_relu.py WeightedSquaredReLUFunction
-    `ctx.save_for_backward(input, weights)`): nothing more. Other non-gated experts take experts.py's unfused branch
-    `activation_func(x) * permuted_probs`, whose product saves the bf16 activation output (f wide per copy) for the
-    probabilities' gradient. moe_act recompute checkpoints this function, so that output is rebuilt then."""
-    unfused = np.logical_and(not m.gated_mlp, ~np.asarray(lay.fused_sq_relu, bool))
-    return np.where(unfused, BF16 * copies * f, 0.0)
-
-
-def permute_row_id_map_bytes(m: ModelSpec, sh: Shard):
-    """The fused permute's row-id map: int32 [tokens, 2E + 1] (TransformerEngine pytorch/triton/permutation.py
-    `make_row_id_map`; TE <= 2.5 an int64 [E, tokens], 8E per token, which 4 (2E + 1) covers)."""
-    return 4.0 * (2 * m.num_experts + 1) * sh.routed_tokens
-
-
-def routing_index_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Index tensors one MoE layer saves for backward, bytes per micro batch, beyond the router's fp32 scores:
-    - the fused permute's row-id map (`permute_row_id_map_bytes`, saved in permutation.py
-      `_moe_permute_mask_map_setup_context`); the unpermute reuses it;
-    - the router's top-k: int64 indices and the fp32 softmax over the k chosen scores per token (megatron/core/
-      transformer/moe/moe_utils.py `topk_routing_with_score_function`), 12 bytes per routed copy;
-    - with several local experts, the dispatch and combine chunk sorts keep one row-id map each, one int32 per
-      routed copy (permutation.py `_moe_chunk_sort_setup_context`; int64 before TE 2.6): 16 bytes per copy."""
-    topk = 12.0 * max(m.moe_router_topk, 1) * sh.routed_tokens
-    sort_maps = np.where(sh.local_experts > 1, 16.0 * sh.expert_tokens, 0.0)
-    return permute_row_id_map_bytes(m, sh) + topk + sort_maps
-
-
-def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """What Megatron's alltoall token dispatcher keeps as attributes of each MoE layer between micro batches, bytes
-    per MoE layer (the last micro batch's, held once, not per micro batch in flight): `self.probs` [tokens, E]
-    (fp32 with an fp32 router, bf16 otherwise: 4 bytes), `self.routing_map` bool [tokens, E] and
-    `self.reversed_local_input_permutation_mapping`, the permute's row-id map (megatron/core/transformer/moe/
-    token_dispatcher.py `dispatch_preprocess`)."""
-    return (4.0 + 1.0) * m.num_experts * sh.routed_tokens + permute_row_id_map_bytes(m, sh)
-
-
-def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
-    """GPU memory the flex token dispatcher allocates once per rank for its communication buffers, bytes: HybridEP's
-    (the larger of Megatron's two flex backends; DeepEP's NVLink and RDMA buffers are 0.2-0.7 GiB at these sizes).
-    HybridEP sizes its buffers for every rank's tokens of the expert-parallel group G (DeepEP hybrid-ep branch,
-    csrc/hybrid_ep/buffer/intranode.cu: max tokens = T x G; token buffer T G H x 2 bytes, routing probabilities
-    T G (E_local x ranks per NVLink domain) x 4, scaling factors T G (H / 128) x 4, the all-gathered routing map
-    E_local G T G x 1), with T the rank's tokens padded to at least 512 and a multiple of 64 (config.cuh). Across
-    NVLink domains (internode_doca.cu) dispatch adds T H x 2 + T E_local G x 4 + T (H / 128) x 4 + (N - 1) T
-    (2H + 4 E_local r + 4H / 128) and combine 2 (N - 1) T (2H + 4 E_local r), N = the group's domains, r = its ranks
-    per domain. Zero without the flex dispatcher or expert parallelism."""
-    h = float(m.moe_latent_size or m.hidden_size)
-    g = lay.ep.astype(float)
-    tokens = sh.routed_tokens
-    t = np.ceil(np.maximum(tokens, 512.0) / 64.0) * 64.0
-    e_local = np.maximum(sh.local_experts, 1.0)
-    r = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), g), 1.0)
-    n = np.ceil(g / r)
-    intranode = t * g * (h * BF16 + e_local * r * FP32 + (h / 128) * FP32) + e_local * g * t * g
-    dispatch = t * h * BF16 + t * e_local * g * FP32 + t * (h / 128) * FP32 + \
-        (n - 1) * t * (2 * h + 4 * e_local * r + 4 * h / 128)
-    combine = 2 * (n - 1) * t * (2 * h + 4 * e_local * r)
-    internode = np.where(n > 1, dispatch + combine, 0.0)
-    return np.where(lay.moe_flex & (lay.ep > 1), intranode + internode, 0.0) if m.is_moe else 0.0 * g
-
-
-def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    h = m.hidden_size
-    region = sh.tokens_sp * h
-    f = m.moe_ffn_hidden_size / lay.etp
-    copies = sh.expert_tokens  # top-k copies of each token, after dispatch
-    routed = (gemm_input_bytes(lay) * copies * h  # permuted expert input (fc1 input)
-              + BF16 * copies * (2 if m.gated_mlp else 1) * f  # fc1 output
-              + gemm_input_bytes(lay) * copies * f  # activation output (fc2 input)
-              + routing_weight_bytes(copies) + weighted_activation_bytes(m, lay, copies, f)
-              + FP32 * sh.tokens_sp * m.num_experts  # router logits/probabilities
-              + routing_index_bytes(m, sh, lay))
-    base = 2 * BF16 * region + dropout_mask_bytes(m, region)  # norm input + router input + dropout mask
-    shared = 0.0
-    if m.shared_expert_ffn_hidden_size:
-        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp,
-                                      fused_norm=False) - \
-            (BF16 * region + dropout_mask_bytes(m, region))  # its norm input and mask are the layer's, in base
-    return base + routed + shared
-
-
-def sandwich_norm_bytes(m: ModelSpec, sh: Shard):
-    """The inputs the two extra norms of a `sandwich_norm` layer save for their backward: the attention block's and
-    the MLP block's outputs before they join the residual (HF modeling_gemma2.py Gemma2DecoderLayer
-    post_attention_layernorm / post_feedforward_layernorm, modeling_glm4.py post_self_attn_layernorm /
-    post_mlp_layernorm), each a bf16 [s/tp (SP), b, h] tensor as the pre-norm inputs are (Korthikanti et al. 2022
-    sec. 4.1, 2sbh per norm input), plus the fp32 statistics per token (RMSNorm 1/rms; LayerNorm mean, 1/std).
-    Their outputs feed only the residual add, which saves nothing, so no selective module drops these bytes (kept
-    under every one: an upper bound where a recompute module would rebuild the norm with its block)."""
-    if not m.sandwich_norm:
-        return 0.0 * sh.tokens_sp
-    stats = 1 if m.normalization == "rmsnorm" else 2
-    return 2 * (BF16 * sh.tokens_sp * m.hidden_size + stats * FP32 * sh.tokens_sp)
 
 
 def selective_dropped_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """Bytes of one layer's saved activations that selective recompute rebuilds instead of holding, for the
-    modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized above, dropped when any module
-    that covers it is on; megatron/core/transformer/transformer_layer.py, moe/moe_layer.py, moe/experts.py)."""
+    modules in `lay.recompute_modules` (autoplan/recompute.py; each tensor as sized in layers/dense.py and
+    layers/moe.py, dropped when any module that covers it is on; megatron/core/transformer/transformer_layer.py,
+    moe/moe_layer.py, moe/experts.py)."""
     on = lambda *names: has(lay.recompute_modules, *names)  # noqa: E731
     h = m.hidden_size
     region = sh.tokens_sp * h
@@ -291,7 +88,7 @@ def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 
 
 def _layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
-    if m.is_hybrid:  # Mamba / attention hybrids: per layer kind, autoplan/costmodel/mamba.py
+    if m.is_hybrid:  # Mamba / attention hybrids: per layer kind, autoplan/costmodel/layers/mamba.py
         return hybrid_layer_activation_bytes(m, sh, lay, moe)
     attn_none = attention_activation_bytes(m, sh, lay)
     mlp = moe_activation_bytes(m, sh, lay) if moe else \

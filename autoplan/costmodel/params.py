@@ -1,5 +1,9 @@
-"""Parameter counts per layer kind. Shapes follow Megatron-LM's GPT layers and the Hugging Face modelling files
-(llama, mixtral, qwen3_moe, deepseek_v3, gpt_oss); counts exclude vocabulary padding."""
+"""Parameter counts per layer kind: the shapes every other part of the cost model builds on, importing nothing of
+it. Shapes follow Megatron-LM's GPT layers and the Hugging Face modelling files (llama, mixtral, qwen3_moe,
+deepseek_v3, gpt_oss); counts exclude vocabulary padding. Mamba-2 mixer shapes (Dao & Gu 2024, arXiv:2405.21060,
+sec. 7; megatron/core/ssm/mamba_mixer.py) and the MTP depths (DeepSeek-V3 technical report, arXiv:2412.19437,
+sec. 2.2; megatron/core/transformer/multi_token_prediction.py) are described in `layers/mamba.py` and
+`layers/mtp.py`, which price their time and memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,23 +79,55 @@ def norms_per_layer(m: ModelSpec) -> int:
     return 4 if m.sandwich_norm else 2
 
 
+def mamba_in_proj_width(m: ModelSpec) -> int:
+    """Output width of in_proj: z and x (d_inner each), B and C (G x N each), dt (one per head)."""
+    return 2 * m.mamba_d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim + m.mamba_num_heads
+
+
+def mamba_conv_channels(m: ModelSpec) -> int:
+    """Channels of the depthwise conv1d: x, B and C."""
+    return m.mamba_d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim
+
+
+def mamba_mixer_params(m: ModelSpec) -> int:
+    """One Mamba-2 mixer (mamba_mixer.py): in_proj, conv1d weight + bias, dt_bias, A_log, D, gated-norm scale,
+    out_proj; the layer's pre-norm is counted by the caller."""
+    h = m.hidden_size
+    conv = mamba_conv_channels(m) * (m.mamba_conv_kernel + 1)
+    return h * mamba_in_proj_width(m) + conv + 3 * m.mamba_num_heads + m.mamba_d_inner + m.mamba_d_inner * h
+
+
+def latent_projection_params(m: ModelSpec) -> int:
+    """fc1_latent_proj (h -> latent) and fc2_latent_proj (latent -> h) of a latent MoE layer."""
+    return 2 * m.hidden_size * m.moe_latent_size if m.moe_latent_size else 0
+
+
+def expert_width(m: ModelSpec) -> int:
+    """Width the routed experts read and write: the latent size of a latent MoE, else h."""
+    return m.moe_latent_size or m.hidden_size
+
+
+def non_moe_counts(m: ModelSpec):
+    """(Mamba, attention, MLP) layers of the pattern and their total (at least 1)."""
+    n_m, n_a, n_f = m.layer_count("M"), m.layer_count("*"), m.layer_count("-")
+    return n_m, n_a, n_f, max(n_m + n_a + n_f, 1)
+
+
 def hybrid_layer_params(m: ModelSpec, moe: bool) -> LayerParams:
-    """A hybrid model's 'E' layer (`moe`), or the mean of its M, * and - layers (autoplan/costmodel/mamba.py).
+    """A hybrid model's 'E' layer (`moe`), or the mean of its M, * and - layers (autoplan/costmodel/layers/mamba.py).
     Every hybrid layer has one pre-norm. Mamba mixers and attention count as `attention` (tp-sharded), the MLP
     as `dense_mlp`; a latent MoE's two projections are tp-sharded like the shared experts."""
-    from autoplan.costmodel import mamba
-
     norm = norm_params(m)
     if moe:
-        width = mamba.expert_width(m)
+        width = expert_width(m)
         mats = 3 if m.gated_mlp else 2
         expert = mats * width * m.moe_ffn_hidden_size
         router = m.hidden_size * m.num_experts
         shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
-        shared += mamba.latent_projection_params(m)
+        shared += latent_projection_params(m)
         return LayerParams(0, norm, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
-    n_m, n_a, n_f, n = mamba.non_moe_counts(m)
-    mixers = n_m * mamba.mamba_mixer_params(m) + n_a * attention_params(m)
+    n_m, n_a, n_f, n = non_moe_counts(m)
+    mixers = n_m * mamba_mixer_params(m) + n_a * attention_params(m)
     mlp = n_f * mlp_params(m, m.ffn_hidden_size, m.add_bias_linear)
     return LayerParams(mixers / n, norm, mlp / n, 0, 0, 0, 0)
 
@@ -108,6 +144,31 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
     router = m.hidden_size * m.num_experts + (m.num_experts if m.add_bias_linear else 0)
     shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
     return LayerParams(attention, norms, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
+
+
+def symbol_params(m: ModelSpec, symbol: str):
+    """(tp-sharded, replicated, expert) parameters of one hybrid layer of kind `symbol`, its pre-norm included."""
+    if symbol == "E":
+        p = hybrid_layer_params(m, True)
+        return p.shared_experts, p.norms + p.router, p.experts
+    body = {"M": lambda: mamba_mixer_params(m), "*": lambda: attention_params(m),
+            "-": lambda: mlp_params(m, m.ffn_hidden_size, m.add_bias_linear)}[symbol]()
+    return body, norm_params(m), 0
+
+
+def mtp_params(m: ModelSpec):
+    """(tp-sharded, replicated, expert) parameters of the MTP depths: eh_proj and the layers per depth (once when
+    shared), three norms per depth. The LM head is the model's own."""
+    if not m.mtp_num_layers:
+        return 0, 0, 0
+    weight_sets = 1 if m.mtp_shared_weights else m.mtp_num_layers
+    sharded = replicated = expert = 0
+    for symbol in m.mtp_depth_pattern:
+        s, r, e = symbol_params(m, symbol)
+        sharded, replicated, expert = sharded + s, replicated + r, expert + e
+    h = m.hidden_size
+    return (weight_sets * (sharded + 2 * h * h), weight_sets * replicated + m.mtp_num_layers * 3 * h,
+            weight_sets * expert)
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -129,8 +190,6 @@ def count_parameters(m: ModelSpec) -> tuple[int, int]:
     total = n_dense * dense.total + (n_moe * moe.total if moe else 0) + embedding_params(m) + head_params(m)
     active = n_dense * dense.active + (n_moe * moe.active if moe else 0) + embedding_params(m) + head_params(m)
     if m.mtp_num_layers:
-        from autoplan.costmodel.mtp import mtp_params
-
         sharded, replicated, expert = mtp_params(m)
         total += sharded + replicated + expert
         active += sharded + replicated + expert * m.moe_router_topk / max(m.num_experts, 1)

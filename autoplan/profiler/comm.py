@@ -267,14 +267,15 @@ def measure(req: CommRequest, device, backend: str) -> Tuple[List[CommPoint], Li
 
 
 def write_comm_profile(profile: CommProfile, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = profile.model_dump(mode="json")
+    """Write the profile as YAML (.yaml/.yml) or JSON, atomically (autoplan/fileio.py)."""
+    from autoplan.fileio import write_text
+
     if out.suffix in (".yaml", ".yml"):
         import yaml
 
-        out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        write_text(out, yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
     else:
-        out.write_text(profile.model_dump_json(indent=1) + "\n", encoding="utf-8")
+        write_text(out, profile.model_dump_json(indent=1) + "\n")
 
 
 def run_comm_profile(req: CommRequest, out: Path) -> Optional[CommProfile]:

@@ -1,4 +1,5 @@
-"""The vectorised cost model: price (candidate, pipeline-rank) pairs, then reduce per candidate.
+"""One pipeline rank's time and memory, vectorised: `rank_cost` prices (candidate, pipeline-rank) pairs, which
+`estimate.evaluate` reduces per candidate.
 
 Pipeline schedule (Narayanan et al. SC'21, sec. 2.2): with m micro batches, p ranks and v chunks per rank,
 1F1B takes m * t_max + (sum_s t_s - t_max) / v, i.e. the bubble (p - 1)/(v m) of a balanced pipeline; the
@@ -19,8 +20,8 @@ from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
 from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.layout import Layouts
-from autoplan.costmodel.mtp import mtp_activation_bytes, mtp_params
-from autoplan.costmodel.params import embedding_params, head_params, layer_params
+from autoplan.costmodel.layers.mtp import mtp_activation_bytes
+from autoplan.costmodel.params import embedding_params, head_params, layer_params, mtp_params
 from autoplan.costmodel.stages import stage_layers
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload
@@ -537,8 +538,9 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     groups = 1 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.etp > 1)
     # Caching-allocator fragmentation; expandable segments grow and unmap a segment's pages on demand instead of
     # leaving freed blocks stranded (PyTorch docs, CUDA semantics: "Optimizing memory usage with
-    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), so no allowance is added.
-    fragmentation = np.where(lay.expandable_segments, 0.0, cal.fragmentation * (activations + logits + transient))
+    # PYTORCH_CUDA_ALLOC_CONF", expandable_segments), a smaller measured allowance (calibration.py).
+    fragmentation = np.where(lay.expandable_segments, cal.fragmentation_expandable,
+                             cal.fragmentation) * (activations + logits + transient)
     return {
         "weights": weights, "grads": grads, "optimizer": optimizer, "activations": activations,
         "logits": logits, "transient": transient,

@@ -18,53 +18,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoplan.costmodel import compute as C
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
-from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.layers.base import (BF16, FP32, LayerTime, Layouts, Shard, dropout_mask_bytes,
+                                            elementwise_time, gemm_input_bytes, gemm_time, kernel_costs,
+                                            norm_linear_input_bytes, scoped)
+from autoplan.costmodel.layers.dense import (attention_activation_bytes, attention_core_time, attention_gemm_time,
+                                             mlp_activation_bytes, mlp_gemm_time, softmax_stats_bytes)
+from autoplan.costmodel.layers.moe import (HYBRID_MOE_KERNELS, elementwise_bytes, moe_activation_bytes,
+                                           moe_gemm_time, routing_index_bytes, routing_weight_bytes,
+                                           unfused_expert_extras, weighted_activation_bytes)
+from autoplan.costmodel.params import mamba_conv_channels, mamba_in_proj_width, non_moe_counts
 from autoplan.model import ModelSpec
+from autoplan.recompute import has
 
-FP32 = 4
+
+
+
 SSD_CHUNK = 128  # megatron/core/ssm/mamba_mixer.py MambaMixer chunk_size default
 
-
-# --- parameters -----------------------------------------------------------------------------------------------
-
-def mamba_in_proj_width(m: ModelSpec) -> int:
-    """Output width of in_proj: z and x (d_inner each), B and C (G x N each), dt (one per head)."""
-    return 2 * m.mamba_d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim + m.mamba_num_heads
-
-
-def mamba_conv_channels(m: ModelSpec) -> int:
-    """Channels of the depthwise conv1d: x, B and C."""
-    return m.mamba_d_inner + 2 * m.mamba_num_groups * m.mamba_state_dim
-
-
-def mamba_mixer_params(m: ModelSpec) -> int:
-    """One Mamba-2 mixer (mamba_mixer.py): in_proj, conv1d weight + bias, dt_bias, A_log, D, gated-norm scale,
-    out_proj; the layer's pre-norm is counted by the caller."""
-    h = m.hidden_size
-    conv = mamba_conv_channels(m) * (m.mamba_conv_kernel + 1)
-    return h * mamba_in_proj_width(m) + conv + 3 * m.mamba_num_heads + m.mamba_d_inner + m.mamba_d_inner * h
-
-
-def latent_projection_params(m: ModelSpec) -> int:
-    """fc1_latent_proj (h -> latent) and fc2_latent_proj (latent -> h) of a latent MoE layer."""
-    return 2 * m.hidden_size * m.moe_latent_size if m.moe_latent_size else 0
-
-
-def expert_width(m: ModelSpec) -> int:
-    """Width the routed experts read and write: the latent size of a latent MoE, else h."""
-    return m.moe_latent_size or m.hidden_size
-
-
-def non_moe_counts(m: ModelSpec):
-    """(Mamba, attention, MLP) layers of the pattern and their total (at least 1)."""
-    n_m, n_a, n_f = m.layer_count("M"), m.layer_count("*"), m.layer_count("-")
-    return n_m, n_a, n_f, max(n_m + n_a + n_f, 1)
-
-
-# --- compute --------------------------------------------------------------------------------------------------
 
 def ssd_flops_per_token(m: ModelSpec, heads, groups) -> np.ndarray:
     """Forward FLOPs of the chunked SSD scan per token on a rank with `heads` heads and `groups` groups
@@ -90,14 +62,14 @@ def ssd_bytes_per_token(m: ModelSpec, heads, groups) -> np.ndarray:
     launch latency rather than FLOPs (PyTorch blog, "Accelerating Mamba2 with kernel fusion", 2025), hence the
     max(FLOPs, bytes) in `mamba_mixer_time` and one launch floor per kernel."""
     p, n, q = m.mamba_head_dim, m.mamba_state_dim, SSD_CHUNK
-    x_y = 3 * C.BF16 * heads * p
-    b_c = 3 * 2 * C.BF16 * groups * n
+    x_y = 3 * BF16 * heads * p
+    b_c = 3 * 2 * BF16 * groups * n
     states = 4 * FP32 * heads * p * n / q
     scores = 2 * FP32 * groups * q
     return x_y + b_c + states + scores
 
 
-def mamba_mixer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal: Calibration) -> MixerTime:
+def mamba_mixer_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration) -> MixerTime:
     """Forward seconds of one Mamba layer on a rank. The SSD scan (Triton kernels) takes the longer of its
     FLOPs at the flash-attention forward efficiency (assumed: no published SSD kernel microbenchmark in
     profiles/) and its HBM traffic (`ssd_bytes_per_token`); the conv1d, the gated RMSNorm and the layer's norm
@@ -106,55 +78,55 @@ def mamba_mixer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, hw: Hardware, cal:
     heads = m.mamba_num_heads / lay.tp
     groups = np.maximum(m.mamba_num_groups / lay.tp, 1.0)
     d_local = heads * m.mamba_head_dim
-    cal = C.scoped(cal, lay, "mamba")
+    cal = scoped(cal, lay, "mamba")
     # in_proj takes the layer's norm fused in (TELayerNormColumnParallelLinear in Megatron's Mamba layer spec).
-    gemm = C.gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal, norm_fused_input=True) + \
-        C.gemm_time(T, h, d_local, lay, hw, cal, dy_rows=sh.tokens_sp)
+    gemm = gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal, norm_fused_input=True) + \
+        gemm_time(T, h, d_local, lay, hw, cal, dy_rows=sh.tokens_sp)
     scan_compute = T * ssd_flops_per_token(m, heads, groups) / (hw.peak_flops_bf16 * cal.attention_eff_fwd)
     scan_memory = T * ssd_bytes_per_token(m, heads, groups) / (hw.hbm_bytes_per_s * cal.hbm_eff)
     scan = np.maximum(scan_compute, scan_memory) + 5 * cal.kernel_overhead_s
-    conv = 2 * C.BF16 * T * mamba_conv_channels(m) / lay.tp  # read + write
-    gated_norm = 3 * C.BF16 * T * d_local  # read y and z, write the normed output
-    layer = (2 + 3) * C.BF16 * sh.tokens_sp * h  # pre-norm (r+w) and residual add (2r+w)
+    conv = 2 * BF16 * T * mamba_conv_channels(m) / lay.tp  # read + write
+    gated_norm = 3 * BF16 * T * d_local  # read y and z, write the normed output
+    layer = (2 + 3) * BF16 * sh.tokens_sp * h  # pre-norm (r+w) and residual add (2r+w)
     # Megatron's training path turns the in_proj output [s, b, d] into [b, s, d] and the scan's output back with
     # `.contiguous()` (megatron/core/ssm/mamba_mixer.py `_ssm_training`): real copies once the micro batch is above
     # 1, forward and (their gradients) backward; priced as forward equivalents, 2/3 of a read + write each, since the
     # caller takes backward elementwise work as twice the forward.
-    layout = np.where(lay.mbs > 1, 2 * C.BF16 * T * (mamba_in_proj_width(m) / lay.tp + d_local), 0.0) * 2.0 / 3.0
+    layout = np.where(lay.mbs > 1, 2 * BF16 * T * (mamba_in_proj_width(m) / lay.tp + d_local), 0.0) * 2.0 / 3.0
     copies = np.where(lay.mbs > 1, 4.0 / 3.0, 0.0)
-    return MixerTime(gemm, scan, C.elementwise_time(conv + gated_norm + layer + layout, hw, cal, 6 + copies))
+    return MixerTime(gemm, scan, elementwise_time(conv + gated_norm + layer + layout, hw, cal, 6 + copies))
 
 
-def symbol_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
-                symbol: str) -> C.LayerTime:
+def symbol_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
+                symbol: str) -> LayerTime:
     """Forward seconds of one hybrid layer of kind `symbol` (M, *, - or E), its pre-norm and residual included."""
     zero = 0.0 * sh.tokens
-    layer_elem = (2 + 3) * C.BF16 * sh.tokens_sp * m.hidden_size  # pre-norm (r+w) and residual add (2r+w)
+    layer_elem = (2 + 3) * BF16 * sh.tokens_sp * m.hidden_size  # pre-norm (r+w) and residual add (2r+w)
     if symbol == "E":
-        elem = C.elementwise_bytes(m, sh, lay, True, attention=False) + layer_elem
-        extra_bytes, extra_ops = C.unfused_expert_extras(m, sh, lay)
-        elem_time = C.elementwise_time(elem + extra_bytes, hw, cal, 0) + \
-            C.kernel_costs(lay, cal, C.HYBRID_MOE_KERNELS + (("moe", extra_ops),))
-        return C.LayerTime(zero, zero, C.moe_gemm_time(m, sh, lay, hw, cal), elem_time)
+        elem = elementwise_bytes(m, sh, lay, True, attention=False) + layer_elem
+        extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay)
+        elem_time = elementwise_time(elem + extra_bytes, hw, cal, 0) + \
+            kernel_costs(lay, cal, HYBRID_MOE_KERNELS + (("moe", extra_ops),))
+        return LayerTime(zero, zero, moe_gemm_time(m, sh, lay, hw, cal), elem_time)
     if symbol == "M":
         mixer = mamba_mixer_time(m, sh, lay, hw, cal)
-        return C.LayerTime(mixer.gemm, zero, zero, mixer.elementwise, mixer.scan)
+        return LayerTime(mixer.gemm, zero, zero, mixer.elementwise, mixer.scan)
     if symbol == "*":
-        rotary = 2 * (sh.heads + sh.groups) * m.kv_channels * C.BF16 * sh.tokens \
+        rotary = 2 * (sh.heads + sh.groups) * m.kv_channels * BF16 * sh.tokens \
             if m.position_embedding == "rope" else 0.0
-        cal = C.scoped(cal, lay, "attn")
-        return C.LayerTime(C.attention_gemm_time(m, sh, lay, hw, cal),
-                           C.attention_core_time(m, sh, lay, seq_len, hw, cal), zero,
-                           C.elementwise_time(layer_elem + rotary, hw, cal, 4))
-    act = (3 if m.gated_mlp else 2) * m.ffn_hidden_size / lay.tp * C.BF16 * sh.tokens
-    cal = C.scoped(cal, lay, "mlp")
-    mlp = C.mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp, tokens_sp=sh.tokens_sp)
-    return C.LayerTime(zero, zero, mlp,
-                       C.elementwise_time(layer_elem + act, hw, cal, 4))
+        cal = scoped(cal, lay, "attn")
+        return LayerTime(attention_gemm_time(m, sh, lay, hw, cal),
+                           attention_core_time(m, sh, lay, seq_len, hw, cal), zero,
+                           elementwise_time(layer_elem + rotary, hw, cal, 4))
+    act = (3 if m.gated_mlp else 2) * m.ffn_hidden_size / lay.tp * BF16 * sh.tokens
+    cal = scoped(cal, lay, "mlp")
+    mlp = mlp_gemm_time(m, m.ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp, tokens_sp=sh.tokens_sp)
+    return LayerTime(zero, zero, mlp,
+                       elementwise_time(layer_elem + act, hw, cal, 4))
 
 
-def hybrid_layer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
-                      moe: bool) -> C.LayerTime:
+def hybrid_layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
+                      moe: bool) -> LayerTime:
     """Forward seconds of a hybrid 'E' layer (`moe`), or the mean of the pattern's M, * and - layers."""
     if moe:
         return symbol_time(m, sh, lay, seq_len, hw, cal, "E")
@@ -165,12 +137,10 @@ def hybrid_layer_time(m: ModelSpec, sh: C.Shard, lay: Layouts, seq_len: int, hw:
     def mean(field):
         return sum(counts[k] * getattr(t, field) for k, t in parts.items()) / n + 0.0 * sh.tokens
 
-    return C.LayerTime(mean("attn_gemm"), mean("attn_core"), mean("mlp_gemm"), mean("elementwise"), mean("scan"))
+    return LayerTime(mean("attn_gemm"), mean("attn_core"), mean("mlp_gemm"), mean("elementwise"), mean("scan"))
 
 
-# --- activation memory ----------------------------------------------------------------------------------------
-
-def mamba_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
+def mamba_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     """Bytes one Mamba layer holds for backward with no recompute: the pre-norm input, in_proj's input (the norm
     output), its output [z, x, B, C, dt], the conv1d output, the scan output y, the fp32 dt after softplus, the
     gated norm's output (out_proj's input). Megatron trains through the fused `mamba_split_conv1d_scan_combined`
@@ -178,89 +148,65 @@ def mamba_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
     zxbcdt and the scan output and recomputes the conv output and dt in backward, while the gated RMSNorm after
     it saves its gated input and fp32 1/rms per group: the conv output and fp32 dt counted here are larger than
     those two, so the sum is an upper bound."""
-    from autoplan.costmodel.memory import gemm_input_bytes, norm_linear_input_bytes  # memory.py imports this module
-
     region = sh.tokens_sp * m.hidden_size
     d_local = m.mamba_d_inner / lay.tp
     heads = m.mamba_num_heads / lay.tp
-    return (C.BF16 * region + norm_linear_input_bytes(lay) * region  # in_proj fuses the norm (LayerNormLinear)
-            + C.BF16 * sh.tokens * mamba_in_proj_width(m) / lay.tp
-            + C.BF16 * sh.tokens * mamba_conv_channels(m) / lay.tp
-            + C.BF16 * sh.tokens * d_local + FP32 * sh.tokens * heads
+    return (BF16 * region + norm_linear_input_bytes(lay) * region  # in_proj fuses the norm (LayerNormLinear)
+            + BF16 * sh.tokens * mamba_in_proj_width(m) / lay.tp
+            + BF16 * sh.tokens * mamba_conv_channels(m) / lay.tp
+            + BF16 * sh.tokens * d_local + FP32 * sh.tokens * heads
             + gemm_input_bytes(lay) * sh.tokens * d_local)
 
 
-def latent_moe_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts):
+def latent_moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     """An MoE layer whose routed experts run on the latent width: the memory.py itemisation with the routed
     copies `latent` wide, plus fc1_latent_proj's input and fc2_latent_proj's input."""
-    from autoplan.costmodel import memory as M
-
     if not m.moe_latent_size:
-        return M.moe_activation_bytes(m, sh, lay)
-    g_in = M.gemm_input_bytes(lay)
+        return moe_activation_bytes(m, sh, lay)
+    g_in = gemm_input_bytes(lay)
     latent, f = m.moe_latent_size, m.moe_ffn_hidden_size / lay.etp
     copies = sh.expert_tokens
     region = sh.tokens_sp * m.hidden_size
-    routed = (g_in * copies * latent + C.BF16 * copies * (2 if m.gated_mlp else 1) * f + g_in * copies * f
-              + M.routing_weight_bytes(copies) + M.weighted_activation_bytes(m, lay, copies, f)
-              + FP32 * sh.tokens_sp * m.num_experts + M.routing_index_bytes(m, sh, lay))
+    routed = (g_in * copies * latent + BF16 * copies * (2 if m.gated_mlp else 1) * f + g_in * copies * f
+              + routing_weight_bytes(copies) + weighted_activation_bytes(m, lay, copies, f)
+              + FP32 * sh.tokens_sp * m.num_experts + routing_index_bytes(m, sh, lay))
     projections = g_in * region + g_in * sh.tokens * latent  # inputs of fc1_latent_proj and fc2_latent_proj
-    base = 2 * C.BF16 * region + M.dropout_mask_bytes(m, region)
+    base = 2 * BF16 * region + dropout_mask_bytes(m, region)
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:
-        shared = M.mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp,
-                                        fused_norm=False) - (C.BF16 * region + M.dropout_mask_bytes(m, region))
+        shared = mlp_activation_bytes(m, sh, lay, m.shared_expert_ffn_hidden_size, sh.tokens, lay.tp,
+                                        fused_norm=False) - (BF16 * region + dropout_mask_bytes(m, region))
     return base + routed + projections + shared
 
 
-def hybrid_layer_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts, moe: bool):
+def hybrid_layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     """(no recompute, selective recompute, full-recompute checkpoint) bytes of a hybrid 'E' layer (`moe`) or the
     mean of the M, * and - layers. Selective recompute drops what Megatron's modules rebuild in these layers:
     core_attn the softmax statistics of '*' layers, moe_act / moe the expert activation / the routed block of 'E'
     layers (memory.py `selective_dropped_bytes` for those tensors); Mamba layers have no selective module."""
-    from autoplan.costmodel import memory as M
-    from autoplan.recompute import has
-
-    checkpoint = C.BF16 * sh.tokens_sp * m.hidden_size
+    checkpoint = BF16 * sh.tokens_sp * m.hidden_size
     if moe:
         none = latent_moe_activation_bytes(m, sh, lay)
-        g_in = M.gemm_input_bytes(lay)
+        g_in = gemm_input_bytes(lay)
         copies = sh.expert_tokens
         f = m.moe_ffn_hidden_size / lay.etp
-        act_out = g_in * copies * f + M.weighted_activation_bytes(m, lay, copies, f)
-        routed = none - 2 * C.BF16 * sh.tokens_sp * m.hidden_size
+        act_out = g_in * copies * f + weighted_activation_bytes(m, lay, copies, f)
+        routed = none - 2 * BF16 * sh.tokens_sp * m.hidden_size
         dropped = np.where(has(lay.recompute_modules, "moe"), routed,
                            np.where(has(lay.recompute_modules, "moe_act"), act_out, 0.0))
         return none, none - dropped, checkpoint
     n_m, n_a, n_f, n = non_moe_counts(m)
     mamba = mamba_activation_bytes(m, sh, lay) if n_m else 0.0
-    attn = M.attention_activation_bytes(m, sh, lay) if n_a else 0.0
-    mlp = M.mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp) if n_f else 0.0
+    attn = attention_activation_bytes(m, sh, lay) if n_a else 0.0
+    mlp = mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp) if n_f else 0.0
     none = (n_m * mamba + n_a * attn + n_f * mlp) / n + 0.0 * sh.tokens
-    dropped = np.where(has(lay.recompute_modules, "core_attn"), n_a * M.softmax_stats_bytes(sh) / n, 0.0)
+    dropped = np.where(has(lay.recompute_modules, "core_attn"), n_a * softmax_stats_bytes(sh) / n, 0.0)
     return none, none - dropped, checkpoint
 
 
-def symbol_activation_bytes(m: ModelSpec, sh: C.Shard, lay: Layouts, symbol: str):
+def symbol_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, symbol: str):
     """Bytes one hybrid layer of kind `symbol` holds with no recompute."""
-    from autoplan.costmodel import memory as M
-
-    if symbol == "E":
-        return latent_moe_activation_bytes(m, sh, lay)
-    if symbol == "M":
-        return mamba_activation_bytes(m, sh, lay)
-    if symbol == "*":
-        return M.attention_activation_bytes(m, sh, lay)
-    return M.mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
-
-
-def symbol_params(m: ModelSpec, symbol: str):
-    """(tp-sharded, replicated, expert) parameters of one hybrid layer of kind `symbol`, its pre-norm included."""
-    from autoplan.costmodel.params import hybrid_layer_params, mlp_params, attention_params, norm_params
-
-    if symbol == "E":
-        p = hybrid_layer_params(m, True)
-        return p.shared_experts, p.norms + p.router, p.experts
-    body = {"M": lambda: mamba_mixer_params(m), "*": lambda: attention_params(m),
-            "-": lambda: mlp_params(m, m.ffn_hidden_size, m.add_bias_linear)}[symbol]()
-    return body, norm_params(m), 0
+    held = {"E": latent_moe_activation_bytes, "M": mamba_activation_bytes, "*": attention_activation_bytes}
+    if symbol in held:
+        return held[symbol](m, sh, lay)
+    return mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
