@@ -267,6 +267,7 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
         if removed:
             result = result.model_copy(update={"error": f"{result.error}; removed the op-build lock(s) it left: "
                                                         + ", ".join(map(str, removed))})
+    fileio.write_text(out_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")  # what `autoplan calibrate` reads
     return _save(result.model_copy(update={"build_time_s": build_time_s}), out_dir)
 
 

@@ -7,7 +7,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.estimate import Evaluation, estimate_from, evaluate
 from autoplan.costmodel.layout import Layouts
 from autoplan.results import Plan
@@ -38,9 +38,11 @@ class SolveResult:
 SolverFn = Callable[..., SolveResult]
 
 
-def price(problem: Problem, lay: Layouts, cal: Calibration = DEFAULT, profile=None, chunk: int = 100_000
+def price(problem: Problem, lay: Layouts, cal: Optional[Calibration] = None, profile=None, chunk: int = 100_000
           ) -> Evaluation:
-    """Evaluate candidates in chunks (bounded memory), concatenating the per-candidate arrays."""
+    """Evaluate candidates in chunks (bounded memory), concatenating the per-candidate arrays; `cal` defaults to
+    the problem's calibration."""
+    cal = cal or problem.calibration
     parts = []
     for start in range(0, len(lay), chunk):
         sub = lay.take(slice(start, start + chunk))
@@ -62,7 +64,8 @@ def plans_from(problem: Problem, lay: Layouts, idx, notes_for=None, profile=None
     plans = []
     for i in idx:
         sub = lay.take(np.array([i]))
-        ev = evaluate(problem.model, problem.cluster, problem.workload, sub, DEFAULT, profile, every_rank=True)
+        ev = evaluate(problem.model, problem.cluster, problem.workload, sub, problem.calibration, profile,
+                      every_rank=True)
         est = estimate_from(ev, 0, problem.model, problem.cluster, problem.workload, sub,
                             headroom=problem.mem_headroom, notes=notes_for(i) if notes_for else None,
                             profile=profile)

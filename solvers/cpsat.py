@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from ortools.sat.python import cp_model
 
-from autoplan.costmodel.calibration import DEFAULT
 from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.costmodel.layout import Layouts
@@ -58,7 +57,8 @@ def _coefficients(problem: Problem, lay: Layouts, i: int, options, pp: int, vpp:
     # The rows are --decoder-first/last-pipeline-num-layers splits, whatever split the candidate came with.
     cols.update(account=np.zeros(len(rows), np.int64), layout=np.full(len(rows), None, dtype=object))
     batch = Layouts(**{**base.__dict__, **cols})
-    rc_ = rank_cost(problem.model, hardware_of(problem.cluster), problem.workload, batch, np.array(stages), DEFAULT)
+    rc_ = rank_cost(problem.model, hardware_of(problem.cluster), problem.workload, batch, np.array(stages),
+                    problem.calibration)
     t = np.asarray(rc_.per_microbatch, dtype=float)
     mem = sum(np.broadcast_to(np.asarray(rc_.memory[key], dtype=float), t.shape) for key in MEMORY_KEYS)
     points: Dict[Tuple[str, int], List[Tuple[float, float, float]]] = {}

@@ -17,6 +17,7 @@ from autoplan import pipeline_split as PS
 from autoplan import cuda_graphs as G
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
@@ -51,6 +52,7 @@ class Problem:
     # GEMM precision the search may try (autoplan/numerics.py PRECISIONS); None: what a fixed fp8 / fp8_recipe says,
     # else bf16. The numerics are never chosen for speed unless asked.
     precision: Optional[str] = None
+    calibration: Calibration = DEFAULT_CALIBRATION  # constants every candidate is priced with (--calibration)
 
     def __post_init__(self):
         if self.engine not in ENGINES:

@@ -29,6 +29,8 @@ def estimate_cmd(
     from_deepspeed: Optional[str] = typer.Option(None, "--from-deepspeed", help="ds_config.json (with --model)."),
     engine: str = typer.Option("megatron", "--engine", help="Engine whose rules complete a partial strategy."),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of memory to keep free."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
+                                              "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (stable keys)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (timeline, memory)."),
 ) -> None:
@@ -61,11 +63,15 @@ def estimate_cmd(
     notes += list(m.notes)  # what reading the model's config assumed
     profiles = resolve_profiles(profile, m, c)
     c, prof = profiles.cluster, profiles.layers
+    from autoplan.calibration.calfile import load_and_apply
+
+    c, cal = load_and_apply(calibration, c)
     notes += list(profiles.notes)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
     if (from_megatron or from_deepspeed) and not chosen:
         chosen = ["priced as written: no strategy key chosen (all from the imported config or --strategy)"]
-    est = estimate(m, c, s, wl, profile=prof, headroom=mem_headroom, notes=notes + chosen, engine=engine)
+    est = estimate(m, c, s, wl, cal=cal, profile=prof, headroom=mem_headroom, notes=notes + chosen,
+                   engine=engine)
     if report:
         from autoplan.report.write import write_estimate_report
         from autoplan.results import Plan

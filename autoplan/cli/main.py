@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "autoplan.cli.probe",
     "autoplan.cli.tune",
     "autoplan.cli.report",
+    "autoplan.cli.calibrate",
 )
 
 

@@ -46,6 +46,8 @@ def plan_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed for the stochastic solvers."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
                                           "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
+    calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
+                                              "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
     as_json: bool = typer.Option(False, "--json", help="Print {'plans': [...]} as JSON (stable keys)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report of the search (plan.html)."),
 ) -> None:
@@ -60,11 +62,14 @@ def plan_cmd(
     formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     prof, c = _profiles(profile, m, c, quiet=as_json)
+    from autoplan.calibration.calfile import load_and_apply
+
+    c, cal = load_and_apply(calibration, c)
     fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom, precision=precision)
+                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal)
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -326,7 +331,7 @@ def _baseline(problem, text, from_megatron, prof):
 
     s, notes = complete_strategy(problem.model, problem.cluster, problem.workload, given, engine=problem.engine)
     s = validate(problem.model, problem.cluster, problem.workload, s)
-    est = estimate(problem.model, problem.cluster, s, problem.workload, profile=prof,
+    est = estimate(problem.model, problem.cluster, s, problem.workload, cal=problem.calibration, profile=prof,
                    headroom=problem.mem_headroom, notes=notes, engine=problem.engine)
     return Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=s, estimate=est)
 

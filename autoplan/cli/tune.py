@@ -47,14 +47,19 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
                                              help="Seconds allowed for building the engine's ops before each timed "
                                                   "probe (not part of --probe-timeout)."),
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
+         calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
+                                                   "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
          html: Optional[str] = typer.Option(None, "--report", help="Write an HTML report: measured vs predicted.")
          ) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
-    problem = Problem(model=load_model(model), cluster=load_cluster(cluster, gpus),
-                      workload=make_workload(seq, gbs), engine=engine, precision=precision)
+    from autoplan.calibration.calfile import load_and_apply
+
+    spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus))
+    problem = Problem(model=load_model(model), cluster=spec, workload=make_workload(seq, gbs), engine=engine,
+                      precision=precision, calibration=cal)
     console = progress_console()
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,

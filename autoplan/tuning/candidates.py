@@ -63,7 +63,7 @@ def build_candidates(problem: Problem) -> Tuple[List[Candidate], List[Pruned]]:
     pruned: List[Pruned] = []
     for strategy in legal_strategies(problem):
         est = estimate(problem.model, problem.cluster, strategy, problem.workload, headroom=problem.mem_headroom,
-                       engine=problem.engine)
+                       engine=problem.engine, cal=problem.calibration)
         plan = Plan(model=problem.model, cluster=problem.cluster, workload=problem.workload, strategy=strategy,
                     estimate=est)
         reason = engine_reason(problem, plan) or fit_reason(est, capacity_gib(est))

@@ -1,0 +1,176 @@
+"""Few-shot calibration on the published runs: calibrate on one run, predict the others of its group.
+
+A group is the published runs of one (GPU, software release, GEMM precision): one cluster type running one software
+stack, as a user's own cluster would be. For every group with at least 2 runs, each of its runs in turn is the one
+calibration run (`autoplan.calibration.fit.fit`, the fitter `autoplan calibrate` uses, with its priors); the other
+runs of the group are predicted with the fitted constants. Printed beside it, on the same predicted rows:
+- the uncalibrated model (the priors: profiles/gpus and autoplan/costmodel/calibration.py);
+- the naive constant-throughput bar (benchmarks/naive.py) given the same one run: its achieved model TFLOP/s per GPU
+  carried to the other runs of the group.
+MAPE is the mean over every (calibration run, predicted run) pair, split by architecture (dense / MoE).
+
+Ranking: within each multi-layout setup of `benchmarks/ranking.py` (one model on one GPU type at one precision,
+sequence length and source family, measured with 3 or more strategies; a strategy measured in several releases
+counts once, at the geometric mean), calibrate on each of its runs in turn and report Spearman's rho between
+predicted and measured tokens/s/GPU over its strategies (mean and minimum over the calibration choices); the
+uncalibrated model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left
+out.
+
+    python -m benchmarks.fewshot                  # both parts, about 20 minutes on 2 cores
+    python -m benchmarks.fewshot --part ranking   # the ranking part only
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import defaultdict
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from autoplan.calibration.fit import Predictor, fit, priors_of
+from autoplan.calibration.runs import MeasuredRun
+from benchmarks.naive import NaiveBar, precision_of
+from benchmarks.published import PublishedRun
+
+
+
+def release_of(run: PublishedRun, source: str) -> str:
+    """The software release a row was measured with: the container its source names (a Megatron-Bridge section
+    '26.04.01 NeMo Container', NeMo's '24.07 perf numbers' or 'container NeMo24.03'), else the source document (one
+    document, one release)."""
+    m = re.search(r"(?:section '|\(')(\d\d\.\d\d(?:\.\d\d)?)|NeMo ?(\d\d\.\d\d)", source)
+    return (m.group(1) or m.group(2)) if m else source.split(" @ ")[0].split(",")[0]
+
+
+def measured_run(run: PublishedRun) -> MeasuredRun:
+    step = run.workload.tokens_per_step / (run.measured_tokens_per_gpu * run.cluster.num_gpus)
+    return MeasuredRun(label=run.id, source="data/published_runs.csv", model=run.model, cluster=run.cluster,
+                       workload=run.workload, strategy=run.strategy, engine="megatron", step_time_s=step)
+
+
+def tokens_per_gpu(run: PublishedRun, step_s: float) -> float:
+    return run.workload.tokens_per_step / step_s / run.cluster.num_gpus
+
+
+def predict(runs: Sequence[PublishedRun], values: Dict[str, float]) -> np.ndarray:
+    steps = Predictor([measured_run(r) for r in runs]).step_times(values)
+    return np.array([tokens_per_gpu(r, s) for r, s in zip(runs, steps)])
+
+
+def groups(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[Tuple, List[PublishedRun]]:
+    out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
+    for r in runs:
+        out[(r.gpu, release_of(r, sources[r.id]), precision_of(r))].append(r)
+    return {k: v for k, v in out.items() if len(v) >= 2}
+
+
+def few_shot(group: List[PublishedRun], log=print) -> List[Tuple[str, float, float, float]]:
+    """(arch, calibrated error, uncalibrated error, naive error) of every (calibration run, predicted run) pair."""
+    priors = priors_of(group[0].cluster)
+    prior_pred = predict(group, priors)
+    measured = np.array([r.measured_tokens_per_gpu for r in group])
+    out = []
+    for i, cal_run in enumerate(group):
+        values = fit([measured_run(cal_run)]).values
+        others = [j for j in range(len(group)) if j != i]
+        pred = predict([group[j] for j in others], {**priors, **values})
+        naive = NaiveBar.fit([cal_run])
+        for k, j in enumerate(others):
+            out.append((group[j].arch, pred[k] / measured[j] - 1, prior_pred[j] / measured[j] - 1,
+                        naive.predict(group[j]) / measured[j] - 1))
+        log(f"    calibrated on {cal_run.id}")
+    return out
+
+
+def setup_runs(runs: Sequence[PublishedRun]) -> Dict[Tuple, List[PublishedRun]]:
+    """The runs of every ranking setup with MIN_STRATEGIES or more strategies (benchmarks/ranking.py's grouping)."""
+    from benchmarks import ranking
+
+    ranked = {s.key for s in ranking.setups(runs, [0.0] * len(runs))
+              if len(s.strategies) >= ranking.MIN_STRATEGIES}
+    out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
+    for r in runs:
+        key = (r.model_name, r.gpu, precision_of(r), r.workload.seq_len, "mb" if r.id.startswith("mb_") else "nemo")
+        if key in ranked:
+            out[key].append(r)
+    return out
+
+
+def rank_rho(setup: List[PublishedRun], values: Dict[str, float]) -> float:
+    from benchmarks import ranking
+
+    (found,) = ranking.setups(setup, list(predict(setup, values)))
+    return found.rho
+
+
+def setup_ranking(setup: List[PublishedRun], log=print) -> Tuple[float, float, float]:
+    """(mean rho calibrated, min rho calibrated, rho uncalibrated) over the setup's strategies."""
+    priors = priors_of(setup[0].cluster)
+    rhos = []
+    for r in setup:
+        rhos.append(rank_rho(setup, {**priors, **fit([measured_run(r)]).values}))
+        log(f"    calibrated on {r.id}: rho {rhos[-1]:+.2f}")
+    return float(np.nanmean(rhos)), float(np.nanmin(rhos)), rank_rho(setup, priors)
+
+
+def mape(errors: Sequence[float]) -> float:
+    return float(np.mean(np.abs(errors)) * 100) if len(errors) else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quiet", action="store_true", help="No progress lines.")
+    ap.add_argument("--part", choices=("all", "mape", "ranking"), default="all", help="Which figures to compute.")
+    args = ap.parse_args(argv)
+    from benchmarks.accuracy import headline_runs
+    from benchmarks.published import read_rows
+
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    runs, _, footnote = headline_runs()
+    runs = [r for r in runs if r.id not in footnote]
+    sources = {row["id"]: row["source"] for row in read_rows()}
+    if args.part in ("all", "mape"):
+        few_shot_table(runs, sources, log)
+    if args.part in ("all", "ranking"):
+        ranking_table(runs, log)
+    return 0
+
+
+def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log) -> None:
+    pairs: List[Tuple] = []
+    print("Few-shot: calibrate on one run of a (GPU, release, precision) group, predict the others "
+          "(MAPE of tokens/s/GPU over every pair)")
+    print(f"  {'group':34s} {'runs':>4s} {'calibrated':>10s} {'uncalibrated':>12s} {'naive bar':>9s}")
+    for key, group in sorted(groups(runs, sources).items()):
+        log(f"  group {key}")
+        rows = few_shot(group, log)
+        pairs += rows
+        print(f"  {'/'.join(key):34s} {len(group):4d} {mape([r[1] for r in rows]):9.1f}% "
+              f"{mape([r[2] for r in rows]):11.1f}% {mape([r[3] for r in rows]):8.1f}%")
+    print(f"  {'all pairs':34s} {len(pairs):4d} {mape([p[1] for p in pairs]):9.1f}% "
+          f"{mape([p[2] for p in pairs]):11.1f}% {mape([p[3] for p in pairs]):8.1f}%")
+    for arch, target in (("dense", 5.0), ("moe", 8.0)):
+        sel = [p for p in pairs if p[0] == arch]
+        print(f"  {arch + ' pairs':34s} {len(sel):4d} {mape([p[1] for p in sel]):9.1f}% "
+              f"{mape([p[2] for p in sel]):11.1f}% {mape([p[3] for p in sel]):8.1f}%   (target <= {target:g}%)")
+
+
+def ranking_table(runs: Sequence[PublishedRun], log) -> None:
+    from benchmarks import ranking
+
+    print(f"Ranking within multi-strategy setups ({ranking.MIN_STRATEGIES}+ strategies): Spearman rho after "
+          f"calibrating on one of its runs (mean, min over the choices; target >= 0.9) and uncalibrated")
+    means = []
+    for key, setup in sorted(setup_runs(runs).items()):
+        log(f"  setup {key}")
+        mean, low, prior = setup_ranking(setup, log)
+        means.append(mean)
+        print(f"  {' '.join(str(k) for k in key):44s} {len(setup):2d} runs  rho {mean:+.2f} (min {low:+.2f})  "
+              f"uncalibrated {prior:+.2f}", flush=True)
+    print(f"  setups with mean rho >= 0.9: {sum(m >= 0.9 for m in means)} of {len(means)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
