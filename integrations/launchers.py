@@ -134,6 +134,11 @@ for sig, wait_s in ((signal.SIGTERM, float(sys.argv[1])), (signal.SIGKILL, 0.0))
     while time.monotonic() < end and any(alive(g) for g in pgids):
         time.sleep(0.05)
 if locks:
+    # SIGKILLed builders (ninja, the compiler) may take a moment to go; a lock is removed only once nothing works in
+    # its folder, so wait for the groups to be gone first (bounded).
+    end = time.monotonic() + 10.0
+    while time.monotonic() < end and any(alive(g) for g in pgids):
+        time.sleep(0.05)
     from pathlib import Path
     from autoplan.integrations.extlocks import clear_orphans
     for since, root in locks:
