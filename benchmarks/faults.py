@@ -475,8 +475,10 @@ def op_build_kill(b: Bench) -> None:
                     "--warmup", "1", "--out", str(out)]
     building = lambda: any(ext.rglob("*.o")) or any(ext.rglob("lock"))  # noqa: E731
     r = run_and_signal(args, run_id, folder, signal.SIGKILL, after_s=0, limit_s=1800, env=env, when=building)
+    # The launch's reaper ends the build (SIGTERM, a grace period, SIGKILL) and then clears its lock: give it that
+    # long before anything counts as left over, then look for the lock.
+    left = leftovers(run_id, 30.0)
     locks = [str(p.relative_to(folder)) for p in ext.rglob("lock")]
-    left = leftovers(run_id, 10.0)
     rerun_id = uuid.uuid4().hex
     again = run(args, rerun_id, folder, limit_s=3600, env=env)
     half, temps = check_folder(out)
