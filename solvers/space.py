@@ -538,31 +538,8 @@ def _delayed_fp8(problem: Problem) -> bool:
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
 # carry the value (the rule of autoplan/validate.py named beside it) are left out, so no plan silently lacks a
 # setting the user fixed. key -> (Layouts column, rows that may carry value v).
-SWITCHES = {
-    "grad_reduce_bf16": ("grad_reduce_bf16", lambda p, lay, v: np.ones(len(lay), bool)),
-    # --fp8-param-gather needs fp8 and the distributed optimizer (validate._optimizer).
-    "fp8_param": ("fp8_param", lambda p, lay, v: ~np.asarray(v, bool) | (lay.fp8 & (lay.zero >= 1))),
-    # The flex dispatcher needs expert parallelism (validate.py).
-    "moe_flex_dispatcher": ("moe_flex_dispatcher", lambda p, lay, v: ~np.asarray(v, bool) | (lay.ep > 1)),
-    # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute (validate.py).
-    "moe_a2a_overlap": ("moe_a2a_overlap", lambda p, lay, v: ~np.asarray(v, bool) | (
-        p.model.is_moe & (lay.ep > 1) & ~((lay.pp > 1) & (lay.vpp == 1)) & (lay.recompute != 2))),
-    # CPU activation offload: pp = 1 and fewer layers than the model has (validate._optimizer).
-    "cpu_offload_layers": ("cpu_offload_layers", lambda p, lay, v: (np.asarray(v) == 0) | (
-        (lay.pp == 1) & (np.asarray(v) < p.model.num_layers))),
-    "overlap_grad_reduce": ("overlap_grad_reduce", lambda p, lay, v: np.ones(len(lay), bool)),
-    # overlap_param_gather needs the distributed optimizer (validate._optimizer).
-    "overlap_param_gather": ("overlap_param_gather", lambda p, lay, v: ~np.asarray(v, bool) | (lay.zero >= 1)),
-    # TP communication overlap needs sequence parallelism (validate.py).
-    "tp_comm_overlap": ("tp_comm_overlap", lambda p, lay, v: ~np.asarray(v, bool) | lay.sp),
-    # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te).
-    "te_cross_entropy": ("te_cross_entropy", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed),
-    "expandable_segments": ("expandable_segments", lambda p, lay, v: np.ones(len(lay), bool)),
-    # bf16 Adam moments: Megatron's distributed optimizer only (validate._optimizer).
-    "adam_bf16_states": ("adam_bf16_states", lambda p, lay, v: ~np.asarray(v, bool) | ((lay.zero == 1) & ~lay.deepspeed)),
-    # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
-    "fused_weighted_squared_relu": ("fused_weighted_squared_relu", lambda p, lay, v: ~np.asarray(v, bool) | (
-        ~lay.deepspeed & (p.model.is_moe and not p.model.gated_mlp))),
+SWITCHES = {k.name: (k.name, lambda p, lay, v, k=k: k.allowed(p.model, lay, v)) for k in K.SWITCHES}  # keys.py
+SWITCHES.update({
     # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
     # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
     # offload; no moe recompute under a moe_router graph; no captured mlp/moe recompute with hidden dropout.
@@ -573,8 +550,7 @@ SWITCHES = {
         & ~((np.bitwise_and(v, G.BIT["moe_router"]) > 0) & (lay.recompute == 1) & R.has(lay.recompute_modules, "moe"))
         & ~((p.model.hidden_dropout > 0) & (np.bitwise_and(v, G.mask(("full_iteration", "mlp", "moe"))) > 0)
             & (lay.recompute == 1) & R.has(lay.recompute_modules, "mlp", "moe")))),
-}
-SWITCHES["te_op_fuser"] = ("te_op_fuser", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed)  # Megatron only
+})
 # Switches whose value is stored encoded in its Layouts column.
 ENCODED = {"cuda_graph_modules": G.mask}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.

@@ -1,5 +1,7 @@
 """The switch registry (autoplan/keys.py): every switch reaches Strategy, Layouts and back, and the search's grid,
 from its one declaration."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -40,3 +42,10 @@ def test_a_switch_column_left_out_of_layouts_is_off():
     for switch in K.SWITCHES:
         column = getattr(bare, switch.name)
         assert column.dtype == switch.dtype and not column.any()
+
+
+def test_the_readme_switch_table_is_the_generated_one():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- switch table: python -m autoplan.keys -->\n")
+    block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of switch table -->")]
+    assert block == K.key_table()
