@@ -23,7 +23,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
-from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
+from autoplan.validate import ENGINES, effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -32,7 +32,6 @@ ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mb
 def _one(value):
     """A fixed key's single value: the first alternative of a list; a tuple (e.g. module names) is one value."""
     return value[0] if isinstance(value, list) else value
-ENGINES = ("megatron", "deepspeed")
 
 
 @dataclass(frozen=True)
