@@ -27,9 +27,8 @@ class Switch:
     `megatron` lists the flags the Megatron emitter writes when the switch is on, `passthrough` that it writes
     exactly those, with no other condition, and the Megatron importer reads them back as the switch (both
     generated from here); `deepspeed` is the DeepSpeed config key that carries it ('' = DeepSpeed refuses it or
-    writes nothing for it); `imported` names the importers that read it. `needs(model, layouts, v)` marks the
-    candidates that may carry a `--fix`ed value v other than off (None: every candidate), the rule of
-    autoplan/validate.py named beside it."""
+    writes nothing for it); `imported` names the importers that read it.
+    The engine rules a switch must meet are in autoplan/switch_rules.py."""
 
     name: str
     kind: Any  # the field's annotation: bool, int or Optional[bool]
@@ -44,7 +43,6 @@ class Switch:
     encode: Optional[Callable[[Any], Any]] = None
     decode: Optional[Callable[[Any, int], Any]] = None
     search: Optional[Callable[[Columns, str], np.ndarray]] = None
-    needs: Optional[Callable[[Any, Any, Any], np.ndarray]] = None
     dtype: Any = bool
 
     def pydantic_field(self):
@@ -59,12 +57,6 @@ class Switch:
             return self.decode(layouts, i)
         raw = getattr(layouts, self.name)[i]
         return int(raw) if self.dtype is np.int64 else bool(raw)
-
-    def allowed(self, model, layouts, v) -> np.ndarray:
-        """The candidates that may carry value v (off always may)."""
-        if self.needs is None:
-            return np.ones(len(layouts), bool)
-        return (np.asarray(v) == 0) | self.needs(model, layouts, v)
 
     def grid(self, columns: Columns, engine: str, n: int) -> np.ndarray:
         """The search's column for n candidates."""
@@ -91,20 +83,14 @@ SWITCHES: Tuple[Switch, ...] = (
     Switch("overlap_param_gather", bool, True, "Overlap distributed-optimizer param all-gather.",
            searched="on with the distributed optimizer (zero>=1)", megatron=("--overlap-param-gather",),
            deepspeed="zero_optimization.overlap_comm", imported=("megatron", "deepspeed"),
-           search=lambda c, e: c["zero"] >= 1,
-           # overlap_param_gather needs the distributed optimizer (validate._optimizer).
-           needs=lambda m, lay, v: lay.zero >= 1),
+           search=lambda c, e: c["zero"] >= 1),
     Switch("tp_comm_overlap", Optional[bool], None, "Overlap TP communication with GEMMs (userbuffers); None = on "
                                                     "exactly when sp is on.",
            searched="on with sp", megatron=("--tp-comm-overlap",), imported=("megatron",),
            encode=lambda s: s.tp_overlap_on and s.sp and s.tp > 1, decode=_tp_overlap_value,
-           search=lambda c, e: c["sp"],
-           # TP communication overlap needs sequence parallelism (validate.py).
-           needs=lambda m, lay, v: lay.sp),
+           search=lambda c, e: c["sp"]),
     Switch("moe_a2a_overlap", bool, False, "Overlap MoE all-to-all with compute (1F1B a2a overlap).",
-           searched="fixed only", megatron=("--overlap-moe-expert-parallel-comm",), imported=("megatron",),
-           # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute (validate.py).
-           needs=lambda m, lay, v: m.is_moe & (lay.ep > 1) & ~((lay.pp > 1) & (lay.vpp == 1)) & (lay.recompute != 2)),
+           searched="fixed only", megatron=("--overlap-moe-expert-parallel-comm",), imported=("megatron",)),
     Switch("grad_reduce_bf16", bool, False, "Keep and reduce gradients in bf16 (Megatron --grad-reduce-in-bf16) "
                                             "instead of fp32 main grads.",
            searched="fixed only (numerics)", megatron=("--grad-reduce-in-bf16",),
@@ -118,15 +104,11 @@ SWITCHES: Tuple[Switch, ...] = (
            # fp8_param_gather).
            searched="on with fp8 and zero>=1 (Megatron)", megatron=("--fp8-param-gather",), imported=("megatron",),
            encode=lambda s: s.fp8_param and s.uses_fp8,
-           search=lambda c, e: c["fp8"].astype(bool) & (c["zero"] >= 1) & (e != "deepspeed"),
-           # --fp8-param-gather needs fp8 and the distributed optimizer (validate._optimizer).
-           needs=lambda m, lay, v: lay.fp8 & (lay.zero >= 1)),
+           search=lambda c, e: c["fp8"].astype(bool) & (c["zero"] >= 1) & (e != "deepspeed")),
     Switch("cpu_offload_layers", int, 0, "Decoder layers whose saved activations are offloaded to host memory "
                                          "(Megatron --cpu-offloading-num-layers), layers; 0 = off; needs pp=1.",
            searched="fixed only", megatron=("--cpu-offloading-num-layers N",), imported=("megatron",), ge=0,
-           dtype=np.int64,
-           # CPU activation offload: pp = 1 and fewer layers than the model has (validate._optimizer).
-           needs=lambda m, lay, v: (lay.pp == 1) & (np.asarray(v) < m.num_layers)),
+           dtype=np.int64),
     Switch("moe_flex_dispatcher", bool, False, "MoE flex token dispatcher with a node-deduplicating backend "
                                                "(Megatron --moe-token-dispatcher-type flex with "
                                                "--moe-flex-dispatcher-backend deepep|hybridep, or the deprecated "
@@ -135,9 +117,7 @@ SWITCHES: Tuple[Switch, ...] = (
                                                "False = the alltoall dispatcher, one copy per selected expert; "
                                                "needs ep > 1.",
            searched="fixed only", megatron=("--moe-token-dispatcher-type flex",
-                                            "--moe-flex-dispatcher-backend hybridep"), imported=("megatron",),
-           # The flex dispatcher needs expert parallelism (validate.py).
-           needs=lambda m, lay, v: lay.ep > 1),
+                                            "--moe-flex-dispatcher-backend hybridep"), imported=("megatron",)),
     # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl te,
     # PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
     Switch("te_cross_entropy", bool, False, "TransformerEngine fused cross entropy (Megatron "
@@ -145,9 +125,7 @@ SWITCHES: Tuple[Switch, ...] = (
                                             "gradient is written into the bf16 logits, 2 bytes per logit held "
                                             "instead of 6; Megatron engine only.",
            searched="on (Megatron)", megatron=("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl te"),
-           imported=("megatron",), search=_megatron_only,
-           # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te).
-           needs=lambda m, lay, v: ~lay.deepspeed),
+           imported=("megatron",), search=_megatron_only),
     Switch("expandable_segments", bool, False, "PyTorch caching allocator with expandable segments "
                                                "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a smaller "
                                                "fragmentation allowance (measured, calibration.py).",
@@ -159,24 +137,19 @@ SWITCHES: Tuple[Switch, ...] = (
                                             "+ two bf16 moments) instead of 12; needs the distributed optimizer "
                                             "(zero=1); Megatron engine only.",
            searched="fixed only (numerics)", megatron=("--use-precision-aware-optimizer", "--exp-avg-dtype bf16",
-                                                       "--exp-avg-sq-dtype bf16"), imported=("megatron",),
-           # bf16 Adam moments: Megatron's distributed optimizer only (validate._optimizer).
-           needs=lambda m, lay, v: (lay.zero == 1) & ~lay.deepspeed),
+                                                       "--exp-avg-sq-dtype bf16"), imported=("megatron",)),
     Switch("fused_weighted_squared_relu", bool, False, (
         "Non-gated MoE experts weight their routed copies inside Megatron's fused squared-ReLU kernel "
         "(TransformerConfig.use_fused_weighted_squared_relu, set by Megatron-Bridge's Nemotron-3 recipes; no "
         "Megatron-LM command-line flag): only the routing probabilities are saved for the weighting, not the bf16 "
         "activation output; no effect on gated (SwiGLU) experts, which are always weighted in a fused kernel."),
-           searched="fixed only",
-           # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
-           needs=lambda m, lay, v: ~lay.deepspeed & (m.is_moe and not m.gated_mlp)),
+           searched="fixed only"),
     Switch("te_op_fuser", bool, False, (
         "TransformerEngine's operation fuser for the MoE experts (Megatron --use-transformer-engine-op-fuser): the "
         "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
         "Megatron's per-expert bias loop and eager clamps; Megatron engine only."),
            searched="fixed only", megatron=("--use-transformer-engine-op-fuser",), passthrough=True,
-           imported=("megatron",),
-           needs=lambda m, lay, v: ~lay.deepspeed),  # Megatron only
+           imported=("megatron",)),
 )
 BY_NAME: Dict[str, Switch] = {k.name: k for k in SWITCHES}
 NAMES: Tuple[str, ...] = tuple(BY_NAME)

@@ -16,6 +16,7 @@ import numpy as np
 from autoplan import pipeline_split as PS
 from autoplan import cuda_graphs as G
 from autoplan import keys as K
+from autoplan import switch_rules as SR
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
@@ -535,9 +536,11 @@ def _delayed_fp8(problem: Problem) -> bool:
 
 
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
-# carry the value (the rule of autoplan/validate.py named beside it) are left out, so no plan silently lacks a
-# setting the user fixed. key -> (Layouts column, rows that may carry value v).
-SWITCHES = {k.name: (k.name, lambda p, lay, v, k=k: k.allowed(p.model, lay, v)) for k in K.SWITCHES}  # keys.py
+# carry the value (the switch's rules in autoplan/switch_rules.py, which validate.py checks too; cuda_graph_modules'
+# own below) are left out, so no plan silently lacks a setting the user fixed. key -> (Layouts column, rows that may
+# carry value v).
+SWITCHES = {k.name: (k.name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))  # switch_rules.py
+            for k in K.SWITCHES}
 SWITCHES.update({
     # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
     # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
@@ -581,8 +584,6 @@ def _apply_switches(problem: Problem, lay: Layouts):
         if key in problem.fixed:
             want = cols[col][0] if len(lay) else 0
             keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))
-    if "overlap_param_gather" in problem.fixed and _fixed_value(problem, "overlap_param_gather"):
-        keep &= lay.overlap_grad_reduce  # validate._optimizer
     return lay, keep
 
 

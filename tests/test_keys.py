@@ -49,3 +49,20 @@ def test_the_readme_switch_table_is_the_generated_one():
     start = readme.index("<!-- switch table: python -m autoplan.keys -->\n")
     block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of switch table -->")]
     assert block == K.key_table()
+
+
+def test_each_switch_rule_reads_alike_for_a_batch_and_for_one_strategy(moe):
+    """A rule is written once: its mask over a batch of candidates and its verdict on one strategy agree."""
+    from autoplan import switch_rules as SR
+
+    strategies = [Strategy(tp=tp, sp=sp, pp=pp, vpp=vpp, ep=ep, zero=zero, fp8=fp8, recompute=rc,
+                           overlap_grad_reduce=ogr)
+                  for tp, sp in ((1, False), (2, True)) for pp, vpp in ((1, 1), (2, 1), (2, 2)) for ep in (1, 2)
+                  for zero in (0, 1) for fp8 in ("none", "hybrid") for rc in ("none", "full") for ogr in (True, False)]
+    for engine in ("megatron", "deepspeed"):
+        lay = layouts_from_strategies(strategies, 64, engine=engine)
+        for rule in SR.RULES:
+            value = 3 if rule.key == "cpu_offload_layers" else True
+            batch = np.broadcast_to(np.asarray(rule.needs(moe, lay, value), bool), (len(lay),))
+            one = [not rule.broken(moe, SR.strategy_view(s, engine), value) for s in strategies]
+            assert list(batch) == one, (rule.key, engine)
