@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autoplan import cuda_graphs as G
+from autoplan import keys as K
 from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
 
@@ -26,9 +27,7 @@ DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules"
 SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
 # Every key that sets how the layers are split over pipeline ranks.
 SPLIT_KEYS = ("first_stage_layers", "last_stage_layers") + SPLIT_SWITCHES + ("pipeline_layout",)
-OVERLAP_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap",
-                "grad_reduce_bf16", "fp8_param", "cpu_offload_layers", "moe_flex_dispatcher", "te_cross_entropy",
-                "expandable_segments", "adam_bf16_states", "fused_weighted_squared_relu", "te_op_fuser")
+OVERLAP_KEYS = K.NAMES  # the switches (autoplan/keys.py)
 
 
 def _module_set(names: Optional[Tuple[str, ...]], valid: Tuple[str, ...], canonical, what: str,
@@ -81,48 +80,12 @@ class Strategy(BaseModel):
                                                              "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': "
                                                              "E embedding, t decoder layer, m MTP layer, L loss, | "
                                                              "between stages); sets vpp = stages / pp.")
-    overlap_grad_reduce: bool = Field(True, description="Overlap DP gradient reduction with backward.")
-    overlap_param_gather: bool = Field(True, description="Overlap distributed-optimizer param all-gather.")
-    tp_comm_overlap: Optional[bool] = Field(None, description="Overlap TP communication with GEMMs (userbuffers); "
-                                                                "None = on exactly when sp is on.")
-    moe_a2a_overlap: bool = Field(False, description="Overlap MoE all-to-all with compute (1F1B a2a overlap).")
-    grad_reduce_bf16: bool = Field(False, description="Keep and reduce gradients in bf16 (Megatron "
-                                                      "--grad-reduce-in-bf16) instead of fp32 main grads.")
-    fp8_param: bool = Field(False, description="FP8 primary weights (Megatron --fp8-param-gather): the compute "
-                                               "weights exist only as FP8 tensors (no bf16 copy, ~1 byte/param plus "
-                                               "the transpose or column-wise copy) and the parameter all-gather "
-                                               "moves FP8; needs fp8 and zero>=1.")
-    cpu_offload_layers: int = Field(0, ge=0, description="Decoder layers whose saved activations are offloaded to "
-                                                         "host memory (Megatron --cpu-offloading-num-layers), "
-                                                         "layers; 0 = off; needs pp=1.")
-    moe_flex_dispatcher: bool = Field(False, description="MoE flex token dispatcher with a node-deduplicating "
-                                                         "backend (Megatron --moe-token-dispatcher-type flex with "
-                                                         "--moe-flex-dispatcher-backend deepep|hybridep, or the "
-                                                         "deprecated --moe-enable-deepep): a token crosses the "
-                                                         "network once per destination node and fans out to that "
-                                                         "node's experts over NVLink; False = the alltoall "
-                                                         "dispatcher, one copy per selected expert; needs ep > 1.")
-    te_cross_entropy: bool = Field(False, description="TransformerEngine fused cross entropy (Megatron "
-                                                      "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te): "
-                                                      "the logits gradient is written into the bf16 logits, 2 "
-                                                      "bytes per logit held instead of 6; Megatron engine only.")
-    adam_bf16_states: bool = Field(False, description="Adam's two moments kept in bf16 (Megatron "
-                                                      "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
-                                                      "--exp-avg-sq-dtype bf16): 8 optimizer bytes per parameter "
-                                                      "(fp32 master + two bf16 moments) instead of 12; needs the "
-                                                      "distributed optimizer (zero=1); Megatron engine only.")
-    fused_weighted_squared_relu: bool = Field(False, description=(
-        "Non-gated MoE experts weight their routed copies inside Megatron's fused squared-ReLU kernel "
-        "(TransformerConfig.use_fused_weighted_squared_relu, set by Megatron-Bridge's Nemotron-3 recipes; no "
-        "Megatron-LM command-line flag): only the routing probabilities are saved for the weighting, not the bf16 "
-        "activation output; no effect on gated (SwiGLU) experts, which are always weighted in a fused kernel."))
-    expandable_segments: bool = Field(False, description="PyTorch caching allocator with expandable segments "
-                                                         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): no "
-                                                         "fragmentation allowance is added (calibration.py).")
-    te_op_fuser: bool = Field(False, description=(
-        "TransformerEngine's operation fuser for the MoE experts (Megatron --use-transformer-engine-op-fuser): the "
-        "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
-        "Megatron's per-expert bias loop and eager clamps; Megatron engine only."))
+    # The switches, declared in autoplan/keys.py (type, default, doc, and what each becomes in Layouts, the search,
+    # the emitters and the importers); the class body is a plain namespace, so they are added to it here.
+    for _name, (_kind, _field) in K.strategy_fields().items():
+        __annotations__[_name] = _kind
+        locals()[_name] = _field
+    del _name, _kind, _field
     cuda_graph_modules: Optional[Tuple[str, ...]] = Field(
         None, description="Parts of the step replayed from CUDA graphs: full_iteration (Megatron --cuda-graph-impl "
                           "full_iteration, alone) or per-layer modules (--cuda-graph-impl transformer_engine "
@@ -240,8 +203,8 @@ class Strategy(BaseModel):
 _BOOL_TRUE = {"true", "1", "yes", "on"}
 _BOOL_FALSE = {"false", "0", "no", "off"}
 _INT_KEYS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_layers", "first_stage_layers",
-             "last_stage_layers", "cpu_offload_layers"}
-_BOOL_KEYS = {"sp"} | (set(OVERLAP_KEYS) - _INT_KEYS) | set(SPLIT_SWITCHES)
+             "last_stage_layers"} | K.INT_NAMES
+_BOOL_KEYS = {"sp"} | K.BOOL_NAMES | set(SPLIT_SWITCHES)
 ALL_KEYS = tuple(Strategy.model_fields)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from autoplan import cuda_graphs as G
 from autoplan import pipeline_split as PS
+from autoplan import switch_rules as SR
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
@@ -191,18 +192,8 @@ def _moe_runtime(c: Case) -> Optional[str]:
          lambda: f"an MoE model with tp={s.tp} needs sequence parallelism; set sp=true or tp=1"),
         (m.is_moe and m.add_bias_linear and s.etp != 1,
          lambda: f"etp={s.etp} is not allowed: MoE layers with biases (add_bias_linear) need etp=1"),
-        (s.moe_a2a_overlap and not (m.is_moe and s.ep > 1),
-         lambda: f"moe_a2a_overlap=true needs an MoE model with ep>1 (ep={s.ep}); "
-                 f"set moe_a2a_overlap=false or ep>1"),
-        (s.moe_a2a_overlap and s.pp > 1 and s.vpp == 1,
-         lambda: f"moe_a2a_overlap=true with pp={s.pp} needs the interleaved schedule (vpp>1); "
-                 f"set vpp>1 or moe_a2a_overlap=false"),
-        (s.moe_a2a_overlap and s.recompute == "full",
-         lambda: "moe_a2a_overlap=true cannot be combined with recompute=full; "
-                 "use recompute=selective/none or moe_a2a_overlap=false"),
-        (s.moe_flex_dispatcher and not (m.is_moe and s.ep > 1),
-         lambda: f"moe_flex_dispatcher=true needs an MoE model with ep>1 (ep={s.ep}); "
-                 f"set moe_flex_dispatcher=false or ep>1"),
+        SR.check(c, "moe_a2a_overlap", 0), SR.check(c, "moe_a2a_overlap", 1), SR.check(c, "moe_a2a_overlap", 2),
+        SR.check(c, "moe_flex_dispatcher", 0),
     ))
 
 
@@ -307,8 +298,7 @@ def _sequence_parallel(c: Case) -> Optional[str]:
     return _first((
         (s.sp and s.tp == 1,
          lambda: "sp=true needs tp>1 (Megatron would silently turn it off); set sp=false or tp>1"),
-        (s.tp_comm_overlap and not s.sp,
-         lambda: "tp_comm_overlap=true needs sequence parallelism; set sp=true or tp_comm_overlap=false"),
+        SR.check(c, "tp_comm_overlap", 0),
         (s.sp and local % s.tp,
          lambda: f"sp=true needs seq_len/cp={seq}/{s.cp}={local} divisible by tp={s.tp}; "
                  f"use a seq_len that is a multiple of {s.cp * s.tp}, or sp=false"),
@@ -385,37 +375,17 @@ def _optimizer(c: Case) -> Optional[str]:
         (s.zero == 3 and s.pp > 1,
          lambda: f"zero=3 (fully sharded parameters) cannot be combined with pipeline parallelism (pp={s.pp}) in "
                  f"Megatron-LM or DeepSpeed; use zero=1 or pp=1"),
-        (asked and s.zero == 0,
-         lambda: "overlap_param_gather=true needs the distributed optimizer; set zero>=1 or "
-                 "overlap_param_gather=false"),
-        (s.fp8_param and not (s.uses_fp8 and s.zero >= 1),
-         lambda: f"fp8_param=true (--fp8-param-gather) needs fp8 and the distributed optimizer (got fp8={s.fp8}, "
-                 f"zero={s.zero}); set fp8=hybrid and zero>=1, or fp8_param=false"),
-        (s.cpu_offload_layers and s.pp > 1,
-         lambda: f"cpu_offload_layers={s.cpu_offload_layers} needs pp=1 (Megatron has no CPU offloading with "
-                 f"pipeline parallelism, pp={s.pp}); use pp=1 or cpu_offload_layers=0"),
-        (s.cpu_offload_layers >= c.model.num_layers,
-         lambda: f"cpu_offload_layers={s.cpu_offload_layers} must be below num_layers={c.model.num_layers}; "
-                 f"use at most {c.model.num_layers - 1}"),
-        (asked and not s.overlap_grad_reduce,
-         lambda: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
-                 "overlap_param_gather=false"),
+        SR.check(c, "overlap_param_gather", 0, on=asked), SR.check(c, "fp8_param", 0),
+        SR.check(c, "cpu_offload_layers", 0), SR.check(c, "cpu_offload_layers", 1),
+        SR.check(c, "overlap_param_gather", 1, on=asked),
         # Megatron's precision-aware optimizer is TE FusedAdam behind the distributed optimizer
         # (megatron/core/optimizer/__init__.py); Megatron-Bridge turns it off under Megatron-FSDP
         # (scripts/performance/utils/overrides.py `_set_megatron_fsdp_overrides`); DeepSpeed has no such switch.
-        (s.adam_bf16_states and (s.zero != 1 or c.engine == "deepspeed"),
-         lambda: f"adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs Megatron's "
-                 f"distributed optimizer (got zero={s.zero}, engine={c.engine}); set zero=1 on engine megatron, or "
-                 f"adam_bf16_states=false"),
+        SR.check(c, "adam_bf16_states", 0),
         # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
-        (s.fused_weighted_squared_relu and (c.engine == "deepspeed" or not c.model.is_moe or c.model.gated_mlp),
-         lambda: f"fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts (got "
-                 f"engine={c.engine}, moe={c.model.is_moe}, activation={c.model.activation}); set "
-                 f"fused_weighted_squared_relu=false"),
+        SR.check(c, "fused_weighted_squared_relu", 0),
         # use_transformer_engine_op_fuser is a Megatron TransformerConfig switch (TransformerEngine's op fuser).
-        (s.te_op_fuser and c.engine == "deepspeed",
-         lambda: "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
-                 "te_op_fuser=false or use engine megatron"),
+        SR.check(c, "te_op_fuser", 0),
     ))
 
 

@@ -69,13 +69,13 @@ class _StrategyView:
     def __init__(self, s: Strategy):
         self.tp, self.pp, self.vpp, self.cp, self.ep, self.etp, self.zero = s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp, s.zero
         self.sp, self.fp8, self.cpu_offload_layers = s.sp, s.uses_fp8, s.cpu_offload_layers
-        self.tp_comm_overlap, self.moe_flex, self.moe_a2a_overlap = bool(s.tp_comm_overlap), s.moe_flex_dispatcher, \
-            s.moe_a2a_overlap
+        self.tp_comm_overlap, self.moe_a2a_overlap = bool(s.tp_comm_overlap), s.moe_a2a_overlap
+        self.moe_flex_dispatcher = s.moe_flex_dispatcher
         self.uneven = s.first_stage_layers is not None or s.last_stage_layers is not None
         self.full, self.block = s.recompute == "full", s.recompute_method == "block"
         self.custom_modules = s.recompute == "selective" and s.recompute_modules is not None
         self.cuda_graph = bool(s.cuda_graph_modules)
-        self.op_fuser = s.te_op_fuser
+        self.te_op_fuser = s.te_op_fuser
 
 
 class _LayoutsView:
@@ -84,14 +84,14 @@ class _LayoutsView:
     def __init__(self, lay: Any):
         self.tp, self.pp, self.vpp, self.cp, self.ep, self.etp = lay.tp, lay.pp, lay.vpp, lay.cp, lay.ep, lay.etp
         self.zero, self.sp, self.fp8, self.cpu_offload_layers = lay.zero, lay.sp, lay.fp8, lay.cpu_offload_layers
-        self.tp_comm_overlap, self.moe_flex, self.moe_a2a_overlap = lay.tp_comm_overlap, lay.moe_flex, \
-            lay.moe_a2a_overlap
+        self.tp_comm_overlap, self.moe_a2a_overlap = lay.tp_comm_overlap, lay.moe_a2a_overlap
+        self.moe_flex_dispatcher = lay.moe_flex_dispatcher
         self.uneven = (lay.first >= 0) | (lay.last >= 0)
         self.full, self.block = lay.recompute == 2, lay.recompute_block
         # Layouts hold Megatron's default module set as its bit mask; Layouts.strategy writes it as None.
         self.custom_modules = (lay.recompute == 1) & (lay.recompute_modules != R.mask(R.DEFAULT))
-        self.cuda_graph = lay.cuda_graph != 0
-        self.op_fuser = lay.op_fuser
+        self.cuda_graph = lay.cuda_graph_modules != 0
+        self.te_op_fuser = lay.te_op_fuser
 
 
 # What DeepSpeed (its config + `deepspeed.initialize` + autoplan's ds_train.py) cannot run: one list of
@@ -118,7 +118,7 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
     (lambda v, m: v.tp_comm_overlap != 0,
      lambda s, m: f"DeepSpeed cannot overlap TP communication with GEMMs (tp_comm_overlap=true); "
                   f"{_ALT} tp_comm_overlap=false"),
-    (lambda v, m: v.moe_flex != 0,
+    (lambda v, m: v.moe_flex_dispatcher != 0,
      lambda s, m: f"DeepSpeed has no DeepEP / HybridEP token dispatcher (moe_flex_dispatcher=true); "
                   f"{_ALT} moe_flex_dispatcher=false"),
     (lambda v, m: v.ep > 1,
@@ -154,7 +154,7 @@ _DEEPSPEED_RULES: Tuple[Tuple[Callable[[Any, ModelSpec], Any], Callable[[Strateg
     (lambda v, m: v.cuda_graph,
      lambda s, m: f"the DeepSpeed launch files capture no CUDA graphs (cuda_graph_modules="
                   f"{'+'.join(s.cuda_graph_modules or ())}); {_ALT} drop cuda_graph_modules"),
-    (lambda v, m: v.op_fuser,
+    (lambda v, m: v.te_op_fuser,
      lambda s, m: f"DeepSpeed has no TransformerEngine op fuser (te_op_fuser=true); {_ALT} te_op_fuser=false"),
     (lambda v, m: (v.pp > 1) & v.full & v.block,
      lambda s, m: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method=block, "

@@ -10,6 +10,7 @@ import shlex
 from typing import Dict, List, Optional, Tuple
 
 from autoplan import cuda_graphs as G
+from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
@@ -373,9 +374,10 @@ def _cuda_graph_args(s: Strategy) -> List[str]:
     return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", *mods, "--te-rng-tracker"]
 
 
-def _op_fuser_args(s: Strategy) -> List[str]:
-    """[TC] use_transformer_engine_op_fuser (a TransformerConfig field, so a generated flag of arguments.py)."""
-    return ["--use-transformer-engine-op-fuser"] if s.te_op_fuser else []
+def _passthrough_args(s: Strategy) -> List[str]:
+    """The switches written as their own flags and nothing else (autoplan/keys.py `passthrough`), e.g. [TC]
+    use_transformer_engine_op_fuser (a TransformerConfig field, so a generated flag of arguments.py)."""
+    return K.megatron_passthrough(s)
 
 
 def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
@@ -399,7 +401,7 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
     return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
-            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _op_fuser_args(s)
+            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
             + _optimizer_args(m, s)
             + _training_args(plan, probe, probe_iters))
 

@@ -14,6 +14,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from autoplan import cuda_graphs as G
+from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.integrations.shell import command_words, read_script
 
@@ -223,8 +224,7 @@ def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool
         if flag in f:
             s[key] = typed(f, flag, int)
     s.update(_overlaps(f, s, is_moe))
-    if "use-transformer-engine-op-fuser" in f:
-        s["te_op_fuser"] = True
+    s.update(K.imported_passthrough(f))  # the switches that are one flag each (autoplan/keys.py)
     graphs = _cuda_graphs(f, is_moe)
     if graphs:
         s["cuda_graph_modules"] = graphs

@@ -15,6 +15,8 @@ import numpy as np
 
 from autoplan import pipeline_split as PS
 from autoplan import cuda_graphs as G
+from autoplan import keys as K
+from autoplan import switch_rules as SR
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
@@ -25,7 +27,7 @@ from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
-from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
+from autoplan.validate import ENGINES, effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -34,7 +36,6 @@ ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mb
 def _one(value):
     """A fixed key's single value: the first alternative of a list; a tuple (e.g. module names) is one value."""
     return value[0] if isinstance(value, list) else value
-ENGINES = ("megatron", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -506,20 +507,10 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
         fp8=col["fp8"].astype(bool),
         first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
-        overlap_grad_reduce=np.ones(n, bool),
-        overlap_param_gather=col["zero"] >= 1, tp_comm_overlap=col["sp"].astype(bool),
-        moe_a2a_overlap=np.zeros(n, bool), grad_bf16=np.zeros(n, bool),
-        # FP8 primary weights wherever legal (fp8 and the distributed optimizer, validate._optimizer): less memory
-        # and an FP8 parameter gather, the GEMMs unchanged (Megatron-Bridge's FP8 recipes all set fp8_param_gather).
-        fp8_param=col["fp8"].astype(bool) & (col["zero"] >= 1) & (problem.engine != "deepspeed"),
-        cpu_offload_layers=np.zeros(n, np.int64), moe_flex=np.zeros(n, bool),
-        fp4=col["fp8"].astype(bool) & (_effective_recipe(problem) == "nvfp4"),  # NVFP4 GEMMs when fixed so
         vocab_tp=np.full(n, problem.engine != "deepspeed"),
         fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"),
-        # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl
-        # te, PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
-        te_cross_entropy=np.full(n, problem.engine != "deepspeed"),
-        expandable_segments=np.full(n, problem.engine != "deepspeed"),
+        fp4=col["fp8"].astype(bool) & (_effective_recipe(problem) == "nvfp4"),  # NVFP4 GEMMs when fixed so
+        **K.search_columns(col, problem.engine, n),  # the switches as the search sets them (autoplan/keys.py)
         fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem),
         quant_bytes=np.full(n, QUANTISED_BYTES[_effective_recipe(problem)]))
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
@@ -552,45 +543,23 @@ def _delayed_fp8(problem: Problem) -> bool:
 
 
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
-# carry the value (the rule of autoplan/validate.py named beside it) are left out, so no plan silently lacks a
-# setting the user fixed. key -> (Layouts column, rows that may carry value v).
-SWITCHES = {
-    "grad_reduce_bf16": ("grad_bf16", lambda p, lay, v: np.ones(len(lay), bool)),
-    # --fp8-param-gather needs fp8 and the distributed optimizer (validate._optimizer).
-    "fp8_param": ("fp8_param", lambda p, lay, v: ~np.asarray(v, bool) | (lay.fp8 & (lay.zero >= 1))),
-    # The flex dispatcher needs expert parallelism (validate.py).
-    "moe_flex_dispatcher": ("moe_flex", lambda p, lay, v: ~np.asarray(v, bool) | (lay.ep > 1)),
-    # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute (validate.py).
-    "moe_a2a_overlap": ("moe_a2a_overlap", lambda p, lay, v: ~np.asarray(v, bool) | (
-        p.model.is_moe & (lay.ep > 1) & ~((lay.pp > 1) & (lay.vpp == 1)) & (lay.recompute != 2))),
-    # CPU activation offload: pp = 1 and fewer layers than the model has (validate._optimizer).
-    "cpu_offload_layers": ("cpu_offload_layers", lambda p, lay, v: (np.asarray(v) == 0) | (
-        (lay.pp == 1) & (np.asarray(v) < p.model.num_layers))),
-    "overlap_grad_reduce": ("overlap_grad_reduce", lambda p, lay, v: np.ones(len(lay), bool)),
-    # overlap_param_gather needs the distributed optimizer (validate._optimizer).
-    "overlap_param_gather": ("overlap_param_gather", lambda p, lay, v: ~np.asarray(v, bool) | (lay.zero >= 1)),
-    # TP communication overlap needs sequence parallelism (validate.py).
-    "tp_comm_overlap": ("tp_comm_overlap", lambda p, lay, v: ~np.asarray(v, bool) | lay.sp),
-    # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te).
-    "te_cross_entropy": ("te_cross_entropy", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed),
-    "expandable_segments": ("expandable_segments", lambda p, lay, v: np.ones(len(lay), bool)),
-    # bf16 Adam moments: Megatron's distributed optimizer only (validate._optimizer).
-    "adam_bf16_states": ("adam_bf16", lambda p, lay, v: ~np.asarray(v, bool) | ((lay.zero == 1) & ~lay.deepspeed)),
-    # The fused weighted squared ReLU: Megatron, non-gated MoE experts (validate._optimizer).
-    "fused_weighted_squared_relu": ("fused_sq_relu", lambda p, lay, v: ~np.asarray(v, bool) | (
-        ~lay.deepspeed & (p.model.is_moe and not p.model.gated_mlp))),
+# carry the value (the switch's rules in autoplan/switch_rules.py, which validate.py checks too; cuda_graph_modules'
+# own below) are left out, so no plan silently lacks a setting the user fixed. key -> (Layouts column, rows that may
+# carry value v).
+SWITCHES = {k.name: (k.name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))  # switch_rules.py
+            for k in K.SWITCHES}
+SWITCHES.update({
     # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
     # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
     # offload; no moe recompute under a moe_router graph; no captured mlp/moe recompute with hidden dropout.
-    "cuda_graph_modules": ("cuda_graph", lambda p, lay, v: (np.asarray(v) == 0) | (
+    "cuda_graph_modules": ("cuda_graph_modules", lambda p, lay, v: (np.asarray(v) == 0) | (
         ~lay.deepspeed & ((lay.recompute != 2) | (np.asarray(v) == G.BIT["full_iteration"]))
         & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
         & (lay.cpu_offload_layers == 0)
         & ~((np.bitwise_and(v, G.BIT["moe_router"]) > 0) & (lay.recompute == 1) & R.has(lay.recompute_modules, "moe"))
         & ~((p.model.hidden_dropout > 0) & (np.bitwise_and(v, G.mask(("full_iteration", "mlp", "moe"))) > 0)
             & (lay.recompute == 1) & R.has(lay.recompute_modules, "mlp", "moe")))),
-}
-SWITCHES["te_op_fuser"] = ("op_fuser", lambda p, lay, v: ~np.asarray(v, bool) | ~lay.deepspeed)  # Megatron only
+})
 # Switches whose value is stored encoded in its Layouts column.
 ENCODED = {"cuda_graph_modules": G.mask}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
@@ -622,8 +591,6 @@ def _apply_switches(problem: Problem, lay: Layouts):
         if key in problem.fixed:
             want = cols[col][0] if len(lay) else 0
             keep &= np.broadcast_to(allowed(problem, lay, want), (len(lay),))
-    if "overlap_param_gather" in problem.fixed and _fixed_value(problem, "overlap_param_gather"):
-        keep &= lay.overlap_grad_reduce  # validate._optimizer
     return lay, keep
 
 

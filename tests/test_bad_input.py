@@ -139,7 +139,7 @@ def test_a_key_fixed_twice_is_refused(capsys):
 def test_fix_and_exclude_of_the_same_value_names_both(capsys):
     code, _, err = run(["plan", "--model", "llama3-8b", "--gpus", "8", "--fix", "tp=8", "--exclude", "tp=8"], capsys)
     assert_one_line(code, err, "--fix tp=8 contradicts --exclude tp=8")
-    from autoplan.cli.plan import search_constraints
+    from autoplan.solvers.policy import search_constraints
 
     fixed, excluded = search_constraints({"tp": [8, 4]}, {"tp": [8]})  # tp=4 is left: legal
     assert fixed == {"tp": [8, 4]} and excluded == {"tp": [8]}

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from autoplan.cli.plan import search_constraints, why_nothing_is_legal
+from autoplan.solvers.policy import search_constraints, why_nothing_is_legal
 from autoplan.complete import complete_strategy
 from autoplan.errors import InputError
 from autoplan.solvers.api import solve

@@ -135,7 +135,7 @@ def test_fixed_switches_apply_to_every_candidate():
     base = small_problems()[0]
     p = Problem(base.model, base.cluster, base.workload, fixed={"grad_reduce_bf16": [True]})
     lay = enumerate_grid(p).layouts
-    assert len(lay) > 0 and lay.grad_bf16.all()
+    assert len(lay) > 0 and lay.grad_reduce_bf16.all()
     best = solve(p, "enumerate", top_k=1).plans[0]
     assert best.strategy.grad_reduce_bf16
 
@@ -144,7 +144,7 @@ def test_fixed_flex_dispatcher_applies_where_experts_are_parallel():
     base = small_problems()[1]
     p = Problem(base.model, base.cluster, base.workload, fixed={"moe_flex_dispatcher": [True]})
     lay = enumerate_grid(p).layouts
-    assert (lay.ep > 1).any() and (lay.moe_flex == (lay.ep > 1)).all()
+    assert (lay.ep > 1).any() and (lay.moe_flex_dispatcher == (lay.ep > 1)).all()
     for i in np.flatnonzero(lay.ep > 1)[:5]:
         s = lay.strategy(int(i))
         assert s.moe_flex_dispatcher and validate(base.model, base.cluster, base.workload, s).moe_flex_dispatcher

@@ -72,15 +72,5 @@ def _is_file(path) -> bool:
         return False
 
 
-def fix_contradicts_exclude(fixed: dict, excluded: dict) -> None:
-    """A key whose every --fix value is also excluded leaves no plan: a one-line InputError naming both options."""
-    for key, values in fixed.items():
-        banned = excluded.get(key, ())
-        if values and all(v in banned for v in values):
-            shown = "|".join("+".join(v) if isinstance(v, tuple) else str(v) for v in values)
-            raise InputError(f"--fix {key}={shown} contradicts --exclude {key}={shown}: every fixed value is "
-                             f"excluded; drop one of the two")
-
-
 def print_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=False) + "\n")

@@ -6,11 +6,10 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, fix_contradicts_exclude, load_inputs, print_json,
+from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, load_inputs, print_json,
                                  read_strategy)
 from autoplan.cli.emit import emit_request
 from autoplan.numerics import PRECISION_HELP
-from autoplan.strategy import SPLIT_KEYS
 
 
 def register(app: typer.Typer) -> None:
@@ -53,6 +52,7 @@ def plan_cmd(
 ) -> None:
     """Find the fastest strategies that fit in memory."""
     from autoplan.errors import InputError
+    from autoplan.solvers.policy import search_constraints
     from autoplan.solvers.space import Problem, parse_constraints
 
     if objective not in ("throughput", "cost"):
@@ -114,67 +114,6 @@ def _engine_model_note(problem) -> None:
               file=sys.stderr)
 
 
-def search_constraints(fixed: dict, excluded: dict):
-    """(fixed, excluded) as the search honours them. A switch the search does not vary (solvers/space.py SWITCHES)
-    takes one value on every plan, so excluding a boolean one fixes the other value; keys the search cannot honour
-    are refused with the reason."""
-    from autoplan.errors import InputError
-    from autoplan.solvers.space import LABELS, SWITCHES
-
-    for key, values in fixed.items():
-        if key == "dp":
-            raise InputError(f"--fix dp={values[0]}: dp is derived as GPUs / (tp*pp*cp), not searched; "
-                             f"fix tp, pp and cp instead (e.g. --fix tp=2 --fix pp=1 --fix cp=1)")
-        if (key in SWITCHES or key in LABELS[1:]) and len(set(map(str, values))) > 1:
-            raise InputError(f"--fix {key}={'|'.join(map(str, values))}: the search does not vary {key}; "
-                             f"give one value")
-    fix_contradicts_exclude(fixed, excluded)
-    fixed = dict(fixed)
-    for key, values in excluded.items():
-        if key == "dp":
-            raise InputError("--exclude dp: dp is derived as GPUs / (tp*pp*cp); exclude tp, pp or cp values instead")
-        if key in SWITCHES and all(isinstance(v, bool) for v in values):
-            keep = [v for v in (True, False) if v not in values]
-            if not keep:
-                raise InputError(f"--exclude {key}: excludes both true and false; drop one")
-            if key in fixed and fixed[key][0] not in keep:
-                raise InputError(f"--fix {key}={fixed[key][0]} contradicts --exclude {key}={fixed[key][0]}")
-            fixed[key] = keep
-        elif key in SWITCHES or key in LABELS[1:]:
-            raise InputError(f"--exclude {key}: the search does not vary {key} (one value on every plan); "
-                             f"use --fix {key}=VALUE")
-    _full_recompute_keys(fixed)
-    _selective_recompute_keys(fixed)
-    return fixed, {k: v for k, v in excluded.items() if k not in SWITCHES}
-
-
-def _selective_recompute_keys(fixed: dict) -> None:
-    """recompute_modules is selective recompute's module set (Strategy's rule): with another recompute fixed it is a
-    one-line error."""
-    from autoplan.errors import InputError
-
-    recompute = fixed.get("recompute")
-    if "recompute_modules" in fixed and recompute and "selective" not in recompute:
-        modules = "+".join(fixed["recompute_modules"][0])
-        raise InputError(f"--fix recompute_modules={modules}: the modules apply only to recompute=selective "
-                         f"(got --fix recompute={recompute[0]}); drop one of the two")
-
-
-def _full_recompute_keys(fixed: dict) -> None:
-    """recompute_method / recompute_layers describe full recompute only (Strategy's rule), so fixing one fixes
-    recompute=full on every plan; with another recompute fixed it is a one-line error."""
-    from autoplan.errors import InputError
-
-    given = [k for k in ("recompute_method", "recompute_layers") if k in fixed]
-    if not given:
-        return
-    recompute = fixed.get("recompute")
-    if recompute and "full" not in recompute:
-        raise InputError(f"--fix {given[0]}={fixed[given[0]][0]}: it applies only to recompute=full (got --fix "
-                         f"recompute={recompute[0]}); drop one of the two")
-    fixed["recompute"] = ["full"]
-
-
 def _check_labels(problem, result) -> None:
     """The FP8 format and recipe the user fixed are stamped on plans the cost model priced alike; a plan they make
     illegal (e.g. fp8_recipe=mxfp8 before Blackwell) is refused with validate's rule."""
@@ -190,50 +129,6 @@ def _check_labels(problem, result) -> None:
     except InputError as e:
         fixed = ", ".join(f"--fix {k}={problem.fixed[k][0]}" for k in given)
         raise InputError(f"{fixed}: {e}") from None
-
-
-def why_nothing_is_legal(problem) -> Optional[str]:
-    """The rule that empties the space: for each fixed key whose removal leaves legal candidates, the first such
-    candidate carrying the fixed value, validated (autoplan/validate.py names the rule); None when no single fixed
-    key is to blame."""
-    from dataclasses import replace as dc_replace
-
-    from autoplan.errors import InputError
-    from autoplan.solvers.space import enumerate_grid
-    from autoplan.validate import validate
-
-    generic = None
-    for key, values in problem.fixed.items():
-        relaxed = dc_replace(problem, fixed={k: v for k, v in problem.fixed.items() if k != key})
-        grid = enumerate_grid(relaxed)
-        if not len(grid.layouts):
-            continue
-        value = values[0] if isinstance(values, (list, tuple)) else values
-        shown = "+".join(value) if isinstance(value, tuple) else value  # a module set as the user writes it
-        # A stage-split key needs pipelining: judge it on the first pipelined candidate when there is one.
-        piped = [i for i in range(len(grid.layouts)) if grid.layouts.pp[i] > 1] if key in SPLIT_KEYS else []
-        base = grid.layouts.strategy(piped[0] if piped else 0).model_dump(exclude={"dp"})
-        if key == "recompute":
-            base.pop("recompute_method", None), base.pop("recompute_layers", None), base.pop("recompute_modules", None)
-        if key == "recompute_modules":  # a module set is selective recompute
-            base.update(recompute="selective", recompute_method=None, recompute_layers=None)
-        try:
-            candidate = type(grid.layouts.strategy(0))(**{**base, key: value})
-            validate(problem.model, problem.cluster, problem.workload, candidate)
-        except InputError as e:
-            return f"--fix {key}={shown}: {e}"
-        except ValueError as e:  # pydantic's ValidationError: its first error's message
-            errors = getattr(e, "errors", None)
-            return f"--fix {key}={shown}: {errors()[0]['msg'] if callable(errors) else str(e).splitlines()[0]}"
-        if problem.engine == "deepspeed":
-            from autoplan.integrations.engines import deepspeed_unsupported
-
-            reason = deepspeed_unsupported(candidate, problem.model)
-            if reason:
-                return f"--fix {key}={shown}: {reason}"
-        generic = generic or (f"--fix {key}={shown}: no legal candidate of this layout space can carry it "
-                              f"(with {problem.engine}); relax --fix {key}")
-    return generic  # a key with a named rule wins over one without
 
 
 def _profiles(spec, model, cluster, quiet):
@@ -277,41 +172,11 @@ def _run(problem, solver, top, seed, prof, quiet):
             state["bar"].stop()
 
 
-def gpu_counts_for_cost(problem) -> list:
-    """--gpus, --gpus/2, --gpus/4, ... that fill whole nodes or fit in one."""
-    n, node = problem.cluster.num_gpus, problem.cluster.gpu.gpus_per_node
-    counts = []
-    while n >= 1:
-        if n <= node or n % node == 0:
-            counts.append(n)
-        if n % 2:
-            break
-        n //= 2
-    return counts
-
-
 def _run_cost(problem, solver, top, seed, prof, quiet):
-    """Rank plans over several cluster sizes by GPU-hours per token (= highest tokens/s/GPU)."""
-    from dataclasses import replace as dc_replace
+    """--objective cost: the search over several cluster sizes (solvers/policy.py), each with the progress bar."""
+    from autoplan.solvers.policy import run_over_sizes
 
-    from autoplan.solvers.api import SolveResult
-
-    plans, space, evaluated, feasible, wall, rejected, smallest = [], 0, 0, 0, 0.0, {}, None
-    counts = gpu_counts_for_cost(problem)
-    for n in counts:
-        sub = dc_replace(problem, cluster=problem.cluster.model_copy(update={"num_gpus": n}))
-        r = _run(sub, solver, top, seed, prof, quiet)
-        plans += r.plans
-        space, evaluated, feasible, wall = space + r.space_size, evaluated + r.evaluated, feasible + r.feasible, \
-            wall + r.wall_s
-        for k, v in r.infeasible.items():
-            rejected[k] = rejected.get(k, 0) + v
-        if r.smallest_peak_gib is not None:
-            smallest = r.smallest_peak_gib if smallest is None else min(smallest, r.smallest_peak_gib)
-    plans.sort(key=lambda p: -p.estimate.tokens_per_s_per_gpu)
-    return SolveResult(plans=plans[:top], solver=f"{solver} (cost over {len(counts)} sizes)",
-                       space_size=space, evaluated=evaluated, feasible=feasible, wall_s=wall, infeasible=rejected,
-                       smallest_peak_gib=smallest)
+    return run_over_sizes(problem, lambda sub: _run(sub, solver, top, seed, prof, quiet), solver, top)
 
 
 def _baseline(problem, text, from_megatron, prof):
@@ -355,6 +220,7 @@ def _engine_refuses_model(problem):
 def _no_plan(result, problem, as_json):
     import sys
 
+    from autoplan.solvers.policy import why_nothing_is_legal
     from autoplan.solvers.space import fp8_choices
 
     need = result.smallest_peak_gib

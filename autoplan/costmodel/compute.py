@@ -111,7 +111,7 @@ def selective_recompute_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware
     whole = R.has(lay.recompute_modules, "moe")
     # gpt-oss's clamped GLU repeats its eager clamps, cat and device scalar too (unfused_expert_extras): CLAMP_FWD
     # more passes and CLAMP_FWD_OPS more ops beside the fused activation.
-    clamped = clamped_glu(m) & ~lay.op_fuser
+    clamped = clamped_glu(m) & ~lay.te_op_fuser
     act = part(["moe_act"], lambda: elementwise_time(
         (gated + np.where(clamped, CLAMP_FWD, 0)) * f * BF16 * sh.expert_tokens, hw, cal_moe,
         np.where(clamped, 1 + CLAMP_FWD_OPS, 1)))

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from autoplan import cuda_graphs as G
+from autoplan import keys as K
 from autoplan import recompute as R
 from autoplan.strategy import Strategy
 
@@ -45,19 +46,9 @@ class Layouts:
     fp8: np.ndarray  # bool
     first: np.ndarray
     last: np.ndarray
-    overlap_grad_reduce: np.ndarray  # bool
-    overlap_param_gather: np.ndarray  # bool
-    tp_comm_overlap: np.ndarray  # bool
-    moe_a2a_overlap: np.ndarray  # bool
-    grad_bf16: np.ndarray  # bool: bf16 gradient buffer and reduction
-    fp8_param: np.ndarray  # bool: FP8 primary weights (--fp8-param-gather)
-    cpu_offload_layers: np.ndarray  # layers whose saved activations live in host memory
-    moe_flex: np.ndarray  # bool: flex token dispatcher (DeepEP / HybridEP), one network copy per destination node
     vocab_tp: np.ndarray  # bool: embedding and LM head sharded over tp (Megatron); False: replicated (DeepSpeed AutoTP)
     fused_permute: np.ndarray  # bool: TE fused MoE permute/unpermute (Megatron --moe-permute-fusion); False: DeepSpeed
     deepspeed: np.ndarray  # bool: DeepSpeed ZeRO's communication schedule and buffers (False: Megatron's)
-    te_cross_entropy: np.ndarray  # bool: TransformerEngine fused cross entropy (gradient written into the logits)
-    expandable_segments: np.ndarray  # bool: PyTorch allocator expandable segments (Calibration.fragmentation_expandable allowance)
     fp4: Optional[np.ndarray] = None  # bool: NVFP4 GEMMs (fp8_recipe nvfp4); None = none (filled in __post_init__)
     # bool: FP8 with the delayed-scaling recipe (the effective one: the pre-Blackwell default when the recipe is left
     # out); None = none. Set where the GPU is known: layouts_from_strategies(gpu_id=...) and the search space.
@@ -69,30 +60,27 @@ class Layouts:
     # account_for_embedding, bit 2 account_for_loss (first/last stay -1; costmodel/stages.py derives the end ranks
     # from the layer count); None = 0.
     account: Optional[np.ndarray] = None
-    # bool: Adam's moments in bf16 (precision-aware optimizer, Strategy.adam_bf16_states); None = none.
-    adam_bf16: Optional[np.ndarray] = None
-    # bool: non-gated experts weighted inside the fused squared-ReLU kernel (Strategy.fused_weighted_squared_relu).
-    fused_sq_relu: Optional[np.ndarray] = None
     # object: a --pipeline-model-parallel-layout string or None; first/last then hold its end ranks' layer counts.
     layout: Optional[np.ndarray] = None
     # int: CUDA-graph capture scopes, bit mask of autoplan.cuda_graphs.MODULES (Strategy.cuda_graph_modules); None = 0.
-    cuda_graph: Optional[np.ndarray] = None
-    # bool: TransformerEngine's op fuser runs the experts (Strategy.te_op_fuser); None = none.
-    op_fuser: Optional[np.ndarray] = None
+    cuda_graph_modules: Optional[np.ndarray] = None
+    # One column per switch of autoplan/keys.py, named as the Strategy key and encoded by it (bool, or int for a
+    # count); a column left out (None) is off (filled in __post_init__).
+    for _name in K.NAMES:
+        __annotations__[_name] = "Optional[np.ndarray]"
+        locals()[_name] = None
+    del _name
 
     def __post_init__(self) -> None:
-        if self.op_fuser is None:
-            object.__setattr__(self, "op_fuser", np.zeros(len(self.tp), dtype=bool))
-        if self.cuda_graph is None:
-            object.__setattr__(self, "cuda_graph", np.zeros(len(self.tp), dtype=np.int64))
+        for switch in K.SWITCHES:
+            if getattr(self, switch.name) is None:
+                object.__setattr__(self, switch.name, np.zeros(len(self.tp), dtype=switch.dtype))
+        if self.cuda_graph_modules is None:
+            object.__setattr__(self, "cuda_graph_modules", np.zeros(len(self.tp), dtype=np.int64))
         if self.account is None:
             object.__setattr__(self, "account", np.zeros(len(self.tp), dtype=np.int64))
         if self.layout is None:
             object.__setattr__(self, "layout", np.full(len(self.tp), None, dtype=object))
-        if self.adam_bf16 is None:
-            object.__setattr__(self, "adam_bf16", np.zeros(len(self.tp), dtype=bool))
-        if self.fused_sq_relu is None:
-            object.__setattr__(self, "fused_sq_relu", np.zeros(len(self.tp), dtype=bool))
         if self.fp4 is None:
             object.__setattr__(self, "fp4", np.zeros(len(self.tp), dtype=bool))
         if self.fp8_delayed is None:
@@ -128,15 +116,7 @@ class Layouts:
             last_stage_layers=int(self.last[i]) if self.last[i] >= 0 and self._decoder_split(i) else None,
             account_for_embedding=bool(self.account[i] & 1), account_for_loss=bool(self.account[i] & 2),
             pipeline_layout=self.layout[i],
-            overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
-            overlap_param_gather=bool(self.overlap_param_gather[i]),
-            tp_comm_overlap=None if bool(self.tp_comm_overlap[i]) == bool(self.sp[i]) else bool(self.tp_comm_overlap[i]),
-            moe_a2a_overlap=bool(self.moe_a2a_overlap[i]), grad_reduce_bf16=bool(self.grad_bf16[i]),
-            fp8_param=bool(self.fp8_param[i]), cpu_offload_layers=int(self.cpu_offload_layers[i]),
-            moe_flex_dispatcher=bool(self.moe_flex[i]), te_cross_entropy=bool(self.te_cross_entropy[i]),
-            expandable_segments=bool(self.expandable_segments[i]), adam_bf16_states=bool(self.adam_bf16[i]),
-            fused_weighted_squared_relu=bool(self.fused_sq_relu[i]),
-            cuda_graph_modules=G.names_of(int(self.cuda_graph[i])) or None, te_op_fuser=bool(self.op_fuser[i]),
+            cuda_graph_modules=G.names_of(int(self.cuda_graph_modules[i])) or None, **K.values_of(self, i),
         )
 
 
@@ -172,23 +152,11 @@ def layouts_from_strategies(strategies: Sequence[Strategy], num_gpus: int, engin
         last=np.array([last for _, last in ends], dtype=np.int64),
         account=col(lambda s: int(s.account_for_embedding) + 2 * int(s.account_for_loss)),
         layout=col(lambda s: s.pipeline_layout, object),
-        overlap_grad_reduce=col(lambda s: s.overlap_grad_reduce, bool),
-        overlap_param_gather=col(lambda s: s.overlap_param_gather, bool),
-        tp_comm_overlap=col(lambda s: s.tp_overlap_on and s.sp and s.tp > 1, bool),
-        moe_a2a_overlap=col(lambda s: s.moe_a2a_overlap, bool),
-        grad_bf16=col(lambda s: s.grad_reduce_bf16, bool),
-        fp8_param=col(lambda s: s.fp8_param and s.uses_fp8, bool),
-        cpu_offload_layers=col(lambda s: s.cpu_offload_layers),
-        moe_flex=col(lambda s: s.moe_flex_dispatcher, bool),
         vocab_tp=col(lambda s: engine != "deepspeed", bool),
         fused_permute=col(lambda s: engine != "deepspeed", bool),
         deepspeed=col(lambda s: engine == "deepspeed", bool),
-        te_cross_entropy=col(lambda s: s.te_cross_entropy, bool),
-        expandable_segments=col(lambda s: s.expandable_segments, bool),
-        adam_bf16=col(lambda s: s.adam_bf16_states, bool),
-        fused_sq_relu=col(lambda s: s.fused_weighted_squared_relu, bool),
-        cuda_graph=col(lambda s: G.mask(s.cuda_graph_modules)),
-        op_fuser=col(lambda s: s.te_op_fuser, bool),
+        cuda_graph_modules=col(lambda s: G.mask(s.cuda_graph_modules)),
+        **K.columns_of(strategies),
         fp4=col(lambda s: s.uses_fp8 and s.fp8_recipe == "nvfp4", bool),
         fp8_delayed=col(lambda s: s.uses_fp8 and _recipe(s, gpu_id) == "delayed", bool),
         quant_bytes=col(lambda s: QUANTISED_BYTES[_recipe(s, gpu_id) or "delayed"], float),

@@ -123,14 +123,14 @@ def embedding_activation_bytes(m: ModelSpec, sh: Shard):
 
 def optimizer_bytes_per_param(lay: Layouts):
     """Adam state bytes per parameter: fp32 master copy + fp32 m + fp32 v = 12 (Megatron
-    theoretical_memory_usage.py). With the precision-aware optimizer and bf16 moments (`lay.adam_bf16`:
+    theoretical_memory_usage.py). With the precision-aware optimizer and bf16 moments (`lay.adam_bf16_states`:
     --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) TE's FusedAdam allocates m and v
     in bf16 (megatron/core/optimizer/__init__.py passes `exp_avg_dtype` / `exp_avg_sq_dtype` to TE FusedAdam), 2
     bytes each; the master copy stays fp32, 4 bytes, counted whole: the distributed optimizer keeps it itself under
     FP8 (distrib_optimizer.py `_build_model_and_main_param_groups`, `shard_main_param = ....float()` unless
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), and where TE holds it instead its 16-bit remainder
     (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8."""
-    return np.where(lay.adam_bf16, FP32 + 2 * BF16, 3.0 * FP32)
+    return np.where(lay.adam_bf16_states, FP32 + 2 * BF16, 3.0 * FP32)
 
 
 # Per token of one micro batch, the batch tensors a full-iteration graph copies into its static buffers: token ids,
@@ -148,7 +148,7 @@ def cuda_graph_static_bytes(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int,
     (`copies`, as its activations). Counted beside the activations although the graph may save its static input
     in place of the layer input (an upper bound). Full iteration: a static copy of every micro batch's input
     tensors (full_cuda_graph.py StaticBufferLoader)."""
-    bits = lay.cuda_graph
+    bits = lay.cuda_graph_modules
     per_layer = np.any([G.captured(bits, p) for p in ("attn", "mlp", "moe_router", "mamba")], axis=0)
     attn_layers = chunk_layers * (m.layer_count("*") / max(m.num_layers, 1) if m.is_hybrid else 1.0)
     per_layer_kind = ~G.captured(bits, "rest")  # not full_iteration
@@ -171,9 +171,9 @@ def optimizer_step_grad_copy_bytes(params_dense, params_expert, lay: Layouts, ed
     here."""
     dp = lay.dp * lay.cp
     shard = params_dense / dp + params_expert / edp
-    precision_aware = lay.adam_bf16 & (~lay.fp8 | lay.fp8_delayed)
-    distributed = np.where(lay.grad_bf16 & ~precision_aware, FP32 * shard, 0.0)
-    plain = np.where(lay.grad_bf16, FP32 * (params_dense + params_expert), 0.0)
+    precision_aware = lay.adam_bf16_states & (~lay.fp8 | lay.fp8_delayed)
+    distributed = np.where(lay.grad_reduce_bf16 & ~precision_aware, FP32 * shard, 0.0)
+    plain = np.where(lay.grad_reduce_bf16, FP32 * (params_dense + params_expert), 0.0)
     # Megatron-FSDP keeps its grad shard in the parameter dtype (bf16) and casts it to fp32 at the step
     # (megatron_fsdp param_and_grad_buffer.py `update_main_grads`: `optimizer_grad.to(param.dtype)`).
     fsdp = FP32 * shard
@@ -187,7 +187,7 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     dp = lay.dp * lay.cp  # Megatron shards the optimizer over the data-parallel x context-parallel group
     total = params_dense + params_expert
     weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
-    grad_size = np.where(lay.grad_bf16, BF16, FP32)  # main-grad buffer dtype
+    grad_size = np.where(lay.grad_reduce_bf16, BF16, FP32)  # main-grad buffer dtype
     grads = np.where(lay.zero >= 2, grad_size * (params_dense / dp + params_expert / edp), grad_size * total)
     per_param = optimizer_bytes_per_param(lay)
     optimizer = np.where(lay.zero >= 1, per_param * (params_dense / dp + params_expert / edp), per_param * total)

@@ -193,7 +193,7 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
     flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw)
-    return np.where(lay.moe_flex, flex, a2a)
+    return np.where(lay.moe_flex_dispatcher, flex, a2a)
 
 
 def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, cpt: _Compute, paired):
@@ -342,7 +342,7 @@ def _dp_and_optimizer(hw: Hardware, wl: Workload, lay: Layouts, cal: Calibration
     m_micro = num_microbatches(wl, lay)
     g = _dp_groups(hw, lay, edp)
     # fp32 main grads are reduced in fp32 (Megatron's default for bf16); --grad-reduce-in-bf16 halves it.
-    grad_bytes = np.where(lay.grad_bf16, 2.0, 4.0)
+    grad_bytes = np.where(lay.grad_reduce_bf16, 2.0, 4.0)
     # --fp8-param-gather gathers the FP8 parameters (1 byte each) instead of bf16 (Megatron arguments.py help).
     gather_bytes = np.where(lay.fp8_param & lay.fp8, 1.0, C.BF16)
     rs = g.time("reduce_scatter", grad_bytes * params_dense, grad_bytes * params_expert)
@@ -526,7 +526,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     # A full-iteration CUDA graph keeps the forward-backward's memory in its private pool, which the eager optimizer
     # step cannot reuse (PyTorch docs, CUDA semantics, "Graph memory management": the pool lives as long as the
     # graph), so the step's copy comes on top instead of after the activations are freed.
-    full_graph = G.captured(lay.cuda_graph, "rest")
+    full_graph = G.captured(lay.cuda_graph_modules, "rest")
     transient = np.where(full_graph, transient + step_copy, np.maximum(transient, step_copy - activations - logits))
     graph_buffers = M.cuda_graph_static_bytes(m, sh, lay, wl.seq_len, chunk_layers, chunks, m_micro)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)

@@ -121,9 +121,9 @@ def scoped(cal: Calibration, lay: Layouts, part: str) -> Calibration:
     """`cal` with the per-op cost of the ops of `part` (a key of autoplan.cuda_graphs.COVERED_BY): the host's
     dispatch of each op (`kernel_overhead_s`) unless the candidate captures that part in a CUDA graph, whose replay
     launches its kernels with no host work (`graph_kernel_s`)."""
-    if not np.any(lay.cuda_graph):
+    if not np.any(lay.cuda_graph_modules):
         return cal
-    return replace(cal, kernel_overhead_s=np.where(G.captured(lay.cuda_graph, part), cal.graph_kernel_s,
+    return replace(cal, kernel_overhead_s=np.where(G.captured(lay.cuda_graph_modules, part), cal.graph_kernel_s,
                                                    cal.kernel_overhead_s))
 
 

@@ -133,7 +133,7 @@ def unfused_expert_extras(m: ModelSpec, sh: Shard, lay: Layouts, forward_only: b
     bias_ops = 2 * experts + 2 + (0 if forward_only else (4 + mxfp8) * experts)
     ops = (clamp_ops if clamped else 0) + (bias_ops if m.add_bias_linear else 0)
     share = 1.0 if forward_only else 1.0 / 3.0
-    unfused = ~lay.op_fuser
+    unfused = ~lay.te_op_fuser
     return np.where(unfused, passes * BF16 * copies, 0.0) * share, np.where(unfused, ops, 0.0) * share
 
 
@@ -148,12 +148,12 @@ def routing_weight_bytes(copies):
 def weighted_activation_bytes(m: ModelSpec, lay: Layouts, copies, f):
     """Beyond its input and the probabilities, what the weighted expert activation saves for backward, bytes.
     Gated experts run the fused `weighted_bias_swiglu_impl` (fusions/fused_bias_swiglu.py WeightedSwiGLUFunction
-    `ctx.save_for_backward(input_for_backward, weights)`) and non-gated ones with `lay.fused_sq_relu`
+    `ctx.save_for_backward(input_for_backward, weights)`) and non-gated ones with `lay.fused_weighted_squared_relu`
     `weighted_squared_relu_impl` (fusions/fused_weighted_squared_relu.py WeightedSquaredReLUFunction
     `ctx.save_for_backward(input, weights)`): nothing more. Other non-gated experts take experts.py's unfused branch
     `activation_func(x) * permuted_probs`, whose product saves the bf16 activation output (f wide per copy) for the
     probabilities' gradient. moe_act recompute checkpoints this function, so that output is rebuilt then."""
-    unfused = np.logical_and(not m.gated_mlp, ~np.asarray(lay.fused_sq_relu, bool))
+    unfused = np.logical_and(not m.gated_mlp, ~np.asarray(lay.fused_weighted_squared_relu, bool))
     return np.where(unfused, BF16 * copies * f, 0.0)
 
 
@@ -207,7 +207,7 @@ def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_pe
         (n - 1) * t * (2 * h + 4 * e_local * r + 4 * h / 128)
     combine = 2 * (n - 1) * t * (2 * h + 4 * e_local * r)
     internode = np.where(n > 1, dispatch + combine, 0.0)
-    return np.where(lay.moe_flex & (lay.ep > 1), intranode + internode, 0.0) if m.is_moe else 0.0 * g
+    return np.where(lay.moe_flex_dispatcher & (lay.ep > 1), intranode + internode, 0.0) if m.is_moe else 0.0 * g
 
 
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):

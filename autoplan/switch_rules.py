@@ -1,0 +1,110 @@
+"""The switches' engine rules, each written once in two forms: `needs(model, view, v)` marks the candidates that may
+carry value v of the switch (a mask over a batch of `Layouts`, or a truth value for one strategy's view), and
+`message(case)` is the one line `validate` raises for one strategy that breaks it. `validate` (autoplan/validate.py)
+checks them in its rule order; the search (solvers/space.py) keeps only the candidates every rule of a `--fix`ed
+switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `strategy_view` of one strategy.
+Sources are cited in validate.py beside the place each rule is checked."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: str
+    needs: Callable[[Any, Any, Any], Any]
+    message: Optional[Callable[[Any], str]]
+
+    def broken(self, model, view, value) -> bool:
+        """Whether one strategy's view with value `value` (on) breaks the rule."""
+        return not bool(self.needs(model, view, value))
+
+
+def strategy_view(s, engine: str) -> SimpleNamespace:
+    """One strategy under the `Layouts` column names and encodings the rules read (numpy scalars, so ~ is a logical
+    not)."""
+    return SimpleNamespace(tp=np.int64(s.tp), pp=np.int64(s.pp), vpp=np.int64(s.vpp), ep=np.int64(s.ep),
+                           zero=np.int64(s.zero), sp=np.bool_(s.sp), fp8=np.bool_(s.uses_fp8),
+                           recompute=np.int64(RECOMPUTE_CODES[s.recompute]),
+                           overlap_grad_reduce=np.bool_(s.overlap_grad_reduce),
+                           deepspeed=np.bool_(engine == "deepspeed"))
+
+
+def _moe_ep(key: str) -> Rule:
+    return Rule(key, lambda m, v, x: m.is_moe & (v.ep > 1),
+                lambda c: f"{key}=true needs an MoE model with ep>1 (ep={c.strategy.ep}); set {key}=false or ep>1")
+
+
+RULES: Tuple[Rule, ...] = (
+    # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute.
+    _moe_ep("moe_a2a_overlap"),
+    Rule("moe_a2a_overlap", lambda m, v, x: ~((v.pp > 1) & (v.vpp == 1)),
+         lambda c: f"moe_a2a_overlap=true with pp={c.strategy.pp} needs the interleaved schedule (vpp>1); "
+                   f"set vpp>1 or moe_a2a_overlap=false"),
+    Rule("moe_a2a_overlap", lambda m, v, x: v.recompute != 2,
+         lambda c: "moe_a2a_overlap=true cannot be combined with recompute=full; "
+                   "use recompute=selective/none or moe_a2a_overlap=false"),
+    # The flex dispatcher deduplicates tokens across expert-parallel ranks.
+    _moe_ep("moe_flex_dispatcher"),
+    Rule("tp_comm_overlap", lambda m, v, x: v.sp,
+         lambda c: "tp_comm_overlap=true needs sequence parallelism; set sp=true or tp_comm_overlap=false"),
+    Rule("overlap_param_gather", lambda m, v, x: v.zero >= 1,
+         lambda c: "overlap_param_gather=true needs the distributed optimizer; set zero>=1 or "
+                   "overlap_param_gather=false"),
+    Rule("fp8_param", lambda m, v, x: v.fp8 & (v.zero >= 1),
+         lambda c: f"fp8_param=true (--fp8-param-gather) needs fp8 and the distributed optimizer (got "
+                   f"fp8={c.strategy.fp8}, zero={c.strategy.zero}); set fp8=hybrid and zero>=1, or fp8_param=false"),
+    Rule("cpu_offload_layers", lambda m, v, x: v.pp == 1,
+         lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} needs pp=1 (Megatron has no CPU offloading "
+                   f"with pipeline parallelism, pp={c.strategy.pp}); use pp=1 or cpu_offload_layers=0"),
+    Rule("cpu_offload_layers", lambda m, v, x: np.asarray(x) < m.num_layers,
+         lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} must be below "
+                   f"num_layers={c.model.num_layers}; use at most {c.model.num_layers - 1}"),
+    Rule("overlap_param_gather", lambda m, v, x: v.overlap_grad_reduce,
+         lambda c: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
+                   "overlap_param_gather=false"),
+    Rule("adam_bf16_states", lambda m, v, x: (v.zero == 1) & ~v.deepspeed,
+         lambda c: f"adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs Megatron's "
+                   f"distributed optimizer (got zero={c.strategy.zero}, engine={c.engine}); set zero=1 on engine "
+                   f"megatron, or adam_bf16_states=false"),
+    Rule("fused_weighted_squared_relu", lambda m, v, x: ~v.deepspeed & (m.is_moe and not m.gated_mlp),
+         lambda c: f"fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts (got "
+                   f"engine={c.engine}, moe={c.model.is_moe}, activation={c.model.activation}); set "
+                   f"fused_weighted_squared_relu=false"),
+    # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te); the DeepSpeed
+    # files write nothing for it, so only the search holds it to Megatron (no message: validate does not refuse it).
+    Rule("te_cross_entropy", lambda m, v, x: ~v.deepspeed, None),
+    Rule("te_op_fuser", lambda m, v, x: ~v.deepspeed,
+         lambda c: "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
+                   "te_op_fuser=false or use engine megatron"),
+)
+BY_KEY: Dict[str, Tuple[Rule, ...]] = {}
+for _rule in RULES:
+    BY_KEY[_rule.key] = BY_KEY.get(_rule.key, ()) + (_rule,)
+del _rule
+
+
+def allowed(key: str, model, layouts, value) -> np.ndarray:
+    """The candidates of `layouts` that may carry `value` of switch `key` (off always may): every rule of the key."""
+    keep = np.ones(len(layouts), bool)
+    if np.all(np.asarray(value) == 0):
+        return keep
+    for rule in BY_KEY.get(key, ()):
+        keep &= np.broadcast_to(np.asarray(rule.needs(model, layouts, value), bool), keep.shape)
+    return keep
+
+
+def check(case, key: str, index: int, on=None):
+    """(broken, message) for validate's rule list: rule `index` of switch `key` for one strategy, its value the
+    strategy's. `on` says whether the switch counts as set (default: its value is not off)."""
+    value = getattr(case.strategy, key)
+    if not (bool(value) if on is None else on):
+        return False, None
+    rule = BY_KEY[key][index]
+    return rule.broken(case.model, strategy_view(case.strategy, case.engine), value), lambda: rule.message(case)

@@ -1,0 +1,68 @@
+"""The switch registry (autoplan/keys.py): every switch reaches Strategy, Layouts and back, and the search's grid,
+from its one declaration."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoplan import keys as K
+from autoplan.costmodel.layout import Layouts, layouts_from_strategies
+from autoplan.strategy import Strategy, parse_strategy_text, strategy_from_mapping
+
+def _on_value(switch):
+    return 1 if switch.dtype is np.int64 else (not switch.default if switch.default is not None else False)
+
+
+@pytest.mark.parametrize("switch", K.SWITCHES, ids=lambda k: k.name)
+def test_every_switch_is_a_strategy_field_with_its_declared_default(switch):
+    field = Strategy.model_fields[switch.name]
+    assert field.default == switch.default and field.description == switch.doc
+    assert getattr(Strategy(), switch.name) == switch.default
+
+
+@pytest.mark.parametrize("switch", K.SWITCHES, ids=lambda k: k.name)
+def test_every_switch_survives_layouts_under_its_own_column_name(switch):
+    # fp8 and tp/sp make every switch's encoding keep the value (fp8_param is carried under fp8 only).
+    s = Strategy(tp=2, sp=True, fp8="hybrid", **{switch.name: _on_value(switch)})
+    lay = layouts_from_strategies([s, Strategy()], 16)
+    assert lay.strategy(0) == s.model_copy(update={"dp": 8}) and lay.strategy(1) == Strategy(dp=16)
+    assert getattr(lay, switch.name)[0] != getattr(lay, switch.name)[1] or switch.name == "tp_comm_overlap"
+
+
+@pytest.mark.parametrize("switch", K.SWITCHES, ids=lambda k: k.name)
+def test_every_switch_reads_from_the_command_line_as_its_type(switch):
+    text = "3" if switch.dtype is np.int64 else "true"
+    assert parse_strategy_text(f"{switch.name}={text}")[switch.name] == (3 if switch.dtype is np.int64 else True)
+    assert getattr(strategy_from_mapping({switch.name: text}), switch.name) in (3, True)
+
+
+def test_a_switch_column_left_out_of_layouts_is_off():
+    lay = layouts_from_strategies([Strategy()], 8)
+    bare = Layouts(**{k: v for k, v in lay.__dict__.items() if k not in K.NAMES})
+    for switch in K.SWITCHES:
+        column = getattr(bare, switch.name)
+        assert column.dtype == switch.dtype and not column.any()
+
+
+def test_the_readme_switch_table_is_the_generated_one():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("<!-- switch table: python -m autoplan.keys -->\n")
+    block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of switch table -->")]
+    assert block == K.key_table()
+
+
+def test_each_switch_rule_reads_alike_for_a_batch_and_for_one_strategy(moe):
+    """A rule is written once: its mask over a batch of candidates and its verdict on one strategy agree."""
+    from autoplan import switch_rules as SR
+
+    strategies = [Strategy(tp=tp, sp=sp, pp=pp, vpp=vpp, ep=ep, zero=zero, fp8=fp8, recompute=rc,
+                           overlap_grad_reduce=ogr)
+                  for tp, sp in ((1, False), (2, True)) for pp, vpp in ((1, 1), (2, 1), (2, 2)) for ep in (1, 2)
+                  for zero in (0, 1) for fp8 in ("none", "hybrid") for rc in ("none", "full") for ogr in (True, False)]
+    for engine in ("megatron", "deepspeed"):
+        lay = layouts_from_strategies(strategies, 64, engine=engine)
+        for rule in SR.RULES:
+            value = 3 if rule.key == "cpu_offload_layers" else True
+            batch = np.broadcast_to(np.asarray(rule.needs(moe, lay, value), bool), (len(lay),))
+            one = [not rule.broken(moe, SR.strategy_view(s, engine), value) for s in strategies]
+            assert list(batch) == one, (rule.key, engine)
