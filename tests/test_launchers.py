@@ -94,7 +94,8 @@ def test_local_failure_kills_waiting_peer(tmp_path):
 
 
 def test_local_hang_killed_with_grandchildren(tmp_path):
-    out = launch("local", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=3)
+    # Long enough for both ranks and their children to start on this machine, now (load-scaled).
+    out = launch("local", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=deadline_s(2))
     assert out.timed_out and out.returncode is None
     time.sleep(0.2)
     pids = _pids(tmp_path)
@@ -172,7 +173,7 @@ def test_torchrun_runs_two_ranks(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_hang_leaves_nothing(tmp_path):
-    out = launch("torchrun", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=15)
+    out = launch("torchrun", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=deadline_s(6))
     assert out.timed_out
     time.sleep(0.5)
     pids = _pids(tmp_path)
