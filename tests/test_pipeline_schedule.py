@@ -11,6 +11,7 @@ from autoplan.costmodel.estimate import estimate
 from autoplan.costmodel.schedule import pipeline_bubble
 from autoplan.errors import InputError
 from autoplan.modelio import load_model
+from autoplan.report.timeline import simulate
 from autoplan.solvers.api import solve
 from autoplan.solvers.space import Problem, enumerate_grid
 from autoplan.strategy import Strategy
@@ -20,63 +21,12 @@ from autoplan.workload import Workload
 
 # ---- a simulation of Megatron's schedules ------------------------------------------------------------------
 
-def _schedule_table(m: int, v: int, group: int):
-    """(micro-batch, chunk) of each forward in order: schedules.py get_schedule_table."""
-    table = []
-    for lo in range(0, m, group):
-        hi = m if lo + group >= m else lo + group
-        table += [(j, c) for c in range(v) for j in range(lo, hi)]
-    return table
-
-
-def _rank_order(p: int, v: int, m: int, rank: int):
-    """The operations of one rank: warm-up forwards, then one forward and one backward, then the cool-down
-    (schedules.py get_pp_rank_microbatches: warm-up (p - rank - 1) * 2 + (v - 1) * p interleaved, p - rank - 1
-    without); backward k runs chunk v - 1 - c of forward k's (micro-batch, chunk)."""
-    table = _schedule_table(m, v, p) if v > 1 else [(j, 0) for j in range(m)]
-    total = m * v
-    warm = (p - rank - 1) * 2 + (v - 1) * p if v > 1 else p - rank - 1
-    warm = min(warm, total)
-    ops, f, b = [], 0, 0
-    for _ in range(warm):
-        ops.append(("F", *table[f]))
-        f += 1
-    for _ in range(total - warm):
-        ops.append(("F", *table[f]))
-        f += 1
-        j, c = table[b]
-        ops.append(("B", j, v - 1 - c))
-        b += 1
-    for j, c in table[b:]:
-        ops.append(("B", j, v - 1 - c))
-    return ops
-
-
 def simulated_step(p: int, v: int, m: int, t_fwd: float = 1.0, t_bwd: float = 2.0) -> float:
     """Seconds of one step of p balanced ranks (t_fwd + t_bwd per micro-batch per rank), no communication: each
-    rank runs its operations in Megatron's order, each waiting for its dependency (the previous virtual stage's
-    forward, the next one's backward)."""
-    orders = [_rank_order(p, v, m, r) for r in range(p)]
-    done, free, pos, last = {}, [0.0] * p, [0] * p, p * v - 1
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(orders[r]):
-                kind, j, c = orders[r][pos[r]]
-                q = c * p + r  # virtual stage
-                if kind == "F":
-                    dep, dur = (("F", j, q - 1) if q > 0 else None), t_fwd / v
-                else:
-                    dep, dur = (("B", j, q + 1) if q < last else ("F", j, q)), t_bwd / v
-                if dep is not None and dep not in done:
-                    break
-                free[r] = max(free[r], done[dep] if dep else 0.0) + dur
-                done[(kind, j, q)] = free[r]
-                pos[r] += 1
-                moved = True
-    assert pos == [len(o) for o in orders], "the schedule deadlocked"
-    return max(free)
+    rank runs its passes in Megatron's order, each waiting for its dependency (autoplan/report/timeline.py
+    `simulate`, which the plan report draws)."""
+    spans = simulate(p, v, m, [t_fwd] * p, [t_bwd] * p)
+    return max(end for _, end in spans.values())
 
 
 @pytest.mark.parametrize("p,v", [(2, 1), (4, 1), (8, 1), (4, 2), (4, 3), (8, 4), (2, 16), (4, 12)])
