@@ -78,3 +78,35 @@ def startup_s() -> float:
 def deadline_s(startups: float, floor_s: float = 5.0) -> float:
     """`startups` x startup_s(), at least floor_s (process start and signal delivery on an idle machine)."""
     return max(floor_s, startups * startup_s())
+
+
+def run_cli(argv, capsys):
+    """(exit code, stdout, stderr) of the autoplan CLI run in this process."""
+    from autoplan.cli.main import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+class Timeout(Exception):
+    pass
+
+
+def call_within(seconds, fn, what="fn()"):
+    """fn(), or Timeout after `seconds` (SIGALRM: a hang fails the test instead of stalling it)."""
+    import signal
+
+    def alarm(*_):
+        raise Timeout(f"{what}: no answer within {seconds:.1f} s")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

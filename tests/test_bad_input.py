@@ -3,28 +3,16 @@ nothing written; legal but absurd input priced with a warning."""
 import errno
 import json
 import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from autoplan.cli.main import main
 from autoplan.errors import InputError
+from conftest import call_within, run_cli as run
 
 BINARY = bytes(range(256)) * 4  # NUL bytes and invalid UTF-8
 NOT_UTF8 = "tp: 8\n# caf\xe9\n".encode("latin-1")  # text, but Latin-1
-
-
-def run(argv, capsys):
-    """(exit code, stdout, stderr) of the CLI run in this process."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_line(code, err, *needles):
@@ -32,23 +20,6 @@ def assert_one_line(code, err, *needles):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     for needle in needles:
         assert needle in err, err
-
-
-class Timeout(Exception):
-    pass
-
-
-def call_within(seconds, fn):
-    """fn() or Timeout after `seconds` (SIGALRM: a hang fails the test instead of stalling it)."""
-    def alarm(*_):
-        raise Timeout(f"no answer within {seconds:.1f} s")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # ---------------------------------------------------------------- --gpus

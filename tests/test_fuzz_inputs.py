@@ -4,7 +4,6 @@ Derandomized, so the same examples run every time."""
 import contextlib
 import io
 import json
-import signal
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from autoplan.cli.main import main
 from autoplan.strategy import ALL_KEYS
+from conftest import call_within
 
 # Public Hugging Face configs, trimmed to the fields that matter (meta-llama/Meta-Llama-3-8B,
 # mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3 with fewer layers, openai-community/gpt2).
@@ -86,21 +86,9 @@ def cli(argv):
     return code, out.getvalue()
 
 
-class Hang(Exception):
-    pass
-
-
 def timed(bound_s, argv):
-    """cli(argv) that raises Hang past `bound_s` seconds (SIGALRM), so a hang fails the example."""
-    def alarm(*_):
-        raise Hang(f"{' '.join(argv)} took more than {bound_s:.1f} s")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, bound_s)
-    try:
-        return cli(argv)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    """cli(argv), raising Timeout past `bound_s` seconds, so a hang fails the example."""
+    return call_within(bound_s, lambda: cli(argv), " ".join(argv))
 
 
 # A fuzzed call may search a larger space than its base config (up to 7x the layers, heads or experts of the base,

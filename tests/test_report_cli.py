@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from autoplan.cli.main import main
+from conftest import run_cli as _run
 from autoplan.cluster import ClusterSpec
 from autoplan.clusterio import load_gpu
 from autoplan.costmodel.estimate import estimate
@@ -37,16 +37,6 @@ def saved(tmp_path_factory):
     est = {**slow.estimate.contract(), "strategy": slow.strategy.to_dict()}  # what estimate --json prints
     (folder / "estimate.json").write_text(json.dumps(est))
     return folder, fast, slow
-
-
-def _run(args, capsys):
-    try:
-        main(args)
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_compare_names_the_differing_keys_and_the_largest_term_first(saved, capsys):
