@@ -35,7 +35,7 @@ def rl_cmd(
     no_ref: bool = typer.Option(False, "--no-ref", help="No reference model (no KL term), as DAPO."),
     mini_batches: int = typer.Option(1, "--mini-batches", help="Optimizer steps per RL step (prompts / "
                                      "ppo_mini_batch_size)."),
-    train_strategy: Optional[str] = typer.Option(None, "--train-strategy", help="'tp=..,pp=..,ep=..[,offload=none|"
+    train_strategy: Optional[str] = typer.Option(None, "--train-strategy", help="'tp=..,pp=..,ep=..[,offload=none|swap|"
                                                  "optimizer|all]': price this training layout."),
     rollout: Optional[str] = typer.Option(None, "--rollout", help="'tp=..,dp=..,ep=..,engines=..,"
                                           "gpu_memory_utilization=..': price this rollout layout."),
@@ -152,9 +152,9 @@ def _fixed(train_strategy, rollout, placement, gpus: int, engine: str):
     if pool and all(k in r for k in ("tp", "dp", "engines")) and r["tp"] * r["dp"] * r["engines"] != pool:
         raise InputError(f"--rollout tp*dp*engines = {r['tp'] * r['dp'] * r['engines']} but the rollout pool has "
                          f"{pool} GPUs; make engines = {pool} / (tp*dp)")
-    if f.offload == "all" and f.placement is not None and f.placement.kind == "split":
-        raise InputError("--train-strategy offload=all swaps training states out while a colocated engine runs; a "
-                         "split placement keeps them on the GPU: use offload=optimizer or none")
+    if f.offload in ("all", "swap") and f.placement is not None and f.placement.kind == "split":
+        raise InputError(f"--train-strategy offload={f.offload} swaps training states out while a colocated engine "
+                         f"runs; a split placement keeps them on the GPU: use offload=optimizer or none")
     return f
 
 

@@ -31,7 +31,7 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if job.use_ref:
         a += ["--use-kl-loss"]
-    if plan.offload != "none":
+    if plan.offload in ("optimizer", "all"):
         a += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
     if pl.kind == "colocated":
         a.append("--colocate")

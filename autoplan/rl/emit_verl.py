@@ -22,9 +22,9 @@ def _megatron(prefix: str, s, offload: str, ref: bool = False) -> List[str]:
            f"{prefix}.megatron.expert_model_parallel_size={s.ep}",
            f"{prefix}.megatron.expert_tensor_parallel_size={s.etp}",
            f"{prefix}.megatron.context_parallel_size={s.cp}",
-           f"{prefix}.megatron.param_offload={offload == 'all'}"]
+           f"{prefix}.megatron.param_offload={offload in ('all', 'swap')}"]
     if not ref:
-        out += [f"{prefix}.megatron.grad_offload={offload == 'all'}",
+        out += [f"{prefix}.megatron.grad_offload={offload in ('all', 'swap')}",
                 f"{prefix}.megatron.optimizer_offload={offload != 'none'}"]
     return out
 
@@ -54,7 +54,7 @@ def overrides(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
     if s.last_stage_layers is not None:
         o.append(f"+{a}.actor.megatron.override_transformer_config.num_layers_in_last_pipeline_stage="
                  f"{s.last_stage_layers}")
-    if plan.offload != "none":
+    if plan.offload in ("optimizer", "all"):
         o += [f"+{a}.actor.optim.override_optimizer_config.optimizer_cpu_offload=True",
               f"+{a}.actor.optim.override_optimizer_config.optimizer_offload_fraction=1.0",
               f"+{a}.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d=True",

@@ -1,7 +1,7 @@
 """Memory of an RL step per phase: GPU memory while generating and while training, and the host RAM the offloaded
 states take on a node.
 
-- Colocated, while the engine generates: what training leaves on the GPU (offload "all": nothing, verl's
+- Colocated, while the engine generates: what training leaves on the GPU (offload "all" or "swap": nothing, verl's
   param_offload + grad_offload + optimizer_offload, slime's torch_memory_saver; "optimizer": weights and gradients;
   "none": weights, gradients and optimizer states) beside the engine's memory (`rollout.rollout_gpu_bytes`). While
   training: the engine sleeps (vLLM sleep mode level 1: KV cache freed, weights to host; SGLang
@@ -20,7 +20,7 @@ from autoplan.rl.train import CPU_ADAM_STATE_BYTES_PER_PARAM, TrainPhases
 
 def resident_during_rollout(tp: TrainPhases, i: int, offload: str) -> float:
     """Bytes training leaves on a GPU while a colocated engine generates."""
-    if offload == "all":
+    if offload in ("all", "swap"):
         return 0.0
     kept = float(tp.weights_bytes[i] + tp.grads_bytes[i])
     return kept if offload == "optimizer" else kept + float(tp.optimizer_bytes[i])
@@ -32,8 +32,10 @@ def host_bytes_per_rank(tp: TrainPhases, i: int, offload: str, colocated: bool, 
     host = 0.0
     if offload in ("optimizer", "all"):
         host += params * CPU_ADAM_STATE_BYTES_PER_PARAM
-    if offload == "all":
+    if offload in ("all", "swap"):
         host += float(tp.weights_bytes[i] + tp.grads_bytes[i])
+    if offload == "swap":
+        host += float(tp.optimizer_bytes[i])
     if colocated:
         host += engine_weight_bytes
         if use_ref:

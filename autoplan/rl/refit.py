@@ -28,6 +28,18 @@ from autoplan.rl.spec import RolloutLayout
 BUCKET_BYTES = 512 * 2**20  # verl's update_weights_bucket_megabytes default (512 MB)
 
 
+def weight_tensors(model: ModelSpec) -> int:
+    """Tensors a refit moves one by one, in Hugging Face naming (what the engines load): per layer the attention
+    projections and norms (8: q, k, v, o or MLA's q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o, plus input and post
+    norms, counted as 8), per MoE layer the router and gate/up/down of every routed and shared expert; embedding,
+    final norm and head."""
+    experts = model.num_experts + (1 if model.shared_expert_ffn_hidden_size else 0)
+    per_moe = 1 + 3 * experts
+    dense_mlp = 3
+    return (model.num_layers * 8 + model.num_moe_layers * per_moe
+            + (model.num_layers - model.num_moe_layers) * dense_mlp + 3)
+
+
 def model_bytes(model: ModelSpec) -> float:
     """bf16 bytes of every weight of the model (what a rollout replica holds in all)."""
     return float(count_parameters(model)[0]) * BF16
@@ -59,10 +71,15 @@ def refit_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, method:
     nv = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff
     net = hw.network_bytes_per_s * hw.network_bus_eff
     if method == "ipc":
+        group = max(train_tp, train_ep)
         stage = b.per_rollout_gpu / train_pp
-        gather = stage * (max(train_tp, train_ep) - 1) / max(train_tp, train_ep) / nv
+        gather = stage * (group - 1) / group / nv
         other = (b.per_rollout_gpu - stage) / (net if pp_spans_network else nv)
-        return float(gather + other)
+        # one all-gather per tensor over the TP/EP group, one broadcast step per tensor from the other stages
+        steps = weight_tensors(model) * ((group - 1) * hw.nvlink_latency_s
+                                         + (hw.network_latency_s if pp_spans_network else hw.nvlink_latency_s)
+                                         * (train_pp > 1))
+        return float(gather + other + steps)
     buckets = np.ceil(b.per_rollout_gpu / BUCKET_BYTES)
     latency = buckets * hw.network_latency_s
     if method == "broadcast":

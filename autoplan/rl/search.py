@@ -8,7 +8,7 @@ one-step-overlap async: step = wait_prev_gen + old_log_prob + update_actor"):
   old_log_prob + reward + train) + refit;
 - async (split only; verl fully-async with partial rollout, slime --partial-rollout): the rollout streams, so its
   long tail carries over into the next step and it costs its steady-state time; step = max(rollout at full batch,
-  ref + old_log_prob + reward + train) + refit."""
+  ref + reward + train) + refit, the actor's log-probs coming from the engine."""
 from __future__ import annotations
 
 import math
@@ -174,6 +174,11 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
         tp = price_training(model, train_cluster, job, [s for s, _ in rows], [o for _, o in rows])
         keep = _best_training(tp, rows, hw.capacity_bytes, job)
         layouts = rollout_layouts(model, pl.rollout_gpus, fixed)
+        if not layouts and fixed.rollout:
+            given = ",".join(f"{k}={v}" for k, v in fixed.rollout.items())
+            raise InputError(f"--rollout {given} does not tile the {pl.rollout_gpus} rollout GPUs of placement "
+                             f"{pl.kind}:{pl.train_gpus}: tp*dp*engines must equal {pl.rollout_gpus}, tp divide "
+                             f"the {model.num_attention_heads} attention heads and ep divide tp*dp")
         sims = {lay: R.simulate(model, lay, hw, job) for lay in layouts}
         for i in keep:
             s, off = rows[i]
@@ -218,8 +223,9 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
               sim: R.RolloutTime, tp: TrainPhases, i: int) -> RLPlan:
     colocated = pl.kind == "colocated"
     log_prob = float(tp.log_prob[i])
-    swap = float(swap_seconds(np.array(tp.weights_bytes[i] + tp.grads_bytes[i]), cluster)) if (
-        colocated and off == "all") else 0.0
+    swapped = {"all": tp.weights_bytes[i] + tp.grads_bytes[i],
+               "swap": tp.weights_bytes[i] + tp.grads_bytes[i] + tp.optimizer_bytes[i]}.get(off, 0.0)
+    swap = float(swap_seconds(np.array(swapped), cluster)) if colocated else 0.0
     train = float(tp.train[i]) + float(tp.cpu_adam[i]) + swap
     critic = job.algo == "ppo"
     reward = log_prob if critic else 0.0  # PPO: the critic's value pass (same size and layout as the actor)
@@ -230,7 +236,10 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     refits = {m: F.refit_seconds(model, lay, hw, m, s.tp, s.pp, s.ep, pp_net)
               for m in (("ipc",) if colocated else ("broadcast", "shard"))}
     rollout = sim.throughput_seconds if job.mode == "async" else sim.seconds
-    phases = {"rollout": float(rollout), "ref": log_prob if job.use_ref else 0.0, "old_log_prob": log_prob,
+    # async: the trainer takes the rollout engine's log-probs (verl fully-async use_rollout_log_probs: True, v0.7.0
+    # recipe/fully_async_policy/config; its published table shows no old_log_prob), so the actor pass is skipped
+    old_lp = 0.0 if job.mode == "async" else log_prob
+    phases = {"rollout": float(rollout), "ref": log_prob if job.use_ref else 0.0, "old_log_prob": old_lp,
               "reward": reward, "refit": refits[method], "train": train}
     trainer_side = phases["ref"] + phases["old_log_prob"] + phases["reward"] + phases["train"]
     if job.mode == "on-policy":

@@ -15,12 +15,16 @@ from autoplan.errors import InputError
 Algo = Literal["grpo", "ppo"]
 Mode = Literal["on-policy", "one-step-off", "async"]
 Engine = Literal["vllm", "sglang"]
-Offload = Literal["none", "optimizer", "all"]
+Offload = Literal["none", "swap", "optimizer", "all"]
 
 ALGOS = ("grpo", "ppo")
 MODES = ("on-policy", "one-step-off", "async")
 ENGINES = ("vllm", "sglang")
-OFFLOADS = ("none", "optimizer", "all")
+# Training-state offload: none (all resident); swap (verl param_offload + grad_offload + optimizer_offload: the states
+# go to the host while a colocated engine generates and come back to train, Adam on the GPU); optimizer (CPU Adam,
+# Megatron --optimizer-cpu-offload: optimizer states live on the host, the update runs there); all (CPU Adam and the
+# weights and gradients swapped as in `swap`, verl's DeepSeek-V3 recipe).
+OFFLOADS = ("none", "swap", "optimizer", "all")
 
 # Host RAM per node, GiB, of nodes whose datasheet states it: NVIDIA DGX H100 and DGX H200 have "2TB System Memory"
 # (NVIDIA DGX H100/H200 datasheets: 8x H100 80GB / 8x H200 141GB, 2x Intel Xeon 8480C, 2TB system memory). Other

@@ -66,7 +66,7 @@ def price_training(model: ModelSpec, cluster: ClusterSpec, job: RLJob, strategie
     train = ev.step_time_s + (job.mini_batches - 1) * per_update
     weights = ev.memory_terms["weights"]
     params = weights / 2.0  # bf16 weights
-    off = np.array([o != "none" for o in offload])
+    off = np.array([o in ("optimizer", "all") for o in offload])
     ranks_per_node = min(cluster.gpu.gpus_per_node, cluster.num_gpus)
     adam = np.where(off, job.mini_batches * params * CPU_ADAM_BYTES_PER_PARAM * ranks_per_node
                     / HOST_DRAM_BYTES_PER_S, 0.0)
