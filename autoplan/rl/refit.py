@@ -16,6 +16,7 @@ Bytes are bf16 weights (autoplan.rl.rollout.BF16)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from autoplan.rl.spec import RolloutLayout
 BUCKET_BYTES = 512 * 2**20  # verl's update_weights_bucket_megabytes default (512 MB)
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs
 def weight_tensors(model: ModelSpec) -> int:
     """Tensors a refit moves one by one, in Hugging Face naming (what the engines load): per layer the attention
     projections and norms (8: q, k, v, o or MLA's q_a, q_a_norm, q_b, kv_a, kv_a_norm, kv_b, o, plus input and post
@@ -40,6 +42,7 @@ def weight_tensors(model: ModelSpec) -> int:
             + (model.num_layers - model.num_moe_layers) * dense_mlp + 3)
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs
 def model_bytes(model: ModelSpec) -> float:
     """bf16 bytes of every weight of the model (what a rollout replica holds in all)."""
     return float(count_parameters(model)[0]) * BF16
@@ -65,6 +68,7 @@ def refit_bytes(model: ModelSpec, layout: RolloutLayout, method: str, train_tp: 
     raise ValueError(f"unknown refit method {method!r}")
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs
 def refit_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, method: str, train_tp: int,
                   train_pp: int, train_ep: int, pp_spans_network: bool) -> float:
     b = refit_bytes(model, layout, method, train_tp, train_pp, train_ep)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -78,6 +79,7 @@ class EngineWeights:
         return self.dense + self.experts
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def engine_weights(model: ModelSpec, layout: RolloutLayout) -> EngineWeights:
     """Attention, dense MLP, shared experts, embedding and head split tp ways; routed experts split over
     max(ep, tp) GPUs (without expert parallelism the engines split each expert tp ways); norms and router whole."""
@@ -95,6 +97,7 @@ def engine_weights(model: ModelSpec, layout: RolloutLayout) -> EngineWeights:
     return EngineWeights(dense=(sharded / tp + whole) * BF16, experts=experts * BF16)
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def active_params_per_token(model: ModelSpec) -> float:
     n_moe = model.num_moe_layers
     dense_l, moe_l = layer_params(model, False), layer_params(model, True) if model.is_moe else None
@@ -121,6 +124,7 @@ def cuda_graph_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
     return batch * (2 * width / layout.tp + 4 * model.hidden_size) * BF16 + batch * model.vocab_size * 4
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
     """KV-cache bytes per GPU (see module doc; negative = the weights do not fit in the requested memory)."""
     requested = layout.gpu_memory_utilization * hw.capacity_bytes
@@ -131,6 +135,7 @@ def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> flo
     return requested - weights - context - profile_activation_bytes(model, layout)
 
 
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
     """Tokens the KV cache of one attention group (tp GPUs) holds."""
     return max(kv_cache_bytes(model, layout, hw), 0.0) / kv_bytes_per_token(model, layout.tp)
@@ -249,6 +254,17 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) 
     slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
     if slots < 1:
         return RolloutTime(math.inf, math.inf, 0, kv_tokens, 0.0)
+    # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
+    seconds, throughput, drain = _timeline(model, layout.model_copy(update={"gpu_memory_utilization": 0.5}), hw,
+                                           job, slots)
+    return RolloutTime(seconds=seconds, throughput_seconds=throughput, batch=slots, kv_tokens=kv_tokens,
+                       drain_seconds=drain)
+
+
+@lru_cache(maxsize=1024)
+def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
+    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots."""
+    per_engine = math.ceil(job.sequences / layout.engines)
     sm = step_model(model, layout, hw, slots)
     lengths = response_lengths(job.response_len, job.max_response_len, per_engine)[_arrival_order(per_engine)]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
@@ -276,8 +292,7 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) 
             start_sum -= started
             running -= 1
     throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
-    return RolloutTime(seconds=t, throughput_seconds=throughput, batch=slots, kv_tokens=kv_tokens,
-                       drain_seconds=t - last_admit)
+    return t, throughput, t - last_admit
 
 
 def _throughput_seconds(sm: StepModel, job: RLJob, lengths: np.ndarray, slots: int, prefill_each: float) -> float:
