@@ -127,7 +127,7 @@ def test_eager_decode_pays_kernel_launches():
 
 def test_response_lengths_keep_the_mean_and_the_maximum():
     lengths = R.response_lengths(2000, 16384, 4096)
-    assert lengths.max() <= 16384
+    assert lengths.max() == 16384  # the longest response runs to the cap
     assert lengths.mean() == pytest.approx(2000, rel=0.02)
     assert np.all(R.response_lengths(1000, 1000, 10) == 1000)
 

@@ -212,19 +212,22 @@ def prefill_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, token
 # ---- response lengths and the rollout timeline ---------------------------------------------------------------------
 
 def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
-    """`count` response lengths of mean `mean`, none over `longest`: the quantiles of an exponential distribution
-    truncated at `longest` whose truncated mean is `mean` (a modelling assumption: the user gives a mean and a
-    maximum, and RL responses are right-skewed, with a share cut at the maximum). mean == longest: all equal."""
-    if longest <= mean:
-        return np.full(count, float(longest))
-    lo, hi = 1e-3 * mean, 1e3 * longest
+    """`count` response lengths of mean `mean` whose longest is `longest`: one response runs to the maximum (the
+    cap exists because responses reach it: verl data.max_response_length, slime --rollout-max-response-len), the
+    others are the quantiles of an exponential distribution truncated at `longest` whose truncated mean makes the
+    whole set's mean `mean` (a modelling assumption: the user gives a mean and a maximum, and RL response lengths
+    are right-skewed). mean == longest: all equal."""
+    if longest <= mean or count == 1:
+        return np.full(count, float(longest if longest <= mean else mean))
+    rest_mean = max((mean * count - longest) / (count - 1), 1.0)
+    lo, hi = 1e-3 * rest_mean, 1e3 * longest
     for _ in range(100):  # truncated mean theta * (1 - exp(-longest/theta)) rises with theta
         theta = math.sqrt(lo * hi)
         m = theta * (1.0 - math.exp(-longest / theta))
-        lo, hi = (theta, hi) if m < mean else (lo, theta)
-    q = (np.arange(count) + 0.5) / count
-    lengths = np.minimum(-theta * np.log1p(-q), float(longest))
-    return np.maximum(np.round(lengths), 1.0)
+        lo, hi = (theta, hi) if m < rest_mean else (lo, theta)
+    q = (np.arange(count - 1) + 0.5) / (count - 1)
+    rest = np.maximum(np.round(np.minimum(-theta * np.log1p(-q), float(longest))), 1.0)
+    return np.append(rest, float(longest))
 
 
 def _arrival_order(count: int) -> np.ndarray:
