@@ -102,7 +102,7 @@ def rl_cmd(
         from autoplan.rl import emit_slime, emit_verl
 
         writer = emit_verl if emit == "verl" else emit_slime
-        files = writer.render(plans[0], m, job, model_path=model)
+        files = writer.render(plans[0], m, job, model_path=model, gpus_per_node=c.gpu.gpus_per_node)
         from pathlib import Path
 
         written = write_files({Path(out) / name: text for name, text in files.items()})

@@ -10,11 +10,13 @@ from autoplan.model import ModelSpec
 from autoplan.rl.spec import RLJob
 
 
-def arguments(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
+def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> List[str]:
+    from autoplan.rl.emit_verl import pools
+
     s, lay, pl = plan.strategy, plan.rollout, plan.placement
-    gpn = min(8, pl.train_gpus)
+    nodes, per_node, _, _ = pools(pl, min(gpus_per_node, pl.gpus))
     a = ["--hf-checkpoint", model_path,
-         "--actor-num-nodes", str(max(1, pl.train_gpus // gpn)), "--actor-num-gpus-per-node", str(gpn),
+         "--actor-num-nodes", str(nodes), "--actor-num-gpus-per-node", str(per_node),
          "--rollout-batch-size", str(job.prompts), "--n-samples-per-prompt", str(job.samples),
          "--rollout-max-response-len", str(job.max_response_len),
          "--global-batch-size", str(job.sequences // job.mini_batches),
@@ -48,8 +50,8 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
     return a
 
 
-def render(plan, model: ModelSpec, job: RLJob, model_path: str) -> Dict[str, str]:
-    args = arguments(plan, model, job, model_path)
+def render(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> Dict[str, str]:
+    args = arguments(plan, model, job, model_path, gpus_per_node)
     pairs, i = [], 0
     while i < len(args):
         if i + 1 < len(args) and not args[i + 1].startswith("--"):

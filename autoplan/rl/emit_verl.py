@@ -29,16 +29,28 @@ def _megatron(prefix: str, s, offload: str, ref: bool = False) -> List[str]:
     return out
 
 
-def overrides(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
+def pools(pl, gpn: int):
+    """(trainer nodes, trainer GPUs per node, rollout nodes, rollout GPUs per node): whole nodes for each pool, or
+    the same share of every node (verl's resource pools take nnodes x n_gpus_per_node)."""
+    if pl.kind == "colocated":
+        return max(1, pl.gpus // gpn), min(gpn, pl.gpus), 0, 0
+    if pl.train_gpus % gpn == 0 and pl.rollout_gpus % gpn == 0:
+        return pl.train_gpus // gpn, gpn, pl.rollout_gpus // gpn, gpn
+    nodes = max(1, pl.gpus // gpn)
+    if pl.gpus % nodes == 0 and pl.train_gpus % nodes == 0:
+        return nodes, pl.train_gpus // nodes, nodes, pl.rollout_gpus // nodes
+    raise InputError(f"verl places each pool as nodes x GPUs per node; a {pl.train_gpus} + {pl.rollout_gpus} split of "
+                     f"{pl.gpus} GPUs is neither whole nodes of {gpn} nor the same share of every node; pass "
+                     f"--placement split:N with N a multiple of {gpn} or of {nodes}")
+
+
+def overrides(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> List[str]:
     s, lay, pl = plan.strategy, plan.rollout, plan.placement
-    gpn = min(8, pl.gpus)
+    gpn = min(gpus_per_node, pl.gpus)
     if pl.kind == "split" and job.mode == "on-policy":
         raise InputError("verl runs split rollout/training pools only in its one-step-off and fully-async recipes; "
                          "pass --mode one-step-off or --mode async, or --placement colocated")
-    if pl.train_gpus % gpn or pl.rollout_gpus % gpn and pl.rollout_gpus > gpn:
-        raise InputError(f"verl places pools by whole nodes of {gpn} GPUs; the plan's {pl.train_gpus}/"
-                         f"{pl.rollout_gpus} split does not tile them; pass --placement split:N with N a multiple "
-                         f"of {gpn}")
+    train_nodes, train_per_node, roll_nodes, roll_per_node = pools(pl, gpn)
     a = "actor_rollout_ref"
     o = [f"data.train_batch_size={job.prompts}", f"data.max_prompt_length={job.prompt_len}",
          f"data.max_response_length={job.max_response_len}",
@@ -68,15 +80,14 @@ def overrides(plan, model: ModelSpec, job: RLJob, model_path: str) -> List[str]:
           f"{a}.rollout.expert_parallel_size={lay.ep}",
           f"{a}.rollout.gpu_memory_utilization={lay.gpu_memory_utilization}",
           f"{a}.rollout.enforce_eager={not lay.cuda_graphs}",
-          f"trainer.n_gpus_per_node={gpn}", f"trainer.nnodes={max(1, pl.train_gpus // gpn)}"]
+          f"trainer.n_gpus_per_node={train_per_node}", f"trainer.nnodes={train_nodes}"]
     if pl.kind == "split":
-        o += [f"{a}.hybrid_engine=False", f"rollout.n_gpus_per_node={min(gpn, pl.rollout_gpus)}",
-              f"rollout.nnodes={max(1, pl.rollout_gpus // gpn)}"]
+        o += [f"{a}.hybrid_engine=False", f"rollout.n_gpus_per_node={roll_per_node}", f"rollout.nnodes={roll_nodes}"]
     return o
 
 
-def render(plan, model: ModelSpec, job: RLJob, model_path: str) -> Dict[str, str]:
-    o = overrides(plan, model, job, model_path)
+def render(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> Dict[str, str]:
+    o = overrides(plan, model, job, model_path, gpus_per_node)
     module, config = ENTRY[job.mode]
     config_path = "" if job.mode == "on-policy" else " --config-path=config"
     lines = [f"#!/usr/bin/env bash",

@@ -28,7 +28,6 @@ from autoplan.rl.spec import OFFLOADS, Placement, RLJob, RolloutLayout
 from autoplan.rl.train import TrainPhases, candidate_strategies, price_training, swap_seconds
 from autoplan.strategy import Strategy
 
-SPLIT_FRACTIONS = (0.25, 0.375, 0.5, 0.625, 0.75)  # training share of the GPUs tried for split placements
 UTILIZATIONS = (0.5, 0.6, 0.7, 0.8, 0.9)
 TRAIN_KEEP = 4  # fastest fitting training layouts kept per offload setting
 
@@ -81,15 +80,18 @@ class RLPlan:
 
 
 def placements(gpus: int, gpus_per_node: int, job: RLJob, fixed: Fixed) -> List[Placement]:
+    """Colocated (on-policy only), and every split the frameworks can place: the same number of training GPUs on
+    every node (verl's trainer.n_gpus_per_node / rollout.n_gpus_per_node over all nodes, e.g. its 12 + 4 runs on
+    2 nodes), or whole nodes for each pool."""
     if fixed.placement is not None:
         return [fixed.placement]
     out = [Placement(kind="colocated", gpus=gpus, train_gpus=gpus)] if job.mode == "on-policy" else []
-    unit = gpus_per_node if gpus >= 2 * gpus_per_node else 1
-    seen = set()
-    for frac in SPLIT_FRACTIONS:
-        t = int(round(gpus * frac / unit)) * unit
-        if 0 < t < gpus and t not in seen:
-            seen.add(t)
+    nodes = max(1, gpus // gpus_per_node)
+    per_node = [nodes * k for k in range(1, min(gpus_per_node, gpus))] if gpus % gpus_per_node == 0 or \
+        gpus < gpus_per_node else []
+    whole = [gpus_per_node * k for k in range(1, nodes)]
+    for t in sorted(set(per_node) | set(whole)):
+        if 0 < t < gpus:
             out.append(Placement(kind="split", gpus=gpus, train_gpus=t))
     return out
 
