@@ -31,6 +31,10 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
         a += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
     if s.recompute == "full":
         a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif s.recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+        if s.recompute_modules:
+            a += ["--recompute-modules", *s.recompute_modules]
     if job.use_ref:
         a += ["--use-kl-loss"]
     if plan.offload in ("optimizer", "all"):

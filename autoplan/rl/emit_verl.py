@@ -63,6 +63,11 @@ def overrides(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
         o += [f"+{a}.actor.megatron.override_transformer_config.recompute_granularity=full",
               f"+{a}.actor.megatron.override_transformer_config.recompute_method=uniform",
               f"+{a}.actor.megatron.override_transformer_config.recompute_num_layers=1"]
+    if s.recompute == "selective":
+        o.append(f"+{a}.actor.megatron.override_transformer_config.recompute_granularity=selective")
+        if s.recompute_modules:
+            o.append(f"+{a}.actor.megatron.override_transformer_config.recompute_modules="
+                     f"[{','.join(s.recompute_modules)}]")
     if s.last_stage_layers is not None:
         o.append(f"+{a}.actor.megatron.override_transformer_config.num_layers_in_last_pipeline_stage="
                  f"{s.last_stage_layers}")

@@ -198,7 +198,9 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
 def _distinct(plans: List[RLPlan], top_k: int) -> List[RLPlan]:
     out, seen = [], set()
     for p in plans:
-        key = (p.placement.kind, p.placement.train_gpus, p.strategy.key(), p.offload, p.rollout)
+        # one plan per layout: settings that differ only in the engine's memory share are one choice
+        key = (p.placement.kind, p.placement.train_gpus, p.strategy.key(), p.offload,
+               p.rollout.model_copy(update={"gpu_memory_utilization": 0.0}))
         if key in seen:
             continue
         seen.add(key)
