@@ -2,7 +2,7 @@
 RAM figure and layout, with the prediction and its error; then the planner's own choice against the published
 layout on each run, and the time `autoplan rl` takes for Qwen3-30B-A3B GRPO on 32 H100.
 
-Run: python -m benchmarks.rl_published  (prints the table; the committed output is benchmarks/results/rl_published_*.txt)
+Run: python -m benchmarks.rl_published  (prints the table; committed output: benchmarks/results/rl_published_*.txt)
 
 Sources (verl @ b178a3cd, 2026-01-29; slime @ 624b824a):
 - V3: verl docs/perf/dpsk.md "Benchmark": DeepSeek 671b on 96 GPUs (H20 96GB, per the same page), mean response
@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 from autoplan.clusterio import load_cluster
 from autoplan.modelio import load_model

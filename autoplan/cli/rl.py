@@ -50,7 +50,7 @@ def rl_cmd(
     from autoplan.errors import InputError
     from autoplan.modelio import load_model
     from autoplan.rl import spec as S
-    from autoplan.rl.search import Fixed, search
+    from autoplan.rl.search import search
 
     _check_choice("--algo", algo, S.ALGOS)
     _check_choice("--mode", mode, S.MODES)

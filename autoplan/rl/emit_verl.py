@@ -95,7 +95,7 @@ def render(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: i
     o = overrides(plan, model, job, model_path, gpus_per_node)
     module, config = ENTRY[job.mode]
     config_path = "" if job.mode == "on-policy" else " --config-path=config"
-    lines = [f"#!/usr/bin/env bash",
+    lines = ["#!/usr/bin/env bash",
              f"# verl {VERL_VERSION}: {plan.placement.kind} placement, predicted step {plan.step_time_s:.1f} s "
              f"({plan.samples_per_s:.2f} samples/s)",
              "set -euo pipefail",
