@@ -188,6 +188,22 @@ def test_one_step_off_overlaps_rollout_with_training():
     assert off.step_time_s < on.step_time_s
 
 
+def test_ppo_prices_the_critic_it_is_given():
+    actor = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    fixed = Fixed(train={"tp": 2, "pp": 1}, offload="swap", placement=Placement(kind="colocated", gpus=16,
+                                                                                 train_gpus=16),
+                  rollout={"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6})
+    (grpo,), _ = search(actor, c, _job(), fixed, top_k=1)
+    (same,), _ = search(actor, c, _job(algo="ppo"), fixed, top_k=1)
+    (small,), _ = search(actor, c, _job(algo="ppo"), fixed, top_k=1, critic=load_model("qwen2.5-math-7b", ()))
+    assert grpo.phases["reward"] == 0.0
+    assert same.phases["reward"] == pytest.approx(same.phases["old_log_prob"])  # a critic of the actor's shape
+    assert same.phases["train"] > 1.9 * grpo.phases["train"]
+    assert 0.0 < small.phases["reward"] < same.phases["reward"]  # Qwen2.5-Math-7B is smaller than Llama-3-8B
+    assert small.host_mem_gib < same.host_mem_gib
+
+
 def test_parsers_refuse_bad_text():
     assert parse_rollout("tp=2,engines=4,gpu_memory_utilization=0.6") == {"tp": 2, "engines": 4,
                                                                          "gpu_memory_utilization": 0.6}

@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
 
 def rl_cmd(
     model: str = typer.Option(..., "--model", help="Actor: catalogue name, HF config.json or native spec."),
-    critic: Optional[str] = typer.Option(None, "--critic", help="Critic model (PPO); default: the actor's shape."),
+    critic: Optional[str] = typer.Option(None, "--critic", help="Critic model (PPO); default: the actor's shape "
+                                         "(verl initialises the critic from the actor)."),
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override an actor model field: key=value."),
     cluster: str = typer.Option(..., "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
     gpus: int = typer.Option(..., "--gpus", help="GPUs in the job (rollout and training together)."),
@@ -88,13 +89,12 @@ def rl_cmd(
                   max_response_len=longest, mode=mode, use_ref=not no_ref, mini_batches=mini_batches,
                   host_mem_gib=S.host_mem_default(c.gpu.id, host_mem_gib))
     fixed = _fixed(train_strategy, rollout, placement, gpus, engine)
-    notes = []
-    if critic:
-        cm = load_model(critic, ())
-        notes.append(f"critic {cm.name}: priced with the actor's training layout and shape")
-    if algo == "grpo":
-        notes.append("reward: rule-based (no reward model forward)")
-    plans, any_fit = search(m, c, job, fixed, top_k=top)
+    notes = ["reward: rule-based (no reward model forward)"]
+    cm = load_model(critic, ()) if critic else None
+    if algo == "ppo":
+        notes.append(f"critic {cm.name if cm else m.name}: trained on the actor's layout; its value pass is the "
+                     f"'reward' phase")
+    plans, any_fit = search(m, c, job, fixed, top_k=top, critic=cm)
     result = {"plans": [p.to_dict(job) for p in plans], "model": m.name, "cluster": c.gpu.id, "gpus": gpus,
               "job": job.model_dump(), "feasible": any_fit, "notes": notes + list(m.notes)}
     if emit and any_fit:

@@ -158,8 +158,11 @@ def _offloads(placement: Placement, fixed: Fixed) -> Sequence[str]:
     return OFFLOADS if placement.kind == "colocated" else ("none", "optimizer")
 
 
-def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top_k: int = 5):
-    """(plans best first, notes). Plans that do not fit are kept only when nothing fits (marked fits=false)."""
+def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top_k: int = 5,
+           critic: Optional[ModelSpec] = None):
+    """(plans best first, whether any fits). Plans that do not fit are kept only when nothing fits (fits=false).
+    PPO trains a critic (`critic`, default the actor's shape, as verl initialises it from the actor) on the
+    training layout beside the actor."""
     hw = hardware_of(cluster)
     gpn = cluster.gpu.gpus_per_node
     plans: List[RLPlan] = []
@@ -169,11 +172,16 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
                              f"--placement split:TRAIN_GPUS or --mode on-policy")
         train_cluster = cluster.model_copy(update={"num_gpus": pl.train_gpus})
         strategies = _train_candidates(model, train_cluster, job, fixed)
+        critic_model = (critic or model) if job.algo == "ppo" else None
+        if critic_model is not None:
+            strategies = _legal_for(critic_model, train_cluster, job, strategies)
         offs = list(_offloads(pl, fixed))
         if not strategies:
             continue
         rows = [(s, o) for o in offs for s in strategies]
         tp = price_training(model, train_cluster, job, [s for s, _ in rows], [o for _, o in rows])
+        cp = price_training(critic_model, train_cluster, job, [s for s, _ in rows], [o for _, o in rows]) \
+            if critic_model is not None else None
         keep = _best_training(tp, rows, hw.capacity_bytes, job)
         layouts = rollout_layouts(model, pl.rollout_gpus, fixed)
         if not layouts and fixed.rollout:
@@ -185,7 +193,7 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
         for i in keep:
             s, off = rows[i]
             for lay in layouts:
-                plans.append(_assemble(model, cluster, hw, job, pl, s, off, lay, sims[lay], tp, i))
+                plans.append(_assemble(model, cluster, hw, job, pl, s, off, lay, sims[lay], tp, cp, i))
     if not plans:
         raise InputError("no training layout is legal for this model on these GPU counts; pass --gpus with a "
                          "multiple of the GPUs per node or --train-strategy")
@@ -193,6 +201,36 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
     pool = fitting if fitting else plans
     pool.sort(key=lambda p: (-p.samples_per_s if math.isfinite(p.samples_per_s) else math.inf, p.peak_mem_gib))
     return _distinct(pool, top_k), bool(fitting)
+
+
+def _legal_for(model: ModelSpec, cluster: ClusterSpec, job: RLJob, strategies) -> list:
+    from autoplan.rl.train import workload_of
+    from autoplan.validate import first_broken_rule
+
+    wl = workload_of(job)
+    return [s for s in strategies if first_broken_rule(model, cluster, wl, s) is None]
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One trained model (actor or critic) of one candidate: its update and log-prob pass, GPU memory while
+    training and while a colocated engine generates, host RAM per rank."""
+
+    train_s: float
+    log_prob_s: float
+    peak_bytes: float
+    resident_bytes: float
+    host_bytes: float
+
+
+def _side(tp: TrainPhases, i: int, off: str, colocated: bool, cluster: ClusterSpec) -> _Side:
+    swapped = {"all": tp.weights_bytes[i] + tp.grads_bytes[i],
+               "swap": tp.weights_bytes[i] + tp.grads_bytes[i] + tp.optimizer_bytes[i]}.get(off, 0.0)
+    swap = float(swap_seconds(np.array(swapped), cluster)) if colocated else 0.0
+    return _Side(train_s=float(tp.train[i]) + float(tp.cpu_adam[i]) + swap, log_prob_s=float(tp.log_prob[i]),
+                 peak_bytes=float(tp.peak_bytes[i]),
+                 resident_bytes=M.resident_during_rollout(tp, i, off),
+                 host_bytes=M.host_bytes_per_rank(tp, i, off, False, False, 0.0))
 
 
 def _distinct(plans: List[RLPlan], top_k: int) -> List[RLPlan]:
@@ -224,17 +262,13 @@ def _best_training(tp: TrainPhases, rows, capacity: float, job: RLJob) -> List[i
 
 
 def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: str, lay: RolloutLayout,
-              sim: R.RolloutTime, tp: TrainPhases, i: int) -> RLPlan:
+              sim: R.RolloutTime, tp: TrainPhases, cp: Optional[TrainPhases], i: int) -> RLPlan:
     colocated = pl.kind == "colocated"
-    log_prob = float(tp.log_prob[i])
-    swapped = {"all": tp.weights_bytes[i] + tp.grads_bytes[i],
-               "swap": tp.weights_bytes[i] + tp.grads_bytes[i] + tp.optimizer_bytes[i]}.get(off, 0.0)
-    swap = float(swap_seconds(np.array(swapped), cluster)) if colocated else 0.0
-    train = float(tp.train[i]) + float(tp.cpu_adam[i]) + swap
-    critic = job.algo == "ppo"
-    reward = log_prob if critic else 0.0  # PPO: the critic's value pass (same size and layout as the actor)
-    if critic:
-        train *= 2.0  # the critic's update beside the actor's
+    actor = _side(tp, i, off, colocated, cluster)
+    log_prob = actor.log_prob_s
+    critic = _side(cp, i, off, colocated, cluster) if cp is not None else None
+    train = actor.train_s + (critic.train_s if critic else 0.0)
+    reward = critic.log_prob_s if critic else 0.0  # PPO: the critic's value pass; GRPO: rule-based reward
     method = "ipc" if colocated else "broadcast"
     pp_net = s.pp > 1 and s.tp * s.pp > cluster.gpu.gpus_per_node
     refits = {m: F.refit_seconds(model, lay, hw, m, s.tp, s.pp, s.ep, pp_net)
@@ -251,11 +285,15 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     else:
         step = max(phases["rollout"], trainer_side) + phases["refit"]
     rollout_bytes = R.rollout_gpu_bytes(model, lay, hw)
-    resident = M.resident_during_rollout(tp, i, off) if colocated else 0.0
+    resident = (actor.resident_bytes + (critic.resident_bytes if critic else 0.0)) if colocated else 0.0
     engine_w = R.engine_weights(model, lay).total
-    mem = {"train": float(tp.peak_bytes[i]) / GIB, "rollout": (rollout_bytes + resident) / GIB}
+    train_peak = actor.peak_bytes
+    if critic:  # each trains while the other keeps what its offload setting leaves on the GPU
+        train_peak = max(actor.peak_bytes + critic.resident_bytes, critic.peak_bytes + actor.resident_bytes)
+    mem = {"train": train_peak / GIB, "rollout": (rollout_bytes + resident) / GIB}
     peak = max(mem.values())
-    host_rank = M.host_bytes_per_rank(tp, i, off, colocated, job.use_ref, engine_w)
+    host_rank = M.host_bytes_per_rank(tp, i, off, colocated, job.use_ref, engine_w) + (
+        critic.host_bytes if critic else 0.0)
     ranks = min(cluster.gpu.gpus_per_node, pl.train_gpus)
     host = host_rank * ranks / GIB
     longest = job.prompt_len + job.max_response_len
