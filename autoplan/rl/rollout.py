@@ -7,15 +7,16 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   coef * block_size * num_kv_heads * head_size * dtype_size, coef 2 (K and V) for full attention and 1 for MLA
   (`MLAAttentionSpec`: one latent of kv_lora_rank + qk_rope_head_dim per token, num_kv_heads 1, the same on every
   TP rank); num_kv_heads per rank is max(1, total_num_kv_heads // tensor_parallel_size)
-  (`vllm/config/model.py` `ModelConfig.get_num_kv_heads`). SGLang's `ModelRunner.profile_max_num_token`
-  (`sglang/srt/model_executor/model_runner.py`) uses the same cell size: num_kv_heads/tp * head_dim * layers * 2 *
-  dtype bytes, or (kv_lora_rank + qk_rope_head_dim) * layers * dtype bytes for MLA.
+  (`vllm/config/model.py` `ModelConfig.get_num_kv_heads`); vLLM's block count is available memory // page size //
+  layers. SGLang 0.5.23 (`sglang/srt/model_executor/pool_configurator.py` `_compute_cell_size`) uses the same cell
+  size: get_num_kv_heads(attn_tp_size) * (head_dim + v_head_dim) * layers * dtype bytes, or
+  `calculate_mla_kv_cache_dim` = kv_lora_rank + qk_rope_head_dim per layer for MLA.
 - KV capacity: vLLM `Worker.determine_available_memory` (`vllm/v1/worker/gpu_worker.py`): requested memory =
   total * gpu_memory_utilization, KV cache = requested - (weights + peak activation of the profiling run + memory
   not allocated by torch); the worker refuses to start when free memory is below the requested memory, so what
-  training leaves resident must fit beside it. SGLang: rest = memory free after the weights load - total * (1 -
-  mem_fraction_static), i.e. total * mem_fraction_static - weights - context; its activations and CUDA graphs live in
-  the other (1 - mem_fraction_static).
+  training leaves resident must fit beside it. SGLang: the KV pool takes what is free after the weights load less a slack of
+  B * (1 - mem_fraction_static) (B: the memory before the model loads; model_runner.py), i.e. total *
+  mem_fraction_static - weights - context; its activations and CUDA graphs live in that slack.
 - Profiling activation (vLLM `GPUModelRunner.profile_run`): one forward pass of max_num_batched_tokens tokens and a
   sampler pass over max_num_seqs rows of fp32 logits.
 - CUDA graphs: captured for batch sizes up to 512 (vLLM `CompilationConfig.max_cudagraph_capture_size` default 512;
