@@ -247,12 +247,22 @@ def test_cli_prices_a_given_layout_with_every_phase(capsys):
     (["--emit", "verl"], "--out"),
     (["--placement", "colocated", "--mode", "one-step-off"], "two GPU pools"),
     (["--placement", "split:8", "--rollout", "tp=2,engines=8"], "engines"),
+    (["--train-strategy", "tp=3"], "divisible"),
+    (["--train-strategy", "offload=maybe"], "offload"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, extra, words):
     code, out, err = run_cli(BASE + extra, capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
     assert out == ""
+
+
+def test_cli_a_given_training_layout_is_searched_over_the_placements_it_tiles(capsys):
+    code, out, err = run_cli(BASE + ["--train-strategy", "tp=2,pp=4", "--top", "20", "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert all(p["train"]["tp"] == 2 and p["train"]["pp"] == 4 for p in plans)
+    assert all(p["placement"]["train_gpus"] % 8 == 0 for p in plans)  # tp*pp = 8 tiles only these pools
 
 
 def test_cli_unknown_host_ram_is_asked_for(capsys):

@@ -146,9 +146,17 @@ def _train_candidates(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed:
     else:
         strategies = candidate_strategies(model, cluster.num_gpus, cluster.gpu.gpus_per_node)
     legal = [s for s in strategies if first_broken_rule(model, cluster, wl, s) is None]
-    if fixed.train and not legal and strategies:
-        raise InputError(f"--train-strategy on {cluster.num_gpus} training GPUs: "
-                         f"{first_broken_rule(model, cluster, wl, strategies[0])}")
+    if fixed.train and not legal:
+        given = ",".join(f"{k}={v}" for k, v in fixed.train.items())
+        rule = None
+        try:
+            probe = strategies[0] if strategies else strategy_from_mapping(
+                {"pp": 1, "ep": 1, "cp": 1, "mbs": 1, "zero": 1, "etp": 1, "recompute": "full", **fixed.train})
+            rule = first_broken_rule(model, cluster, wl, probe)
+        except ValueError as e:
+            rule = str(e).splitlines()[0]
+        raise InputError(f"--train-strategy {given} on {cluster.num_gpus} training GPUs: "
+                         f"{rule or 'no layout the search tries has these keys; give tp, pp and ep together'}")
     return legal
 
 
@@ -166,12 +174,19 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
     hw = hardware_of(cluster)
     gpn = cluster.gpu.gpus_per_node
     plans: List[RLPlan] = []
+    refused: Optional[InputError] = None
     for pl in placements(cluster.num_gpus, gpn, job, fixed):
         if pl.kind == "colocated" and job.mode != "on-policy":
             raise InputError(f"--mode {job.mode} overlaps rollout and training, which needs two GPU pools; use "
                              f"--placement split:TRAIN_GPUS or --mode on-policy")
         train_cluster = cluster.model_copy(update={"num_gpus": pl.train_gpus})
-        strategies = _train_candidates(model, train_cluster, job, fixed)
+        try:
+            strategies = _train_candidates(model, train_cluster, job, fixed)
+        except InputError as e:  # a given layout may not tile every pool size the search tries
+            if fixed.placement is not None:
+                raise
+            refused = refused or e
+            continue
         critic_model = (critic or model) if job.algo == "ppo" else None
         if critic_model is not None:
             strategies = _legal_for(critic_model, train_cluster, job, strategies)
@@ -194,6 +209,8 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
             s, off = rows[i]
             for lay in layouts:
                 plans.append(_assemble(model, cluster, hw, job, pl, s, off, lay, sims[lay], tp, cp, i))
+    if not plans and refused is not None:
+        raise refused
     if not plans:
         raise InputError("no training layout is legal for this model on these GPU counts; pass --gpus with a "
                          "multiple of the GPUs per node or --train-strategy")
