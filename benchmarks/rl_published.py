@@ -187,10 +187,28 @@ def main() -> int:
     for name, pub_s, pub_fit, best_s, best_fit, label in choice_rows:
         print(f"{name:36} {pub_s:16.1f} {str(pub_fit):>5} {best_s:9.1f} {str(best_fit):>5}  {label}")
     print()
+    _decode()
+    print()
     _sensitivity()
     print()
     _timing()
     return 0
+
+
+def _decode() -> None:
+    """vLLM's published decode latencies (autoplan.rl.rollout.DECODE_FIGURES; the per-step overhead is their median
+    residual, so these rows are the fit's own data)."""
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.rl import rollout as R
+    from autoplan.rl.spec import RolloutLayout
+
+    print("decode: vLLM performance benchmark latency tests (32 in, 128 out, batch 8, H200), ms")
+    hw = hardware_of(load_cluster("h200", 8))
+    for name, tp, ms in R.DECODE_FIGURES:
+        m, lay = load_model(name, ()), RolloutLayout(tp=tp, engines=1)
+        sm = R.step_model(m, lay, hw, 8)
+        got = (sum(sm.time(8, 8 * (32 + i)) for i in range(128)) + R.prefill_seconds(m, lay, hw, 8 * 32)) * 1e3
+        print(f"  {name:14} tp{tp}  published {ms:8.1f}  predicted {got:8.1f}  {got / ms - 1:+7.1%}")
 
 
 def _sensitivity() -> None:

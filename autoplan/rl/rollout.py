@@ -27,6 +27,10 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   sec. 3, S2); at large batch the GEMMs bound it (2 FLOPs per active parameter per token, at the GPU's MAMF
   fraction). A MoE layer reads only the experts its tokens chose: with k of E experts drawn per token, b tokens touch
   E * (1 - (1 - k/E)^b) experts on average (uniform routing).
+- Every decode step also pays the engine's per-step work outside the model (scheduling, input preparation,
+  sampling, output processing): STEP_OVERHEAD_S, taken from vLLM's published decode latencies (DECODE_FIGURES: its
+  performance benchmark's latency tests, 32 prompt tokens, 128 output tokens, batch 8, H200): the median over the
+  three models of (published latency - this model's time without the overhead) / 128 steps.
 - Without CUDA graphs (vLLM enforce_eager=True) every kernel is launched from the host: ~5 us each (NVIDIA,
   "Getting Started with CUDA Graphs", 2019: launch overhead of a few microseconds per kernel, which graphs remove);
   a decoder layer in vLLM's llama.py runs 9 modules (input norm, QKV, rotary, attention, output projection, post
@@ -55,6 +59,11 @@ MAX_CAPTURE_BATCH = 512  # vLLM CompilationConfig.max_cudagraph_capture_size def
 LAUNCH_S = 5e-6  # per kernel launched from the host (NVIDIA "Getting Started with CUDA Graphs")
 KERNELS_DENSE_LAYER = 11  # vLLM llama.py decoder layer: 9 modules + 2 TP all-reduces
 KERNELS_MOE_EXTRA = 7  # vLLM fused_moe: router, top-k, align, 2 grouped GEMMs, activation, sum
+# vLLM performance benchmark, latency tests (buildkite.com/vllm/performance-benchmark/builds/9515): input 32 tokens,
+# output 128 tokens, batch 8, H200, mean end-to-end latency in ms: (catalogue model, TP, latency).
+DECODE_FIGURES = (("llama3.1-8b", 1, 833.421), ("llama3-70b", 4, 2077.53), ("mixtral-8x7b", 2, 1917.44))
+# Per-step residuals of this module's decode model against DECODE_FIGURES: 2.81, 3.25, 4.73 ms; the median.
+STEP_OVERHEAD_S = 3.25e-3
 # Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
 MAX_NUM_SEQS = 1024
 MAX_NUM_BATCHED_TOKENS = 8192
@@ -162,6 +171,7 @@ class StepModel:
     attn_flops_per_token: float  # FLOPs per GPU per token of context in the group
     comm: np.ndarray  # seconds, by n
     launch: float  # seconds
+    overhead: float  # seconds: the engine's per-step work outside the model
     hbm: float
     flops: float
     dp: int
@@ -171,10 +181,11 @@ class StepModel:
         group_ctx = total_context / self.dp
         mem = (self.mem_fixed[n] + self.kv_read_per_token * group_ctx) / self.hbm
         comp = (self.flops_fixed[n] + self.attn_flops_per_token * group_ctx) / self.flops
-        return max(mem, comp) + self.comm[n] + self.launch
+        return max(mem, comp) + self.comm[n] + self.launch + self.overhead
 
 
-def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int) -> StepModel:
+def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,
+               overhead: float = STEP_OVERHEAD_S) -> StepModel:
     n = np.arange(max_batch + 1, dtype=float)
     gpus = layout.gpus_per_engine
     w = engine_weights(model, layout)
@@ -201,6 +212,7 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
         launch = LAUNCH_S * (model.num_layers * KERNELS_DENSE_LAYER + model.num_moe_layers * KERNELS_MOE_EXTRA)
     return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_bytes_per_token(model, layout.tp),
                      flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm), launch=launch,
+                     overhead=overhead,
                      hbm=hw.hbm_bytes_per_s * HBM_EFFICIENCY, flops=hw.peak_flops_bf16 * hw.gemm_eff_bf16,
                      dp=layout.dp)
 
