@@ -196,6 +196,24 @@ def test_a_plan_needing_more_host_ram_than_the_nodes_have_does_not_fit():
     assert not ok and not tight.fits and tight.host_mem_gib > 64
 
 
+def test_a_colocated_engine_shares_the_gpu_with_what_training_keeps():
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    rollout = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    plans = {off: search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload=off, placement=col,
+                                             rollout=rollout), top_k=1)[0][0] for off in ("all", "optimizer", "none")}
+    engine = R.rollout_gpu_bytes(m, RolloutLayout(**rollout), hw) / GIB
+    from autoplan.rl.train import price_training
+    strategy = plans["all"].strategy
+    context = float(price_training(m, c, _job(), [strategy], ["all"]).context_bytes[0]) / GIB
+    assert context > 0  # the training worker's CUDA context and NCCL buffers stay
+    assert plans["all"].memory_gib["rollout"] == pytest.approx(engine + context, rel=0.02)
+    assert plans["all"].memory_gib["rollout"] < plans["optimizer"].memory_gib["rollout"] < \
+        plans["none"].memory_gib["rollout"]
+
+
 def test_one_step_off_overlaps_rollout_with_training():
     m = load_model("llama3-8b", ())
     c = load_cluster("h100", 16)

@@ -19,10 +19,12 @@ from autoplan.rl.train import CPU_ADAM_STATE_BYTES_PER_PARAM, TrainPhases
 
 
 def resident_during_rollout(tp: TrainPhases, i: int, offload: str) -> float:
-    """Bytes training leaves on a GPU while a colocated engine generates."""
+    """Bytes training leaves on a GPU while a colocated engine generates: its process's CUDA context and NCCL
+    buffers always (the worker lives on), and the states its offload setting keeps."""
+    context = float(tp.context_bytes[i])
     if offload in ("all", "swap"):
-        return 0.0
-    kept = float(tp.weights_bytes[i] + tp.grads_bytes[i])
+        return context
+    kept = context + float(tp.weights_bytes[i] + tp.grads_bytes[i])
     return kept if offload == "optimizer" else kept + float(tp.optimizer_bytes[i])
 
 

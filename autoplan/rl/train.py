@@ -46,6 +46,7 @@ class TrainPhases:
     log_prob: np.ndarray  # one forward pass of one model over the batch
     cpu_adam: np.ndarray
     peak_bytes: np.ndarray  # GPU, during the update (optimizer on the host when offloaded)
+    context_bytes: np.ndarray  # the training process's CUDA context and NCCL buffers, resident in every phase
     weights_bytes: np.ndarray  # per GPU, bf16 weights of the peak rank
     grads_bytes: np.ndarray
     optimizer_bytes: np.ndarray
@@ -72,7 +73,9 @@ def price_training(model: ModelSpec, cluster: ClusterSpec, job: RLJob, strategie
                     / HOST_DRAM_BYTES_PER_S, 0.0)
     train = np.where(off, train - job.mini_batches * tt["optimizer"], train)
     peak = np.where(off, ev.peak_mem_bytes - ev.memory_terms["optimizer"], ev.peak_mem_bytes)
-    return TrainPhases(train=train, log_prob=log_prob, cpu_adam=adam, peak_bytes=peak, weights_bytes=weights,
+    context = ev.memory_terms["cuda_context"] + ev.memory_terms["nccl"]
+    return TrainPhases(train=train, log_prob=log_prob, cpu_adam=adam, peak_bytes=peak, context_bytes=context,
+                       weights_bytes=weights,
                        grads_bytes=ev.memory_terms["grads"], optimizer_bytes=ev.memory_terms["optimizer"],
                        params_per_gpu=params, ev=ev)
 
