@@ -2,7 +2,6 @@
 DeepSpeedConfig for DeepSpeed, parallel_state.initialize_model_parallel + TransformerConfig for megatron-core.
 Each engine runs in one subprocess (the process group is global state)."""
 import json
-from pathlib import Path
 
 import pytest
 
