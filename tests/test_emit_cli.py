@@ -8,11 +8,12 @@ import pytest
 from autoplan.cli.emit import load_plan, write_emitted
 from autoplan.errors import InputError
 from engine_checks.plans import GPT2_SMALL, golden_plans, make_plan
+from conftest import deadline_s
 
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "emit", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=deadline_s(40))
 
 
 def search_output(plans):

@@ -13,6 +13,7 @@ from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed, hostfile_text, node_slots
 from autoplan.integrations.extlocks import environment_root
 from engine_checks.plans import LLAMA_8B, TINY, make_plan
+from conftest import deadline_s
 
 FAKE_DEEPSPEED = """#!/usr/bin/env bash
 # Records the runner's argv and the hostfile it was given, one JSON object.
@@ -45,7 +46,7 @@ def run_launch(folder, bin_dir, env_extra=None, args=()):
     env.pop("SLURM_JOB_NODELIST", None)
     env.update(env_extra or {})
     out = subprocess.run(["bash", str(folder / "launch.sh"), *args], capture_output=True, text=True, env=env,
-                         timeout=60)
+                         timeout=deadline_s(20))
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -58,7 +58,7 @@ def terminate_group(proc):
     """SIGTERM torchrun (it stops the workers, each in a session of its own); SIGKILL the group if that hangs too."""
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=60)
+        proc.wait(timeout=deadline_s(20))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -74,8 +74,9 @@ def stop_group(proc):
     return proc.communicate()[0]
 
 
-def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=600):
+def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=None):
     """Run the emitted ds_train.py under torchrun; on timeout the whole group is killed."""
+    timeout = timeout or deadline_s(200)  # a safety net only: a tiny model trains in a few start-ups
     cmd, proc = start_emitted(tmp_path, plan, iters, env_extra)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -156,7 +157,7 @@ def test_injected_hang_is_stopped_by_timeout(tmp_path):
         assert ended_with is None, "the run ended on its own past the injected hang"
     finally:
         terminate_group(proc)  # the deadline stops it, as a probe's watchdog does
-        reader.join(timeout=60)
+        reader.join(timeout=deadline_s(20))
     output = "".join(lines)
     assert "AUTOPLAN_FAULT=hang: rank 0 sleeping" in output
     assert "AUTOPLAN_ITER" not in output

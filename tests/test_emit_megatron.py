@@ -13,6 +13,7 @@ from autoplan.integrations.megatron import moe_layer_pattern
 from engine_checks.golden import check_golden
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
                                  make_plan)
+from conftest import deadline_s
 
 VERIFIED = Path(__file__).parent / "engine_checks" / "megatron_args_verified.txt"
 MEGATRON_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
@@ -246,7 +247,7 @@ def test_llama2_7b_args_file_reads_with_shlex(tmp_path):
 
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "llama2-7b", "--cluster",
                           "a100-80g", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "5", "--json"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=deadline_s(100))
     assert out.returncode == 0, out.stderr
     (tmp_path / "plans.json").write_text(out.stdout)
     for i in range(5):
