@@ -134,6 +134,7 @@ def inexpressible_problem(m: ModelSpec) -> Optional[str]:
         (f"a Mamba / attention hybrid layer pattern (hybrid_layer_pattern={m.hybrid_layer_pattern!r}; Megatron-LM "
          "trains it with pretrain_mamba.py --hybrid-override-pattern)", m.is_hybrid),
         *_mla_yarn_inexpressible(m),
+        *_router_inexpressible(m),
     ) if present]
     if missing:
         return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "
@@ -155,6 +156,21 @@ def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
         (f"MLA YaRN original_max_position_embeddings={original} (Megatron fixes 4096)", original not in (0, 4096)),
         (f"MLA YaRN rope_beta_fast={_num(betas[0])}, rope_beta_slow={_num(betas[1])} (Megatron fixes 32 and 1)",
          betas != (32.0, 1.0)),
+    ]
+
+
+def _router_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
+    """Routing Megatron's TopKRouter cannot train (moe_utils.py topk_routing_with_score_function, group_limited_topk):
+    it renormalises sigmoid top-k scores whenever k > 1 and ranks groups by the sum of their top k/group_topk scores."""
+    if not m.is_moe:
+        return []
+    return [
+        ("a sigmoid router without renormalised top-k weights (moe_router_norm_topk_prob=false)",
+         m.moe_router_score_function == "sigmoid" and not m.moe_router_norm_topk_prob and m.moe_router_topk > 1),
+        ("an expert-bias (aux-loss-free) router on softmax scores (Megatron's bias needs the sigmoid router)",
+         m.moe_router_expert_bias and m.moe_router_score_function != "sigmoid"),
+        ("groups ranked by their best expert (moe_router_group_by_max=true, HF topk_method group_limited_greedy)",
+         m.moe_router_group_by_max and m.moe_router_num_groups > 0),
     ]
 
 
@@ -275,10 +291,31 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
     dispatcher = ["flex", "--moe-flex-dispatcher-backend", "hybridep"] if s.moe_flex_dispatcher else ["alltoall"]
     # Fused permute/unpermute (TransformerEngine >= 2.1, transformer_config.py moe_permute_fusion): the cost model
     # prices the MoE permutation with these kernels.
-    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher,
-          "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", _num(m.moe_aux_loss_coeff)]
+    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher]
+    a += _router_args(m)
     if m.swiglu_limit:  # gpt-oss routes in fp32 (examples/gptoss/02_train.sh)
         a += ["--moe-router-dtype", "fp32"]
+    return a
+
+
+def _router_args(m: ModelSpec) -> List[str]:
+    """The model's routing and balancing (moe_utils.py topk_routing_with_score_function, router.py TopKRouter):
+    score function, softmax before or after the top-k, aux-loss-free expert bias, weight scaling, group-limited
+    routing, and the balancing loss with its weight. Absent flags are Megatron's defaults (softmax after the
+    top-k, no bias, no scaling, no groups)."""
+    a = ["--moe-router-score-function", "sigmoid"] if m.moe_router_score_function == "sigmoid" else []
+    if m.moe_router_score_function == "softmax" and not m.moe_router_norm_topk_prob:
+        a += ["--moe-router-pre-softmax"]  # softmax over all experts, top-k probabilities not renormalised
+    if m.moe_router_expert_bias:  # bias update rate: Megatron's default 1e-3 (DeepSeek-V3 report sec. 4.2 gamma)
+        a += ["--moe-router-enable-expert-bias"]
+    if m.moe_router_topk_scaling_factor != 1.0:
+        a += ["--moe-router-topk-scaling-factor", _num(m.moe_router_topk_scaling_factor)]
+    if m.moe_router_num_groups:
+        a += ["--moe-router-num-groups", str(m.moe_router_num_groups),
+              "--moe-router-group-topk", str(m.moe_router_group_topk)]
+    a += ["--moe-router-load-balancing-type", m.moe_load_balancing]
+    if m.moe_load_balancing != "none":
+        a += ["--moe-aux-loss-coeff", _num(m.moe_aux_loss_coeff)]
     return a
 
 
