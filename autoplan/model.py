@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, Tuple
+from typing import List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -240,6 +240,18 @@ class ModelSpec(BaseModel):
     def bf16_layer_fraction(self) -> float:
         """Share of the layers whose GEMMs stay bf16 under an FP8/FP4 recipe."""
         return (self.bf16_first_layers + self.bf16_last_layers) / self.num_layers
+
+    def window_binds(self, seq_len: int) -> bool:
+        """Whether the sliding window limits attention at this sequence length: a window of w tokens (the query
+        included) changes nothing when no sequence is longer than w."""
+        return bool(self.sliding_window and self.num_sliding_window_layers) and self.sliding_window < seq_len
+
+    def window_note(self, seq_len: int) -> List[str]:
+        """The plan's note when the window cannot bind (Phi-4-mini: 262,144 tokens)."""
+        if not self.sliding_window or not self.num_sliding_window_layers or self.window_binds(seq_len):
+            return []
+        return [f"sliding_window={self.sliding_window} is not shorter than seq_len={seq_len}: the window never limits "
+                f"attention, so it is priced as full attention and left out of the launch files"]
 
     @property
     def is_hybrid(self) -> bool:

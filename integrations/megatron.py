@@ -88,7 +88,7 @@ def check_megatron_plan(plan: Plan) -> None:
         m.position_embedding == "learned" and w.seq_len > m.max_position_embeddings and
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
         _pipeline_split_problem(m, s),
-        _window_problem(m),
+        _window_problem(m, w.seq_len),
         inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
@@ -174,9 +174,9 @@ def _router_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
     ]
 
 
-def _window_problem(m: ModelSpec) -> Optional[str]:
+def _window_problem(m: ModelSpec, seq_len: int) -> Optional[str]:
     n, layers = m.num_sliding_window_layers, m.num_layers
-    if m.sliding_window and n not in (0, layers, (layers + 1) // 2):
+    if m.window_binds(seq_len) and n not in (0, layers, (layers + 1) // 2):
         return (f"num_sliding_window_layers={n} of {layers}: Megatron patterns here are all layers or every other "
                 f"layer; use {layers} or {(layers + 1) // 2}")
     return None
@@ -217,7 +217,7 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a += [] if m.add_bias_linear else ["--disable-bias-linear"]
     a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
     a += ["--qk-layernorm"] if m.qk_layernorm else []
-    if m.sliding_window and m.num_sliding_window_layers:
+    if m.window_binds(seq_len):  # a window as long as the sequence is full attention (ModelSpec.window_note)
         # flash-attention's (left, right) window: `left` keys before the query plus itself, so HF sliding_window
         # 128 is 127,0 (Megatron-LM examples/gptoss/02_train.sh --window-size 127,0).
         a += ["--window-size", f"{m.sliding_window - 1},0"]

@@ -390,3 +390,24 @@ def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_p
         out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
                              text=True).stdout.splitlines()
         assert out[:6] == ["--nnodes", "32", "--node_rank", node_rank, "--nproc_per_node", nproc]
+
+
+def test_window_longer_than_the_sequence_is_dropped_and_noted():
+    """Phi-4-mini's sliding_window 262144 (config.json of microsoft/Phi-4-mini-instruct) never binds at 4096 tokens:
+    no --window-size 262143,0 in the launch, a note in the plan; a 2047-token window at 4096 is written."""
+    import json
+
+    from autoplan.costmodel.estimate import estimate
+    from autoplan.modelio import from_hf_config
+
+    config = json.loads((Path(__file__).parent / "data" / "hf_configs" / "phi3_mini_4k_instruct.json").read_text())
+
+    long_window = from_hf_config({**config, "sliding_window": 262144, "max_position_embeddings": 131072}, "phi4")
+    assert long_window.sliding_window == 262144 and long_window.num_sliding_window_layers == 32
+    plan = make_plan(long_window, 8, 4096, 32, tp=2, sp=True)
+    assert "--window-size" not in flags(plan) and "--window-attn-skip-freq" not in flags(plan)
+    est = estimate(plan.model, plan.cluster, plan.strategy, plan.workload)
+    assert any("sliding_window=262144 is not shorter than seq_len=4096" in n for n in est.notes), est.notes
+    short = make_plan(from_hf_config(config, "phi3"), 8, 4096, 32, tp=2, sp=True)
+    assert flags(short)["--window-size"] == "2046,0"
+    assert not short.model.window_note(4096)
