@@ -1,7 +1,8 @@
 """Megatron-LM launch files for a plan: the `pretrain_gpt.py` argument list, a torchrun script and a Slurm script.
 
-Every argument name is one that Megatron-LM's `megatron/training/arguments.py` defines (the verified list and the
-commit it was read at live in `tests/engine_checks/megatron_args_verified.txt`). The engine rules checked here are
+The files target one Megatron-LM release (integrations/megatron_releases.py, --megatron-version): every argument
+name and value written is one that release's `megatron/training/arguments.py` parser accepts, spelled as it spells
+it, or the emit is refused naming the flag. The engine rules checked here are
 the ones that would otherwise fail only after the job starts; each cites `validate_args` [V],
 `TransformerConfig.__post_init__` [TC] or the runtime [RT] (see docs/sources.md)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from autoplan.results import Plan
 from autoplan.strategy import Strategy
 from autoplan.validate import effective_fp8_recipe, first_broken_rule, interleaved_schedule_problem
 from autoplan.integrations.engines import is_blackwell_or_newer
+from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, describe, for_release, release_problem
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
 DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--train-iters N` to train.sh to override
@@ -124,7 +126,7 @@ def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
 
 
 def inexpressible_problem(m: ModelSpec) -> Optional[str]:
-    """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py at the verified commit): the
+    """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py of every release in megatron_releases.py): the
     files would train a different model, so they are refused, never written without them."""
     missing = [what for what, present in (
         (f"a {m.gate_activation}-gated MLP (GeGLU; gate_activation={m.gate_activation})",
@@ -432,15 +434,17 @@ def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
     return a
 
 
-def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> List[str]:
-    """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan."""
+def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS,
+                  release: str = DEFAULT_RELEASE) -> List[str]:
+    """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan, in the names of `release`
+    (a tag of megatron_releases.RELEASES); InputError for a flag or value that release lacks."""
     check_megatron_plan(plan)
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
-    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
-            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
-            + _optimizer_args(m, s)
-            + _training_args(plan, probe, probe_iters))
+    return for_release(_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
+                       + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
+                       + _optimizer_args(m, s)
+                       + _training_args(plan, probe, probe_iters), release)
 
 
 def args_to_lines(argv: List[str]) -> List[str]:
@@ -467,17 +471,18 @@ def needs_max_connections_1(plan: Plan) -> bool:
     return (s.tp > 1 or s.cp > 1) and s.zero < 2 and not is_blackwell_or_newer(plan.cluster.gpu)
 
 
-def _header(plan: Plan, probe: bool) -> str:
+def _header(plan: Plan, probe: bool, release: str) -> str:
     est = plan.estimate
     kind = "probe run" if probe else "training run"
     return (f"# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, "
             f"seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n"
             f"# predicted: {est.step_time_s:.3f} s/step, {est.tokens_per_s_per_gpu:.0f} tokens/s/GPU, "
-            f"peak {est.peak_mem_gib:.1f} GiB\n")
+            f"peak {est.peak_mem_gib:.1f} GiB\n"
+            f"# for {describe(release)}: its arguments.py accepts every flag here\n")
 
 
-def train_script(plan: Plan, probe: bool = False) -> str:
+def train_script(plan: Plan, probe: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """torchrun launcher over nodes; reads megatron_args.txt next to it, extra arguments are appended."""
     layout = world_layout(plan)
     connections = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)\n"
@@ -488,7 +493,7 @@ def train_script(plan: Plan, probe: bool = False) -> str:
             # [V] TransformerEngine graphs with expandable segments need NCCL's graph registration off.
             connections += "export NCCL_GRAPH_REGISTER=0\n"
     return f"""#!/usr/bin/env bash
-{_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
+{_header(plan, probe, release)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
 # Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script), every SAVE_INTERVAL iterations.
 set -euo pipefail
@@ -499,7 +504,7 @@ NODE_RANK=${{NODE_RANK:-0}}
 {_gpus_per_node_lines(layout)}
 MASTER_ADDR=${{MASTER_ADDR:-localhost}}
 MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
-{connections}
+{connections}{_version_check(release)}
 CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"  # --save/--load in megatron_args.txt
 SAVE_INTERVAL="${{SAVE_INTERVAL:-{DEFAULT_SAVE_INTERVAL}}}"  # --save-interval, iterations
 
@@ -521,7 +526,7 @@ exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPU
 """
 
 
-def sbatch_script(plan: Plan, probe: bool = False) -> str:
+def sbatch_script(plan: Plan, probe: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """Slurm batch script: one task per node, each running train.sh with its node rank."""
     layout = world_layout(plan)
     name = f"autoplan-{'probe-' if probe else ''}{plan.model.name}".replace(" ", "_")
@@ -529,7 +534,7 @@ def sbatch_script(plan: Plan, probe: bool = False) -> str:
     gpus_export = f"GPUS_PER_NODE={layout['gpus_per_node']} " if layout["last_node_gpus"] == layout["gpus_per_node"] \
         else ""
     return f"""#!/usr/bin/env bash
-{_header(plan, probe)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
+{_header(plan, probe, release)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name={name}
 #SBATCH --nodes={layout['nodes']}
 #SBATCH --ntasks-per-node=1
@@ -546,10 +551,32 @@ srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID"
 """
 
 
-def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> Dict[str, str]:
-    """{filename: text} of the Megatron-LM launch files for the plan."""
-    argv = megatron_args(plan, probe=probe, probe_iters=probe_iters)
+# The flags train.sh and CHECKPOINT_LINES add to megatron_args.txt, with sample values, checked against the release.
+LAUNCH_FLAGS = ["--save", "dir", "--load", "dir", "--save-interval", "500", "--data-path", "prefix",
+                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "name"]
+
+
+def _version_check(release: str) -> str:
+    """train.sh lines that warn when the checkout is another release than the files were checked against
+    (megatron/core/package_info.py MAJOR / MINOR)."""
+    version = release[len("core_v"):].rsplit(".", 1)[0]
+    return f"""INFO="$MEGATRON_LM/megatron/core/package_info.py"
+FOUND="$(sed -n 's/^MAJOR = //p' "$INFO" 2>/dev/null || true).$(sed -n 's/^MINOR = //p' "$INFO" 2>/dev/null || true)"
+if [[ "$FOUND" != "{version}" ]]; then
+  echo "warning: megatron_args.txt was checked against Megatron-LM {release}; $MEGATRON_LM is version $FOUND," >&2
+  echo "  whose parser may reject or rename flags; re-emit with --megatron-version" >&2
+fi
+"""
+
+
+def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS,
+                  release: str = DEFAULT_RELEASE) -> Dict[str, str]:
+    """{filename: text} of the Megatron-LM launch files for the plan, for Megatron-LM `release`."""
+    argv = megatron_args(plan, probe=probe, probe_iters=probe_iters, release=release)
+    problem = release_problem(LAUNCH_FLAGS, release)
+    if problem:
+        raise InputError(problem)
     lines = args_to_lines(argv) + ([] if probe else list(CHECKPOINT_LINES))  # a probe saves nothing
-    args_text = _header(plan, probe) + "\n".join(lines) + "\n"
-    return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe),
-            "sbatch.sh": sbatch_script(plan, probe)}
+    args_text = _header(plan, probe, release) + "\n".join(lines) + "\n"
+    return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe, release),
+            "sbatch.sh": sbatch_script(plan, probe, release)}
