@@ -22,6 +22,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do [[ "${args[i]}" == --hostfile ]] && host
 python3 -c 'import json, sys; print(json.dumps({"argv": sys.argv[2:], "hostfile": open(sys.argv[1]).read() \
 if sys.argv[1] not in ("", "/dev/null") else None}))' "$hostfile" "$@"
 """
+TRAINING_ENV = {"MODEL_CONFIG": "/m/config.json", "DATA_PATH": "/d/corpus"}  # the training run's model and data
 FAKE_SSH = "#!/bin/sh\ntouch \"$(dirname \"$0\")/ssh-was-called\"\nexit 255\n"
 
 
@@ -54,20 +55,21 @@ def test_one_node_launches_without_a_hostfile(tmp_path):
     files = emit_deepspeed(make_plan(TINY, 8, 64, 16, zero=1))
     assert "hostfile" not in files
     write_files(tmp_path / "run", files)
-    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED), {"MASTER_PORT": "29777"},
-                      ["--iters", "3"])
+    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED),
+                      {"MASTER_PORT": "29777", **TRAINING_ENV}, ["--lr", "1e-4"])
     argv = seen["argv"]
     assert seen["hostfile"] is None
     assert argv[:6] == ["--hostfile", "/dev/null", "--num_gpus", "8", "--master_port", "29777"]
     assert "--num_nodes" not in argv and "--master_addr" not in argv
-    assert argv[6].endswith("/run/ds_train.py") and argv[-2:] == ["--iters", "3"]
+    assert argv[6].endswith("/run/ds_hf_train.py") and argv[-2:] == ["--lr", "1e-4"]
+    assert argv[9:13] == ["--model-config", "/m/config.json", "--data-path", "/d/corpus"]
 
 
 def test_several_nodes_launch_with_the_hostfile(tmp_path):
     files = emit_deepspeed(make_plan(LLAMA_8B, 16, 4096, 64, zero=3))
     assert files["hostfile"].splitlines()[1:] == ["node0 slots=8", "node1 slots=8"]
     write_files(tmp_path / "run", files)
-    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED))
+    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED), TRAINING_ENV)
     argv = seen["argv"]
     assert argv[:4] == ["--hostfile", str(tmp_path / "run" / "hostfile"), "--num_nodes", "2"]
     assert argv[4:8] == ["--master_addr", "node0", "--master_port", "29500"]
@@ -81,7 +83,7 @@ def test_slurm_rewrites_the_hostfile_with_the_allocated_nodes(tmp_path):
     write_files(tmp_path / "run", emit_deepspeed(plan))
     scontrol = "#!/bin/sh\nprintf 'gpu-a\\ngpu-b\\ngpu-c\\n'\n"
     seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED, scontrol=scontrol),
-                      {"SLURM_JOB_NODELIST": "gpu-[a-c]"})
+                      {"SLURM_JOB_NODELIST": "gpu-[a-c]", **TRAINING_ENV})
     assert seen["hostfile"].splitlines() == ["gpu-a slots=8", "gpu-b slots=8", "gpu-c slots=4"]
     assert seen["argv"][2:6] == ["--num_nodes", "3", "--master_addr", "gpu-a"]
 
