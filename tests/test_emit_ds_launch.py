@@ -122,3 +122,17 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
     assert sorted((r["rank"], r["iteration"]) for r in records) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert {r["world_size"] for r in records} == {2}
     assert not (bin_dir / "ssh-was-called").exists()
+
+
+def test_training_run_asks_for_its_data_and_model(tmp_path):
+    write_files(tmp_path / "run", emit_deepspeed(make_plan(TINY, 8, 64, 16, zero=1)))
+    bin_dir = fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED)
+    for env, message in (({"MODEL_CONFIG": "/m"}, "set DATA_PATH"), ({"DATA_PATH": "/d"}, "set MODEL_CONFIG")):
+        full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env}
+        for name in {"MODEL_CONFIG", "DATA_PATH", "PRETRAINED"} - set(env):
+            full.pop(name, None)
+        out = subprocess.run(["bash", str(tmp_path / "run" / "launch.sh")], capture_output=True, text=True, env=full,
+                             timeout=60)
+        assert out.returncode != 0 and message in out.stderr and out.stdout == ""
+    seen = run_launch(tmp_path / "run", bin_dir, {"PRETRAINED": "/ckpt/llama", "DATA_PATH": "/d"})
+    assert seen["argv"][9:11] == ["--pretrained", "/ckpt/llama"]
