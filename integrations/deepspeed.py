@@ -168,6 +168,9 @@ def ds_train_approximations(m: ModelSpec) -> List[str]:
         ("no attention sinks", m.attention_sinks),
         (f"GLU without the clamp (swiglu_limit={m.swiglu_limit})", m.swiglu_limit),
         (f"RoPE without {m.rope_scaling} scaling", m.rope_scaling != "none"),
+        ("a softmax top-k router without the model's sigmoid scores, expert bias, weight scaling or groups",
+         m.is_moe and (m.moe_router_score_function != "softmax" or m.moe_router_expert_bias
+                       or m.moe_router_topk_scaling_factor != 1.0 or m.moe_router_num_groups > 0)),
     ) if present]
 
 

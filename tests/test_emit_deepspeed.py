@@ -185,5 +185,7 @@ def test_launch_names_what_ds_train_approximates():
     assert "16-token sliding window" in line and "attention sinks" in line and "yarn" in line
     assert "approximates" not in emit_deepspeed(make_plan(GEMMA_LIKE, 2, 64, 8), probe=True)["launch.sh"]
     assert "stand-in" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8), train_script="mine.py")["launch.sh"]
+    v3_like = TINY_MOE.model_copy(update={"moe_router_score_function": "sigmoid", "moe_router_expert_bias": True})
+    assert "softmax top-k router" in emit_deepspeed(make_plan(v3_like, 2, 64, 8), probe=True)["launch.sh"]
     # The training run builds the user's Hugging Face model itself: nothing is approximated.
     assert "stand-in" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8))["launch.sh"]
