@@ -14,7 +14,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload, make_workload
 from autoplan.integrations import megatron_flags as MF
-from autoplan.integrations.megatron_model_args import megatron_model
+from autoplan.integrations.megatron_model_args import hybrid_pattern, megatron_model
 from autoplan.integrations.engines import check_deepspeed_keys
 
 
@@ -54,41 +54,102 @@ def _source_name(text_or_path: Union[str, Path]) -> str:
 
 def parse_megatron_flags(text: str) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
     """({flag: value or None}, {'world': N} when the launcher fixes it) of a launch script or argument list."""
-    launcher, words, _, _ = MF.launch_words(text)
-    world = MF.launcher_world(launcher)
-    return MF.parse_flags(words), ({"world": str(world)} if world else {})
+    launch = MF.launch_words(text)
+    world = MF.launcher_world(launch.launcher)
+    return MF.parse_flags(launch.words), ({"world": str(world)} if world else {})
 
 
-def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] = ()) -> ImportedConfig:
+# Entry scripts of Megatron-LM models that are not decoder-only GPTs, by the start of their name, and the
+# arguments only those models take (T5's encoder/decoder depths, BERT's WordPiece tokenizers).
+_NOT_GPT_ENTRIES = {"pretrain_bert": "BERT/T5", "pretrain_t5": "BERT/T5", "pretrain_ict": "BERT/T5 (ICT retriever)",
+                    "pretrain_vlm": "a vision-language model", "pretrain_vision": "a vision model",
+                    "pretrain_retro": "RETRO", "pretrain_mimo": "a multimodal (MIMO) model"}
+_BERT_T5_FLAGS = ("encoder-num-layers", "decoder-num-layers", "encoder-seq-length", "decoder-seq-length",
+                  "bert-binary-head", "bert-no-binary-head")
+
+
+def _refuse_other_models(entry: Optional[str], flags: Dict[str, Optional[str]]) -> None:
+    """A launch of a model that is not a decoder-only GPT (Mamba / hybrid / MoE included) is refused by its kind."""
+    kind = next((k for prefix, k in _NOT_GPT_ENTRIES.items() if entry and entry.startswith(prefix)), None)
+    if kind is None and (any(f in flags for f in _BERT_T5_FLAGS)
+                         or (flags.get("tokenizer-type") or "").startswith("BertWordPiece")):
+        kind = "BERT/T5"
+    if kind == "BERT/T5":
+        raise InputError(f"{entry or 'the arguments'}: BERT/T5 is not a decoder-only GPT model; autoplan plans "
+                         f"GPT/Mamba/MoE decoders")
+    if kind:
+        raise InputError(f"{entry} trains {kind}, not a decoder-only GPT model; autoplan plans GPT/Mamba/MoE "
+                         f"decoders (pretrain_gpt.py, pretrain_mamba.py, pretrain_hybrid.py)")
+
+
+def _job_value(flags: Dict[str, Optional[str]], flag: str, given: Optional[int], option: str,
+               notes: List[str]) -> Optional[int]:
+    """The command line's value, else the script's --flag. The command line wins, as --gpus over the launcher's
+    size and --strategy over the script's layout do: scripts take these from environment defaults
+    (`${MAX_SEQ_LENGTH:-8192}`) that a run changes; the replacement is noted."""
+    written = MF.typed(flags, flag, MF.pos_int)
+    if written is not None and given is not None and written != given:
+        notes.append(f"{option} {given} replaces the script's --{flag} {written}")
+    return given if given is not None else written
+
+
+def _fragment_tokenizer(flags: Dict[str, Optional[str]], env: Dict[str, str], notes: List[str]) -> None:
+    """A modelopt fragment names its tokenizer in TOKENIZER_MODEL, which Megatron-LM's examples/post_training/
+    modelopt/*.sh pass as --tokenizer-model ${TOKENIZER_MODEL}."""
+    model = env.get("TOKENIZER_MODEL") or env.get("HF_MODEL_CKPT")
+    if "tokenizer-model" not in flags and model and "$" not in model:
+        flags["tokenizer-model"] = model
+        notes.append(f"--tokenizer-model {model}: the fragment's TOKENIZER_MODEL, which modelopt's scripts pass")
+
+
+def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] = (), *,
+                       seq_len: Optional[int] = None, global_batch_size: Optional[int] = None,
+                       world_size: Optional[int] = None) -> ImportedConfig:
     """Model, strategy, workload and (when the launcher fixes it) world size of a Megatron-LM launch: a launch
-    script (its shell variables, arrays and branches read, never run), an argument file or argument text.
-    `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell it)."""
+    script (its shell variables, arrays and branches read, never run), an argument file, argument text, or a model
+    fragment (a script that only assigns MODEL_ARGS=...; the layout keys it does not write are left for the search
+    to choose). `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell
+    it); `seq_len`, `global_batch_size` and `world_size` are the job from the command line: they fill what the
+    script lacks and replace what it writes (named in the notes)."""
     from autoplan.modelio import parse_overrides
 
     text = _read_text(text_or_path)
-    launcher, words, notes, env = MF.launch_words(text)
-    flags = MF.parse_flags(words)
+    launch = MF.launch_words(text)
+    notes = list(launch.notes)
+    flags = MF.parse_flags(launch.words)
+    _refuse_other_models(launch.entry, flags)
     if not set(flags) & MF.READ_FLAGS:
         what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
                                                    "--seq-length, ...)"
         raise InputError(f"{_source_name(text_or_path)} {what}: not a Megatron script; {_MEGATRON_FIX}")
-    seq_len = MF.typed(flags, "seq-length", MF.pos_int)
-    if seq_len is None:
-        raise InputError("Megatron arguments lack --seq-length; add it")
+    if launch.fragment:
+        if "num-layers" not in flags and not hybrid_pattern(flags):
+            why = "reads the model from its checkpoint (--use-checkpoint-args)" if "use-checkpoint-args" in flags \
+                else f"sets {', '.join('--' + k for k in list(flags)[:4])} but no model"
+            raise InputError(f"{_source_name(text_or_path)} {why}: no --num-layers or --hybrid-layer-pattern to "
+                             f"price; pass the model's fragment or launch script")
+        _fragment_tokenizer(flags, launch.env, notes)
+        notes.append("model fragment: no launch line; the job comes from the command line")
+    seq = _job_value(flags, "seq-length", seq_len, "--seq", notes)
+    if seq is None:
+        raise InputError("Megatron arguments lack --seq-length; add it or pass --seq N")
     tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
-    model = megatron_model(flags, seq_len, tp, parse_overrides(overrides), notes)
+    model = megatron_model(flags, seq, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
-    if MF.expandable_segments(env):
+    if launch.fragment:
+        strategy = MF.written_layout(flags, strategy, notes)
+    if MF.expandable_segments(launch.env):
         strategy["expandable_segments"] = True
-    world = MF.launcher_world(launcher)
-    gbs = MF.typed(flags, "global-batch-size", MF.pos_int)
-    if gbs is None and world:
-        dp = world // (strategy["tp"] * strategy["pp"] * strategy["cp"])
+    world = MF.launcher_world(launch.launcher)
+    gbs = _job_value(flags, "global-batch-size", global_batch_size, "--gbs", notes)
+    if gbs is None and (world_size or world) and all(k in strategy for k in ("tp", "pp", "cp", "mbs")):
+        dp = (world_size or world) // (strategy["tp"] * strategy["pp"] * strategy["cp"])
         gbs = strategy["mbs"] * dp  # [V] default global batch = mbs x dp
         notes.append(f"--global-batch-size absent: Megatron's default mbs*dp = {gbs}")
     if gbs is None:
-        raise InputError("Megatron arguments lack --global-batch-size and the world size is unknown; add it")
-    workload = make_workload(seq_len, gbs, "Megatron arguments --seq-length/--global-batch-size")
+        raise InputError("Megatron arguments lack --global-batch-size and the world size or layout is unknown; add "
+                         "it or pass --gbs N")
+    workload = make_workload(seq, gbs, "Megatron arguments --seq-length/--global-batch-size")
     return ImportedConfig(model=model, strategy=strategy, workload=workload,
                           global_batch_size=gbs, world_size=world, source="megatron", notes=notes)
 
