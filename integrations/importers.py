@@ -5,6 +5,7 @@ for the search to choose."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -71,8 +72,10 @@ _BERT_T5_FLAGS = ("encoder-num-layers", "decoder-num-layers", "encoder-seq-lengt
 def _refuse_other_models(entry: Optional[str], flags: Dict[str, Optional[str]]) -> None:
     """A launch of a model that is not a decoder-only GPT (Mamba / hybrid / MoE included) is refused by its kind."""
     kind = next((k for prefix, k in _NOT_GPT_ENTRIES.items() if entry and entry.startswith(prefix)), None)
-    if kind is None and (any(f in flags for f in _BERT_T5_FLAGS)
-                         or (flags.get("tokenizer-type") or "").startswith("BertWordPiece")):
+    tokenizer = flags.get("tokenizer-type") or ""
+    if kind is None and "Multimodal" in tokenizer:
+        kind, entry = "a multimodal (vision-language) model", entry or f"--tokenizer-type {tokenizer}"
+    if kind is None and (any(f in flags for f in _BERT_T5_FLAGS) or tokenizer.startswith("BertWordPiece")):
         kind = "BERT/T5"
     if kind == "BERT/T5":
         raise InputError(f"{entry or 'the arguments'}: BERT/T5 is not a decoder-only GPT model; autoplan plans "
@@ -80,6 +83,27 @@ def _refuse_other_models(entry: Optional[str], flags: Dict[str, Optional[str]]) 
     if kind:
         raise InputError(f"{entry} trains {kind}, not a decoder-only GPT model; autoplan plans GPT/Mamba/MoE "
                          f"decoders (pretrain_gpt.py, pretrain_mamba.py, pretrain_hybrid.py)")
+
+
+def _refuse_no_model(name: str, text: str, launch: "MF.Launch", flags: Dict[str, Optional[str]]) -> None:
+    """Arguments with no model to price, refused with where the model would have come from."""
+    unknown = sorted({m.group(1) for w in launch.words for m in re.finditer(r"\$\{?([A-Za-z_]\w*)", w)})
+    sourced = [n for n in launch.notes if n.startswith("`source") or n.startswith("`.")]
+    if "use-checkpoint-args" in flags:
+        why = "reads the model from its checkpoint (--use-checkpoint-args)"
+    elif sourced and launch.entry:
+        why = f"takes its model arguments from a sourced file ({sourced[0].split('`')[1]})"
+    elif unknown and launch.entry:
+        why = f"runs {launch.entry} with ${', $'.join(unknown)}, which the file does not assign (the environment or " \
+              f"a script that sources this one sets it)"
+    elif set(flags) & MF.READ_FLAGS:
+        why = f"sets {', '.join('--' + k for k in list(flags)[:4])} but no model"
+    else:
+        what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
+                                                   "--seq-length, ...)"
+        raise InputError(f"{name} {what}: not a Megatron script; {_MEGATRON_FIX}")
+    raise InputError(f"{name} {why}: no --num-layers or --hybrid-layer-pattern to price; pass the model's fragment "
+                     f"or launch script")
 
 
 def _job_value(flags: Dict[str, Optional[str]], flag: str, given: Optional[int], option: str,
@@ -118,16 +142,9 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     notes = list(launch.notes)
     flags = MF.parse_flags(launch.words)
     _refuse_other_models(launch.entry, flags)
-    if not set(flags) & MF.READ_FLAGS:
-        what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
-                                                   "--seq-length, ...)"
-        raise InputError(f"{_source_name(text_or_path)} {what}: not a Megatron script; {_MEGATRON_FIX}")
+    if "num-layers" not in flags and not hybrid_pattern(flags):
+        _refuse_no_model(_source_name(text_or_path), text, launch, flags)
     if launch.fragment:
-        if "num-layers" not in flags and not hybrid_pattern(flags):
-            why = "reads the model from its checkpoint (--use-checkpoint-args)" if "use-checkpoint-args" in flags \
-                else f"sets {', '.join('--' + k for k in list(flags)[:4])} but no model"
-            raise InputError(f"{_source_name(text_or_path)} {why}: no --num-layers or --hybrid-layer-pattern to "
-                             f"price; pass the model's fragment or launch script")
         _fragment_tokenizer(flags, launch.env, notes)
         notes.append("model fragment: no launch line; the job comes from the command line")
     seq = _job_value(flags, "seq-length", seq_len, "--seq", notes)

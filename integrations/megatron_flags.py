@@ -71,6 +71,7 @@ NOT_PRICED_FLAGS = frozenset({
 })
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 _ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
+_MODULE_ENTRY = re.compile(r"(^|\.)pretrain_\w+$")
 
 # ---------------------------------------------------------------------------------------------- reading words
 class Launch(NamedTuple):
@@ -129,6 +130,8 @@ def _split_at_entry(command: str) -> Optional[Tuple[List[str], List[str], str]]:
     for i, word in enumerate(words):
         if _ENTRY.search(word):
             return words[:i], _arguments(words[i + 1:]), word.rsplit("/", 1)[-1]
+        if word == "-m" and i + 1 < len(words) and _MODULE_ENTRY.search(words[i + 1]):  # python -m pkg.pretrain_x
+            return words[:i], _arguments(words[i + 2:]), words[i + 1].rsplit(".", 1)[-1] + ".py"
         if " " in word and ".py" in word:
             inner = _split_at_entry(word)
             if inner:
