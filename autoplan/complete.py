@@ -78,8 +78,13 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     if result.space_size == 0:
         # No legal completion: the plain defaults name the broken rule (validate raises).
         validate(model, cluster, workload, plain)
-        raise InputError(f"no legal strategy has {', '.join(f'{k}={v}' for k, v in given.items())}; "
-                         f"run `autoplan plan` with --fix for the keys you need")
+        from autoplan.solvers.policy import why_nothing_is_legal
+
+        why = why_nothing_is_legal(problem)  # the first fixed key whose rule empties the space, with legal values
+        raise InputError(f"no legal strategy has {', '.join(f'{k}={v}' for k, v in given.items())}"
+                         + (f": {why.replace('--fix ', '', 1).replace('relax --fix', 'change')}" if why else
+                            "; no single key is to blame: change several, or run `autoplan plan` with --fix for the "
+                            "keys you need"))
     if not result.plans:
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
         strategy = validate(model, cluster, workload, plain)
