@@ -16,7 +16,7 @@ from autoplan.model import ModelSpec
 from autoplan.workload import Workload, make_workload
 from autoplan.integrations import megatron_flags as MF
 from autoplan.integrations.megatron_model_args import hybrid_pattern, megatron_model
-from autoplan.integrations.engines import check_deepspeed_keys
+from autoplan.integrations.engines import ignored_deepspeed_keys
 
 
 class ImportedConfig(BaseModel):
@@ -230,8 +230,25 @@ def _read_ds_json(path: Union[str, Path]) -> Dict[str, Any]:
         raise InputError(f"DeepSpeed config {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(config, dict):
         raise InputError(f"DeepSpeed config {path} must be a JSON object")
-    check_deepspeed_keys(config, source=str(path))
     return config
+
+
+# Master weights, gradients and Adam states kept in 16 bits under ZeRO (deepspeed runtime/precision_config.py
+# bf16_master_weights_and_grads / bf16_optimizer_states, fp16_master_weights_and_grads; runtime/zero/
+# stage_1_and_2.py and stage3.py allocate the master partition in that dtype, base_optimizer.py
+# _configure_master_weights). autoplan's DeepSpeed memory is fp32 master weights and Adam moments, 12 bytes per
+# parameter (autoplan/costmodel/memory.py optimizer_bytes_per_param): pricing these as written would over-state
+# the optimizer state, and dropping them would price another run, so they are refused by name.
+_LOW_PRECISION_MASTER = (("bf16", "bf16_master_weights_and_grads"), ("bf16", "bf16_optimizer_states"),
+                         ("fp16", "fp16_master_weights_and_grads"))
+
+
+def _refuse_low_precision_master(config: Dict[str, Any]) -> None:
+    for section, key in _LOW_PRECISION_MASTER:
+        if (config.get(section) or {}).get(key):
+            raise InputError(f"ds_config {section}.{key}=true (16-bit master weights, gradients or Adam states) is "
+                             f"not priced: autoplan prices DeepSpeed's fp32 master weights and Adam states (12 bytes "
+                             f"per parameter); remove {section}.{key} to price the fp32 optimizer")
 
 
 def _offload_notes(zero: Dict[str, Any]) -> List[str]:
@@ -274,6 +291,8 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     a DeepSpeed config has no sequence length. Keys the config cannot state are DeepSpeed's (DEEPSPEED_FIXED);
     the micro batch (when "auto" and not given) and recompute (when not in the config) are left out."""
     config = _read_ds_json(path)
+    notes: List[str] = ignored_deepspeed_keys(config, source=str(path))
+    _refuse_low_precision_master(config)
     zero = config.get("zero_optimization", {}) or {}
     pipeline = config.get("pipeline", {}) or {}
     stage = _ds_int(zero, "stage", "zero_optimization.") or 0
@@ -282,15 +301,15 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     if num_gpus % (tp * pp):
         raise InputError(f"{num_gpus} GPUs are not divisible by autotp_size*stages = {tp}*{pp}")
     micro, train = _ds_batch(config, num_gpus // (tp * pp), mbs, gbs)
-    notes: List[str] = []
     strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "zero": min(stage, 3), **DEEPSPEED_FIXED,
                                 **_autoep(config, model, notes)}
     if micro is not None:
         strategy["mbs"] = micro
     # runtime/zero/config.py overlap_comm_valid: absent means on for stage 3 only.
     strategy["overlap_grad_reduce"] = bool(zero.get("overlap_comm", stage == 3)) if stage > 0 else True
-    if stage > 0:  # one switch in DeepSpeed: overlap_comm overlaps the gradient reduction and the weight gathers
-        strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"]
+    # One switch in DeepSpeed: overlap_comm overlaps the gradient reduction and (ZeRO 1-3) the weight gathers;
+    # without ZeRO there is no weight gather to overlap.
+    strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"] if stage > 0 else False
     if (config.get("data_types", {}) or {}).get("grad_accum_dtype") == "bf16":
         strategy["grad_reduce_bf16"] = True
     notes += _offload_notes(zero)
