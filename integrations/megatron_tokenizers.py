@@ -75,7 +75,9 @@ def _tokenizer_vocab(f: Dict[str, Optional[str]]) -> Tuple[Optional[int], str]:
     if kind in TOKENIZER_VOCAB:
         return TOKENIZER_VOCAB[kind], f"--tokenizer-type {kind}"
     model = f.get("tokenizer-model") or ""
-    if kind == "HuggingFaceTokenizer" and model and hf_tokenizer_vocab(model):
+    # HuggingFaceTokenizer, or a wrapper of the same Hub tokenizer under another type name (ROCm Megatron-LM's
+    # DeepSeekV3Tokenizer with --tokenizer-model deepseek-ai/DeepSeek-V3).
+    if model and hf_tokenizer_vocab(model):
         return hf_tokenizer_vocab(model), f"--tokenizer-model {model} (its config.json vocab_size)"
     if kind is None:
         return None, "the arguments (no --vocab-size, no --tokenizer-type)"
