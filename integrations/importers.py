@@ -204,6 +204,9 @@ def _ds_batch(config: Dict[str, Any], dp: int, mbs: Optional[int], gbs: Optional
     gas = _ds_int(config, "gradient_accumulation_steps", "")
     if gas is None and "gradient_accumulation_steps" not in config and micro and train is None:
         gas = 1  # DeepSpeed's default when the key is absent
+    if gas is None and "gradient_accumulation_steps" not in config and micro is None and train is not None \
+            and "train_micro_batch_size_per_gpu" not in config:
+        gas = 1  # only train_batch_size: gas 1, micro = train / dp (_set_batch_related_parameters)
     if micro is None and train is not None and gas is not None:
         micro = train // (gas * dp)
     if train is None and micro is not None and gas is not None:
@@ -292,6 +295,10 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     the micro batch (when "auto" and not given) and recompute (when not in the config) are left out."""
     config = _read_ds_json(path)
     notes: List[str] = ignored_deepspeed_keys(config, source=str(path))
+    if config and len(notes) == len(config):
+        raise InputError(f"DeepSpeed config {path} holds no DeepSpeed setting (its keys: "
+                         f"{', '.join(sorted(config)[:5])}): not a ds_config; pass the file given to "
+                         f"deepspeed.initialize / --deepspeed_config")
     _refuse_low_precision_master(config)
     zero = config.get("zero_optimization", {}) or {}
     pipeline = config.get("pipeline", {}) or {}
