@@ -64,7 +64,10 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     if not any(k in given for k in SPLIT_KEYS):  # the plain defaults split the layers as Megatron-Bridge would
         contract = {k: getattr(plain, k) for k in CONTRACT_KEYS}
         plain_keys, plain_notes = _with_bridge_split(model, contract)
-        plain = strategy_from_mapping({**plain.model_dump(exclude_none=True, exclude={"dp"}), **plain_keys})
+        # exclude_unset: a switch left at its default stays unset, so a rule held only for a switch the user asked
+        # for (validate.py: overlap_param_gather without ZeRO) is not applied to the default.
+        plain = strategy_from_mapping({**plain.model_dump(exclude_none=True, exclude_unset=True, exclude={"dp"}),
+                                       **plain_keys})
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 

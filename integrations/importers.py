@@ -314,9 +314,8 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
         strategy["mbs"] = micro
     # runtime/zero/config.py overlap_comm_valid: absent means on for stage 3 only.
     strategy["overlap_grad_reduce"] = bool(zero.get("overlap_comm", stage == 3)) if stage > 0 else True
-    # One switch in DeepSpeed: overlap_comm overlaps the gradient reduction and (ZeRO 1-3) the weight gathers;
-    # without ZeRO there is no weight gather to overlap.
-    strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"] if stage > 0 else False
+    if stage > 0:  # one switch in DeepSpeed: overlap_comm overlaps the gradient reduction and the weight gathers
+        strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"]
     if (config.get("data_types", {}) or {}).get("grad_accum_dtype") == "bf16":
         strategy["grad_reduce_bf16"] = True
     notes += _offload_notes(zero)

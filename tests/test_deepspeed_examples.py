@@ -19,7 +19,7 @@ MODEL = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "gpt2.jso
 CONFIGS = {
     "training__bf16_master_weight__configs__baseline.json": (8, {}, dict(zero=3, mbs=4), 32),
     "training__bf16_master_weight__configs__bf16_full.json": "bf16.bf16_master_weights_and_grads=true",
-    "training__BingBertSquad__deepspeed_bsz24_config.json": (8, {}, dict(zero=0, mbs=3, overlap_param_gather=False),
+    "training__BingBertSquad__deepspeed_bsz24_config.json": (8, {}, dict(zero=0, mbs=3),
                                                               24),
     "training__BingBertSquad__1-bit_adam__nccl__deepspeed_onebitadam_bsz96_config.json": (
         8, {}, dict(zero=0, mbs=3), 96),
@@ -70,3 +70,13 @@ def test_keys_deepspeed_ignores_are_notes_and_near_misses_are_refused(tmp_path):
     typo.write_text('{"train_batch_size": 8, "zero_optimisation": {"stage": 2}}')
     with pytest.raises(InputError, match="did you mean 'zero_optimization'"):
         from_deepspeed_config(typo, MODEL, 8, seq_len=512)
+
+
+def test_a_zero0_config_that_does_not_fit_is_shown_not_refused_for_a_key_it_never_set():
+    # BingBertSquad (ZeRO 0, no overlap_comm) with a model too large for 8 GPUs: the defaults shown for the keys
+    # left open must not bring in overlap_param_gather, which needs the distributed optimizer.
+    model = load_model("llama3-8b", ())
+    imp = from_deepspeed_config(DATA / "training__BingBertSquad__deepspeed_bsz24_config.json", model, 8, seq_len=2048)
+    s, notes = complete_strategy(model, load_cluster("h100", 8), imp.workload, dict(imp.strategy), engine="deepspeed")
+    assert s.zero == 0 and s.mbs == 3
+    assert any("no completion of the given keys fits" in n for n in notes)
