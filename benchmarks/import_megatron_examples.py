@@ -56,7 +56,9 @@ def estimate(path: Path, kind: str, gpus: int, gbs: int, seq: int, cluster: str)
     if kind == "fragment" or "global-batch-size" not in flags:
         args += ["--gbs", str(gbs)]
     if kind == "fragment" or "seq-length" not in flags:
-        args += ["--seq", str(seq)]
+        # a sequence the model's positions hold: Megatron asserts max_position_embeddings >= seq_length
+        limit = flags.get("max-position-embeddings")
+        args += ["--seq", str(min(seq, int(limit)) if limit and limit.isdigit() else seq)]
     if kind == "fragment" or not world:
         args += ["--gpus", str(gpus)]
     run = subprocess.run(args, capture_output=True, text=True)
@@ -84,7 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(a.tree), "rev-parse", "HEAD"], capture_output=True, text=True)
     print(f"tree {a.tree} (commit {a.commit or commit.stdout.strip() or 'unknown'}); --cluster {a.cluster}; fragments: "
-          f"--gpus {a.gpus} --gbs {a.gbs} --seq {a.seq}; launch scripts: their own batch, sequence and launcher "
+          f"--gpus {a.gpus} --gbs {a.gbs} --seq {a.seq} (or the model's max positions when fewer); launch scripts: their own batch, sequence and launcher "
           f"size, --gbs/--seq where they lack them, --gpus {a.gpus} where the launcher is too small for the layout")
     counts: Counter = Counter()
     for kind, path in example_files(a.tree):
