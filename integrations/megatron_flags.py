@@ -71,6 +71,9 @@ NOT_PRICED_FLAGS = frozenset({
 })
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 _ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
+# A placeholder the example asks the user to fill in (`--vocab-file <PATH TO gpt-vocab.json>`, Megatron-LM's older
+# examples): one word, not the redirections bash would read, so that the argument keeps its value.
+_PLACEHOLDER = re.compile(r"(?<=[\s=\"'])<([A-Za-z][^<>\n|;&]*)>")
 _MODULE_ENTRY = re.compile(r"(^|\.)pretrain_\w+$")
 
 # ---------------------------------------------------------------------------------------------- reading words
@@ -90,7 +93,7 @@ def launch_words(text: str) -> Launch:
     fragment: a script that only assigns argument variables (Megatron-LM's examples/post_training/modelopt/conf/
     ORG/MODEL.sh `MODEL_ARGS="..."`, examples/rl/model_configs/*.sh `MODEL_OPTIONS="..."`), whose arguments are
     the flag words of its variables in the order they were assigned."""
-    script = read_script(text)
+    script = read_script(_PLACEHOLDER.sub(lambda m: m.group(1).replace(" ", "_"), text))
     scalars = {k: v for k, v in script.variables.items() if isinstance(v, str)}
     for command in reversed(script.commands):  # the last launch is the one that runs last
         found = _split_at_entry(command)

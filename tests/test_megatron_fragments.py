@@ -153,3 +153,11 @@ eval ${run_cmd}
     # Without eval the quotes reach Megatron, whose _eval_pattern refuses them: so is the value here.
     with pytest.raises(InputError, match="not a list pattern"):
         from_megatron_args(script.replace("eval ${run_cmd}", "${run_cmd}"))
+
+
+def test_angle_bracket_placeholders_keep_their_argument():
+    # examples/pretrain_gpt3_175B.sh (older Megatron-LM): `--vocab-file <PATH TO gpt-vocab.json>`, a placeholder the
+    # user fills in, not two redirections; the GPT-2 BPE files it names give the vocabulary.
+    imp = from_megatron_args(DATA / "pretrain_gpt3_175B.sh")
+    assert (imp.model.num_layers, imp.model.vocab_size) == (96, 51200)  # 50257 padded to 128 x tp 8
+    assert (imp.workload.seq_len, imp.workload.global_batch_size) == (2048, 1536)
