@@ -86,8 +86,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = parser.parse_args(argv)
     commit = subprocess.run(["git", "-C", str(a.tree), "rev-parse", "HEAD"], capture_output=True, text=True)
     print(f"tree {a.tree} (commit {a.commit or commit.stdout.strip() or 'unknown'}); --cluster {a.cluster}; fragments: "
-          f"--gpus {a.gpus} --gbs {a.gbs} --seq {a.seq} (or the model's max positions when fewer); launch scripts: their own batch, sequence and launcher "
-          f"size, --gbs/--seq where they lack them, --gpus {a.gpus} where the launcher is too small for the layout")
+          f"--gpus {a.gpus} --gbs {a.gbs} --seq {a.seq} (or the model's max positions when fewer); launch scripts: "
+          f"their own batch, sequence and launcher size, --gbs/--seq where they lack them, --gpus {a.gpus} where the "
+          f"launcher is too small for the layout")
     counts: Counter = Counter()
     for kind, path in example_files(a.tree):
         result, detail = estimate(path, kind, a.gpus, a.gbs, a.seq, a.cluster)
