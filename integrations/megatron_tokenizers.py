@@ -31,8 +31,8 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "Llama3T
 # checkpoint, which is len(tokenizer) or above it (Qwen2.5: 151665 tokens in 152064 rows), so memory is never
 # under-counted. The entries with a fixture in tests/data/hf_configs are checked against it
 # (tests/test_megatron_fragments.py); Megatron-LM's own example fragments state the same sizes
-# (examples/post_training/modelopt/conf: Qwen2.5-7B --vocab-size 152064, Llama-4 --padded-vocab-size 202048,
-# gpt-oss 201088, DeepSeek-R1 / Kimi-K2 padded to 129280 / 163840).
+# (examples/post_training/modelopt/conf: --padded-vocab-size 152064 for Qwen2.5-7B, 202048 for Llama-4, 201088 for
+# gpt-oss, 163840 for Kimi-K2; DeepSeek-R1's --make-vocab-size-divisible-by 1280 pads 129280 to itself).
 HF_TOKENIZER_VOCAB: Dict[str, Tuple[str, int]] = {
     "llama-2-": ("meta-llama, NousResearch", 32000),
     "meta-llama-3": ("meta-llama, NousResearch", 128256),
