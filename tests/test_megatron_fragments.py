@@ -161,3 +161,15 @@ def test_angle_bracket_placeholders_keep_their_argument():
     imp = from_megatron_args(DATA / "pretrain_gpt3_175B.sh")
     assert (imp.model.num_layers, imp.model.vocab_size) == (96, 51200)  # 50257 padded to 128 x tp 8
     assert (imp.workload.seq_len, imp.workload.global_batch_size) == (2048, 1536)
+
+
+def test_plan_baseline_from_a_fragment_takes_the_plans_job(capsys):
+    from conftest import run_cli
+
+    code, out, err = run_cli(["plan", "--model", "llama3.1-8b", "--gpus", "16", "--seq", "4096", "--gbs", "64",
+                              "--baseline-from-megatron",
+                              str(DATA / "post_training__modelopt__conf__meta-llama__Llama-3.1-8B-Instruct.sh"),
+                              "--top", "1", "--json"], capsys)
+    assert code == 0, err
+    baseline = json.loads(out)["baseline"]
+    assert baseline["strategy"]["mbs"] == 1  # the fragment's --micro-batch-size; the rest completed for the job
