@@ -229,6 +229,10 @@ def eval_pattern(raw: str, flag: str) -> List[int]:
     try:
         value = ev(ast.parse(raw.strip(), mode="eval"))
     except (SyntaxError, ValueError, TypeError):
+        if raw[:1] in "'\"" and raw[-1:] == raw[:1]:  # quotes the shell passed on: no eval re-reads them here
+            raise InputError(f"--{flag} {raw!r} is not a list pattern like '[0]*3+[1]*58': its quotes reach "
+                             f"Megatron, whose _eval_pattern refuses them too (only an `eval` of the command "
+                             f"removes them); drop the inner quotes") from None
         raise InputError(f"--{flag} {raw!r} is not a list pattern like '[0]*3+[1]*58'") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise InputError(f"--{flag} {raw!r} must give a list of 0 and 1")
