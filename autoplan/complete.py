@@ -64,7 +64,10 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     if not any(k in given for k in SPLIT_KEYS):  # the plain defaults split the layers as Megatron-Bridge would
         contract = {k: getattr(plain, k) for k in CONTRACT_KEYS}
         plain_keys, plain_notes = _with_bridge_split(model, contract)
-        plain = strategy_from_mapping({**plain.model_dump(exclude_none=True, exclude={"dp"}), **plain_keys})
+        # exclude_unset: a switch left at its default stays unset, so a rule held only for a switch the user asked
+        # for (validate.py: overlap_param_gather without ZeRO) is not applied to the default.
+        plain = strategy_from_mapping({**plain.model_dump(exclude_none=True, exclude_unset=True, exclude={"dp"}),
+                                       **plain_keys})
     from autoplan.solvers.api import solve
     from autoplan.solvers.space import Problem
 
@@ -78,8 +81,13 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     if result.space_size == 0:
         # No legal completion: the plain defaults name the broken rule (validate raises).
         validate(model, cluster, workload, plain)
-        raise InputError(f"no legal strategy has {', '.join(f'{k}={v}' for k, v in given.items())}; "
-                         f"run `autoplan plan` with --fix for the keys you need")
+        from autoplan.solvers.policy import why_nothing_is_legal
+
+        why = why_nothing_is_legal(problem)  # the first fixed key whose rule empties the space, with legal values
+        raise InputError(f"no legal strategy has {', '.join(f'{k}={v}' for k, v in given.items())}"
+                         + (f": {why.replace('--fix ', '', 1).replace('relax --fix', 'change')}" if why else
+                            "; no single key is to blame: change several, or run `autoplan plan` with --fix for the "
+                            "keys you need"))
     if not result.plans:
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
         strategy = validate(model, cluster, workload, plain)

@@ -5,7 +5,7 @@
 only what the DeepSpeed emitter writes; they only read fields (no engine import, no I/O)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -46,6 +46,22 @@ def check_deepspeed_keys(config: Dict[str, Any], source: str = "ds_config") -> N
         raise InputError(f"{source}: unknown DeepSpeed config key {key!r}"
                          f"{did_you_mean(key, DEEPSPEED_TOP_LEVEL_KEYS)}; DeepSpeed would ignore it silently, "
                          f"remove or fix it")
+
+
+def ignored_deepspeed_keys(config: Dict[str, Any], source: str = "ds_config") -> List[str]:
+    """Notes for the top-level keys of a user's config that DeepSpeed ignores (an example's own settings such as
+    `cuda_visible_devices` or `bert_model_config`): nothing DeepSpeed runs depends on them. A key that is a near
+    miss of one DeepSpeed reads (`zero_optimisation`) is refused instead: the setting it meant would be lost."""
+    import difflib
+
+    notes = []
+    for key in sorted(set(config) - DEEPSPEED_TOP_LEVEL_KEYS):
+        near = difflib.get_close_matches(key.lower(), sorted(DEEPSPEED_TOP_LEVEL_KEYS), n=1, cutoff=0.8)
+        if near:
+            raise InputError(f"{source}: unknown DeepSpeed config key {key!r}; did you mean {near[0]!r}? DeepSpeed "
+                             f"would ignore it silently, remove or fix it")
+        notes.append(f"{source}: key {key!r} is not a DeepSpeed setting (DeepSpeed ignores it); not priced")
+    return notes
 
 
 def is_blackwell_or_newer(gpu: GpuSpec) -> bool:

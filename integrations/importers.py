@@ -5,6 +5,7 @@ for the search to choose."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -14,8 +15,8 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload, make_workload
 from autoplan.integrations import megatron_flags as MF
-from autoplan.integrations.megatron_model_args import megatron_model
-from autoplan.integrations.engines import check_deepspeed_keys
+from autoplan.integrations.megatron_model_args import hybrid_pattern, megatron_model
+from autoplan.integrations.engines import ignored_deepspeed_keys
 
 
 class ImportedConfig(BaseModel):
@@ -54,41 +55,118 @@ def _source_name(text_or_path: Union[str, Path]) -> str:
 
 def parse_megatron_flags(text: str) -> Tuple[Dict[str, Optional[str]], Dict[str, str]]:
     """({flag: value or None}, {'world': N} when the launcher fixes it) of a launch script or argument list."""
-    launcher, words, _, _ = MF.launch_words(text)
-    world = MF.launcher_world(launcher)
-    return MF.parse_flags(words), ({"world": str(world)} if world else {})
+    launch = MF.launch_words(text)
+    world = MF.launcher_world(launch.launcher)
+    return MF.parse_flags(launch.words), ({"world": str(world)} if world else {})
 
 
-def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] = ()) -> ImportedConfig:
+# Entry scripts of Megatron-LM models that are not decoder-only GPTs, by the start of their name, and the
+# arguments only those models take (T5's encoder/decoder depths, BERT's WordPiece tokenizers).
+_NOT_GPT_ENTRIES = {"pretrain_bert": "BERT/T5", "pretrain_t5": "BERT/T5", "pretrain_ict": "BERT/T5 (ICT retriever)",
+                    "pretrain_vlm": "a vision-language model", "pretrain_vision": "a vision model",
+                    "pretrain_retro": "RETRO", "pretrain_mimo": "a multimodal (MIMO) model"}
+_BERT_T5_FLAGS = ("encoder-num-layers", "decoder-num-layers", "encoder-seq-length", "decoder-seq-length",
+                  "bert-binary-head", "bert-no-binary-head")
+
+
+def _refuse_other_models(entry: Optional[str], flags: Dict[str, Optional[str]]) -> None:
+    """A launch of a model that is not a decoder-only GPT (Mamba / hybrid / MoE included) is refused by its kind."""
+    kind = next((k for prefix, k in _NOT_GPT_ENTRIES.items() if entry and entry.startswith(prefix)), None)
+    tokenizer = flags.get("tokenizer-type") or ""
+    if kind is None and "Multimodal" in tokenizer:
+        kind, entry = "a multimodal (vision-language) model", entry or f"--tokenizer-type {tokenizer}"
+    if kind is None and (any(f in flags for f in _BERT_T5_FLAGS) or tokenizer.startswith("BertWordPiece")):
+        kind = "BERT/T5"
+    if kind == "BERT/T5":
+        raise InputError(f"{entry or 'the arguments'}: BERT/T5 is not a decoder-only GPT model; autoplan plans "
+                         f"GPT/Mamba/MoE decoders")
+    if kind:
+        raise InputError(f"{entry} trains {kind}, not a decoder-only GPT model; autoplan plans GPT/Mamba/MoE "
+                         f"decoders (pretrain_gpt.py, pretrain_mamba.py, pretrain_hybrid.py)")
+
+
+def _refuse_no_model(name: str, text: str, launch: "MF.Launch", flags: Dict[str, Optional[str]]) -> None:
+    """Arguments with no model to price, refused with where the model would have come from."""
+    unknown = sorted({m.group(1) for w in launch.words for m in re.finditer(r"\$\{?([A-Za-z_]\w*)", w)})
+    sourced = [n for n in launch.notes if n.startswith("`source") or n.startswith("`.")]
+    if "use-checkpoint-args" in flags:
+        why = "reads the model from its checkpoint (--use-checkpoint-args)"
+    elif sourced and launch.entry:
+        why = f"takes its model arguments from a sourced file ({sourced[0].split('`')[1]})"
+    elif unknown and launch.entry:
+        why = f"runs {launch.entry} with ${', $'.join(unknown)}, which the file does not assign (the environment or " \
+              f"a script that sources this one sets it)"
+    elif set(flags) & MF.READ_FLAGS:
+        why = f"sets {', '.join('--' + k for k in list(flags)[:4])} but no model"
+    else:
+        what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
+                                                   "--seq-length, ...)"
+        raise InputError(f"{name} {what}: not a Megatron script; {_MEGATRON_FIX}")
+    raise InputError(f"{name} {why}: no --num-layers or --hybrid-layer-pattern to price; pass the model's fragment "
+                     f"or launch script")
+
+
+def _job_value(flags: Dict[str, Optional[str]], flag: str, given: Optional[int], option: str,
+               notes: List[str]) -> Optional[int]:
+    """The command line's value, else the script's --flag. The command line wins, as --gpus over the launcher's
+    size and --strategy over the script's layout do: scripts take these from environment defaults
+    (`${MAX_SEQ_LENGTH:-8192}`) that a run changes; the replacement is noted."""
+    written = MF.typed(flags, flag, MF.pos_int)
+    if written is not None and given is not None and written != given:
+        notes.append(f"{option} {given} replaces the script's --{flag} {written}")
+    return given if given is not None else written
+
+
+def _fragment_tokenizer(flags: Dict[str, Optional[str]], env: Dict[str, str], notes: List[str]) -> None:
+    """A modelopt fragment names its tokenizer in TOKENIZER_MODEL, which Megatron-LM's examples/post_training/
+    modelopt/*.sh pass as --tokenizer-model ${TOKENIZER_MODEL}."""
+    model = env.get("TOKENIZER_MODEL") or env.get("HF_MODEL_CKPT")
+    if "tokenizer-model" not in flags and model and "$" not in model:
+        flags["tokenizer-model"] = model
+        notes.append(f"--tokenizer-model {model}: the fragment's TOKENIZER_MODEL, which modelopt's scripts pass")
+
+
+def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] = (), *,
+                       seq_len: Optional[int] = None, global_batch_size: Optional[int] = None,
+                       world_size: Optional[int] = None) -> ImportedConfig:
     """Model, strategy, workload and (when the launcher fixes it) world size of a Megatron-LM launch: a launch
-    script (its shell variables, arrays and branches read, never run), an argument file or argument text.
-    `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell it)."""
+    script (its shell variables, arrays and branches read, never run), an argument file, argument text, or a model
+    fragment (a script that only assigns MODEL_ARGS=...; the layout keys it does not write are left for the search
+    to choose). `overrides` are `--set key=value` model fields (e.g. vocab_size when the tokenizer does not tell
+    it); `seq_len`, `global_batch_size` and `world_size` are the job from the command line: they fill what the
+    script lacks and replace what it writes (named in the notes)."""
     from autoplan.modelio import parse_overrides
 
     text = _read_text(text_or_path)
-    launcher, words, notes, env = MF.launch_words(text)
-    flags = MF.parse_flags(words)
-    if not set(flags) & MF.READ_FLAGS:
-        what = "is empty" if not text.strip() else "holds no Megatron-LM argument autoplan reads (--num-layers, " \
-                                                   "--seq-length, ...)"
-        raise InputError(f"{_source_name(text_or_path)} {what}: not a Megatron script; {_MEGATRON_FIX}")
-    seq_len = MF.typed(flags, "seq-length", MF.pos_int)
-    if seq_len is None:
-        raise InputError("Megatron arguments lack --seq-length; add it")
+    launch = MF.launch_words(text)
+    notes = list(launch.notes)
+    flags = MF.parse_flags(launch.words)
+    _refuse_other_models(launch.entry, flags)
+    if "num-layers" not in flags and not hybrid_pattern(flags):
+        _refuse_no_model(_source_name(text_or_path), text, launch, flags)
+    if launch.fragment:
+        _fragment_tokenizer(flags, launch.env, notes)
+        notes.append("model fragment: no launch line; the job comes from the command line")
+    seq = _job_value(flags, "seq-length", seq_len, "--seq", notes)
+    if seq is None:
+        raise InputError("Megatron arguments lack --seq-length; add it or pass --seq N")
     tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
-    model = megatron_model(flags, seq_len, tp, parse_overrides(overrides), notes)
+    model = megatron_model(flags, seq, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
-    if MF.expandable_segments(env):
+    if launch.fragment:
+        strategy = MF.written_layout(flags, strategy, notes)
+    if MF.expandable_segments(launch.env):
         strategy["expandable_segments"] = True
-    world = MF.launcher_world(launcher)
-    gbs = MF.typed(flags, "global-batch-size", MF.pos_int)
-    if gbs is None and world:
-        dp = world // (strategy["tp"] * strategy["pp"] * strategy["cp"])
+    world = MF.launcher_world(launch.launcher)
+    gbs = _job_value(flags, "global-batch-size", global_batch_size, "--gbs", notes)
+    if gbs is None and (world_size or world) and all(k in strategy for k in ("tp", "pp", "cp", "mbs")):
+        dp = (world_size or world) // (strategy["tp"] * strategy["pp"] * strategy["cp"])
         gbs = strategy["mbs"] * dp  # [V] default global batch = mbs x dp
         notes.append(f"--global-batch-size absent: Megatron's default mbs*dp = {gbs}")
     if gbs is None:
-        raise InputError("Megatron arguments lack --global-batch-size and the world size is unknown; add it")
-    workload = make_workload(seq_len, gbs, "Megatron arguments --seq-length/--global-batch-size")
+        raise InputError("Megatron arguments lack --global-batch-size and the world size or layout is unknown; add "
+                         "it or pass --gbs N")
+    workload = make_workload(seq, gbs, "Megatron arguments --seq-length/--global-batch-size")
     return ImportedConfig(model=model, strategy=strategy, workload=workload,
                           global_batch_size=gbs, world_size=world, source="megatron", notes=notes)
 
@@ -126,6 +204,9 @@ def _ds_batch(config: Dict[str, Any], dp: int, mbs: Optional[int], gbs: Optional
     gas = _ds_int(config, "gradient_accumulation_steps", "")
     if gas is None and "gradient_accumulation_steps" not in config and micro and train is None:
         gas = 1  # DeepSpeed's default when the key is absent
+    if gas is None and "gradient_accumulation_steps" not in config and micro is None and train is not None \
+            and "train_micro_batch_size_per_gpu" not in config:
+        gas = 1  # only train_batch_size: gas 1, micro = train / dp (_set_batch_related_parameters)
     if micro is None and train is not None and gas is not None:
         micro = train // (gas * dp)
     if train is None and micro is not None and gas is not None:
@@ -152,8 +233,25 @@ def _read_ds_json(path: Union[str, Path]) -> Dict[str, Any]:
         raise InputError(f"DeepSpeed config {path} is not valid JSON: {e.msg} at line {e.lineno}") from None
     if not isinstance(config, dict):
         raise InputError(f"DeepSpeed config {path} must be a JSON object")
-    check_deepspeed_keys(config, source=str(path))
     return config
+
+
+# Master weights, gradients and Adam states kept in 16 bits under ZeRO (deepspeed runtime/precision_config.py
+# bf16_master_weights_and_grads / bf16_optimizer_states, fp16_master_weights_and_grads; runtime/zero/
+# stage_1_and_2.py and stage3.py allocate the master partition in that dtype, base_optimizer.py
+# _configure_master_weights). autoplan's DeepSpeed memory is fp32 master weights and Adam moments, 12 bytes per
+# parameter (autoplan/costmodel/memory.py optimizer_bytes_per_param): pricing these as written would over-state
+# the optimizer state, and dropping them would price another run, so they are refused by name.
+_LOW_PRECISION_MASTER = (("bf16", "bf16_master_weights_and_grads"), ("bf16", "bf16_optimizer_states"),
+                         ("fp16", "fp16_master_weights_and_grads"))
+
+
+def _refuse_low_precision_master(config: Dict[str, Any]) -> None:
+    for section, key in _LOW_PRECISION_MASTER:
+        if (config.get(section) or {}).get(key):
+            raise InputError(f"ds_config {section}.{key}=true (16-bit master weights, gradients or Adam states) is "
+                             f"not priced: autoplan prices DeepSpeed's fp32 master weights and Adam states (12 bytes "
+                             f"per parameter); remove {section}.{key} to price the fp32 optimizer")
 
 
 def _offload_notes(zero: Dict[str, Any]) -> List[str]:
@@ -196,6 +294,12 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     a DeepSpeed config has no sequence length. Keys the config cannot state are DeepSpeed's (DEEPSPEED_FIXED);
     the micro batch (when "auto" and not given) and recompute (when not in the config) are left out."""
     config = _read_ds_json(path)
+    notes: List[str] = ignored_deepspeed_keys(config, source=str(path))
+    if config and len(notes) == len(config):
+        raise InputError(f"DeepSpeed config {path} holds no DeepSpeed setting (its keys: "
+                         f"{', '.join(sorted(config)[:5])}): not a ds_config; pass the file given to "
+                         f"deepspeed.initialize / --deepspeed_config")
+    _refuse_low_precision_master(config)
     zero = config.get("zero_optimization", {}) or {}
     pipeline = config.get("pipeline", {}) or {}
     stage = _ds_int(zero, "stage", "zero_optimization.") or 0
@@ -204,7 +308,6 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     if num_gpus % (tp * pp):
         raise InputError(f"{num_gpus} GPUs are not divisible by autotp_size*stages = {tp}*{pp}")
     micro, train = _ds_batch(config, num_gpus // (tp * pp), mbs, gbs)
-    notes: List[str] = []
     strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "zero": min(stage, 3), **DEEPSPEED_FIXED,
                                 **_autoep(config, model, notes)}
     if micro is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from autoplan import cuda_graphs as G
 from autoplan import keys as K
@@ -29,7 +29,7 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker",
     "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser", "moe-router-pre-softmax",
-    "moe-router-enable-expert-bias",
+    "moe-router-enable-expert-bias", "squared-relu",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -60,7 +60,9 @@ READ_FLAGS = frozenset({
     "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
     "use-transformer-engine-op-fuser", "moe-router-score-function", "moe-router-pre-softmax",
     "moe-router-enable-expert-bias", "moe-router-topk-scaling-factor", "moe-router-num-groups",
-    "moe-router-group-topk", "moe-router-load-balancing-type",
+    "moe-router-group-topk", "moe-router-load-balancing-type", "hybrid-layer-pattern", "hybrid-override-pattern",
+    "mtp-hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
+    "moe-latent-size", "padded-vocab-size", "squared-relu",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
@@ -72,22 +74,52 @@ NOT_PRICED_FLAGS = frozenset({
 })
 _LAUNCHER_SIZES = {"nproc_per_node", "nproc-per-node", "nnodes"}
 _ENTRY = re.compile(r"(^|/)pretrain_\w+\.py$")
+# A placeholder the example asks the user to fill in (`--vocab-file <PATH TO gpt-vocab.json>`, Megatron-LM's older
+# examples): one word, not the redirections bash would read, so that the argument keeps its value.
+_PLACEHOLDER = re.compile(r"(?<=[\s=\"'])<([A-Za-z][^<>\n|;&]*)>")
+_MODULE_ENTRY = re.compile(r"(^|\.)pretrain_\w+$")
 
 # ---------------------------------------------------------------------------------------------- reading words
-def launch_words(text: str) -> Tuple[List[str], List[str], List[str], Dict[str, str]]:
-    """(launcher words, pretrain arguments, notes, scalar variables) of a launch script or an argument list."""
-    script = read_script(text)
+class Launch(NamedTuple):
+    """What a launch script or argument list runs."""
+
+    launcher: List[str]  # words before the entry script (torchrun and its options)
+    words: List[str]  # the entry script's arguments
+    notes: List[str]
+    env: Dict[str, str]  # scalar variables of the script
+    entry: Optional[str]  # the pretrain_*.py it runs; None for an argument list or a model fragment
+    fragment: bool  # arguments gathered from variables (MODEL_ARGS=...) of a script that runs nothing
+
+
+def launch_words(text: str) -> Launch:
+    """The launcher, arguments, notes and scalar variables of a launch script, an argument list, or a model
+    fragment: a script that only assigns argument variables (Megatron-LM's examples/post_training/modelopt/conf/
+    ORG/MODEL.sh `MODEL_ARGS="..."`, examples/rl/model_configs/*.sh `MODEL_OPTIONS="..."`), whose arguments are
+    the flag words of its variables in the order they were assigned."""
+    script = read_script(_PLACEHOLDER.sub(lambda m: m.group(1).replace(" ", "_"), text))
     scalars = {k: v for k, v in script.variables.items() if isinstance(v, str)}
     for command in reversed(script.commands):  # the last launch is the one that runs last
         found = _split_at_entry(command)
         if found:
-            return found[0], found[1], script.notes, scalars
+            return Launch(found[0], found[1], script.notes, scalars, found[2], False)
     for value in scalars.values():  # TRAINING_CMD="... python pretrain_gpt.py ..." run later
         found = _split_at_entry(value)
         if found:
-            return found[0], found[1], script.notes, scalars
+            return Launch(found[0], found[1], script.notes, scalars, found[2], False)
     words = [w for command in script.commands for w in _words(command)]
-    return [], words, script.notes, scalars
+    if any(w.startswith("--") for w in words):
+        return Launch([], words, script.notes, scalars, None, False)
+    gathered = [w for value in script.variables.values() for w in _variable_words(value)]
+    return Launch([], gathered, script.notes, scalars, None, bool(gathered))
+
+
+def _variable_words(value: Union[str, List[str]]) -> List[str]:
+    """The words of a variable that holds command-line arguments (its first word is a --flag), else none."""
+    try:
+        words = value if isinstance(value, list) else _words(value) if "--" in value else []
+    except InputError:  # a message or command text, not arguments
+        return []
+    return words if words and words[0].startswith("--") else []
 
 
 def _words(command: str) -> List[str]:
@@ -97,13 +129,15 @@ def _words(command: str) -> List[str]:
         raise InputError(f"cannot split the Megatron arguments into shell words ({e}); check the quoting") from None
 
 
-def _split_at_entry(command: str) -> Optional[Tuple[List[str], List[str]]]:
-    """(words before, words after) the pretrain_*.py word of one command; quoted inner commands (bash -c "...")
-    are looked into."""
+def _split_at_entry(command: str) -> Optional[Tuple[List[str], List[str], str]]:
+    """(words before, words after, the entry script's name) of one command that runs a pretrain_*.py; quoted inner
+    commands (bash -c "...") are looked into."""
     words = _words(command)
     for i, word in enumerate(words):
         if _ENTRY.search(word):
-            return words[:i], _arguments(words[i + 1:])
+            return words[:i], _arguments(words[i + 1:]), word.rsplit("/", 1)[-1]
+        if word == "-m" and i + 1 < len(words) and _MODULE_ENTRY.search(words[i + 1]):  # python -m pkg.pretrain_x
+            return words[:i], _arguments(words[i + 2:]), words[i + 1].rsplit(".", 1)[-1] + ".py"
         if " " in word and ".py" in word:
             inner = _split_at_entry(word)
             if inner:
@@ -198,6 +232,10 @@ def eval_pattern(raw: str, flag: str) -> List[int]:
     try:
         value = ev(ast.parse(raw.strip(), mode="eval"))
     except (SyntaxError, ValueError, TypeError):
+        if raw[:1] in "'\"" and raw[-1:] == raw[:1]:  # quotes the shell passed on: no eval re-reads them here
+            raise InputError(f"--{flag} {raw!r} is not a list pattern like '[0]*3+[1]*58': its quotes reach "
+                             f"Megatron, whose _eval_pattern refuses them too (only an `eval` of the command "
+                             f"removes them); drop the inner quotes") from None
         raise InputError(f"--{flag} {raw!r} is not a list pattern like '[0]*3+[1]*58'") from None
     if not isinstance(value, list) or any(v not in (0, 1) for v in value):
         raise InputError(f"--{flag} {raw!r} must give a list of 0 and 1")
@@ -349,3 +387,27 @@ def _flex_dedup_dispatcher(f: Dict[str, Optional[str]]) -> bool:
     if typed(f, "moe-token-dispatcher-type", str) != "flex":
         return False
     return "moe-enable-deepep" in f or typed(f, "moe-flex-dispatcher-backend", str, "deepep") in ("deepep", "hybridep")
+
+
+# The layout keys a model fragment may leave to the launcher, with the arguments that write each one. A fragment
+# (examples/post_training/modelopt/conf/*.sh) describes the model; Megatron-LM's scripts around it pass the layout
+# (conf/arguments.sh: --tensor-model-parallel-size ${TP} ... ). Numerics (precision, FP8) stay as written.
+_LAYOUT_FLAGS = {
+    "tp": ("tensor-model-parallel-size",), "pp": ("pipeline-model-parallel-size",), "cp": ("context-parallel-size",),
+    "vpp": ("num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
+            "pipeline-model-parallel-layout"),
+    "ep": ("expert-model-parallel-size",), "etp": ("expert-tensor-parallel-size", "tensor-model-parallel-size"),
+    "mbs": ("micro-batch-size",), "sp": ("tensor-model-parallel-size",),
+    "tp_comm_overlap": ("tp-comm-overlap",), "zero": ("use-distributed-optimizer", "use-megatron-fsdp"),
+    "overlap_grad_reduce": ("overlap-grad-reduce",), "overlap_param_gather": ("overlap-param-gather",),
+    "recompute": ("recompute-granularity", "recompute-activations"),
+}
+
+
+def written_layout(f: Dict[str, Optional[str]], s: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
+    """A model fragment's strategy: the layout keys none of whose arguments it writes are dropped (the search
+    chooses them, and says so); everything it writes is kept."""
+    left = [k for k, flags in _LAYOUT_FLAGS.items() if k in s and not any(flag in f for flag in flags)]
+    if left:
+        notes.append(f"the fragment does not write {', '.join(left)}: chosen by the search")
+    return {k: v for k, v in s.items() if k not in left}

@@ -2,8 +2,6 @@
 (megatron/training/arguments.py [V], TransformerConfig [TC]) and its vocabulary padding."""
 from __future__ import annotations
 
-import math
-from pathlib import PurePosixPath
 from typing import Any, Dict, List, Optional, Tuple
 
 from pydantic import ValidationError
@@ -11,17 +9,9 @@ from pydantic import ValidationError
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.integrations.megatron_flags import eval_pattern, pos_int, typed
+from autoplan.integrations.megatron_tokenizers import padded_vocab, vocab_size
 
-# Megatron's own tokenizers with a fixed vocabulary: GPT-2 BPE (gpt2-vocab.json, 50257 tokens) and the Llama-2
-# SentencePiece model (32000 pieces) [megatron/core/tokenizers/utils/build_tokenizer.py].
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
-# Hugging Face tokenizers by repository id prefix (lower case): the embedding rows of the model's config.json
-# (vocab_size), which is len(tokenizer) for Llama 3 / Mistral and an upper bound of it for DeepSeek-V3 / gpt-oss,
-# so memory is never under-counted.
-HF_TOKENIZER_VOCAB = {"meta-llama/meta-llama-3": 128256, "meta-llama/llama-3": 128256,
-                      "deepseek-ai/deepseek-v3": 129280, "deepseek-ai/deepseek-r1": 129280,
-                      "mistralai/mixtral-8x7b": 32000, "mistralai/mistral-7b": 32000, "openai/gpt-oss": 201088}
-
+__all__ = ["megatron_model", "padded_vocab"]
 
 # ---------------------------------------------------------------------------------------------- model
 def _moe_layout(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]:
@@ -69,60 +59,69 @@ def _window(flags: Dict[str, Optional[str]], num_layers: int) -> Tuple[int, int]
     return window, sum(pattern)
 
 
-def _tokenizer_vocab(f: Dict[str, Optional[str]]) -> Tuple[Optional[int], str]:
-    """(vocabulary of the tokenizer before padding, where it came from) or (None, why it is unknown)."""
-    kind = f.get("tokenizer-type")
-    if kind is None and f.get("vocab-file") and f.get("merge-file"):
-        # A vocab file with BPE merges and no type: the GPT-2 BPE files (gpt2-vocab.json, gpt2-merges.txt).
-        return TOKENIZER_VOCAB["GPT2BPETokenizer"], "--vocab-file/--merge-file without --tokenizer-type (GPT-2 BPE)"
-    if kind in TOKENIZER_VOCAB:
-        return TOKENIZER_VOCAB[kind], f"--tokenizer-type {kind}"
-    model = (f.get("tokenizer-model") or "").lower()
-    if kind == "HuggingFaceTokenizer":
-        for prefix, size in HF_TOKENIZER_VOCAB.items():
-            if model.startswith(prefix) or PurePosixPath(model).name.startswith(prefix.split("/")[1]):
-                return size, f"--tokenizer-model {f['tokenizer-model']}"
-    if kind is None:
-        return None, "the arguments (no --vocab-size, no --tokenizer-type)"
-    return None, f"--tokenizer-type {kind}" + (f" --tokenizer-model {f['tokenizer-model']}" if model else "")
+# Layer symbols of a hybrid pattern that the cost model has no layer record for
+# (megatron/core/models/hybrid/hybrid_layer_allocation.py Symbols).
+_UNPRICED_HYBRID = {"G": "Gated DeltaNet", "D": "DeepSeek sparse attention", "+": "multi-latent attention"}
 
 
-def padded_vocab(vocab: int, f: Dict[str, Optional[str]], tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (default 128) x tp
-    [megatron/core/tokenizers/utils/build_tokenizer.py vocab_size_with_padding]."""
-    multiple = typed(f, "make-vocab-size-divisible-by", pos_int, 128) * tp
-    return int(math.ceil(vocab / multiple) * multiple)
+def hybrid_pattern(f: Dict[str, Optional[str]]) -> Optional[str]:
+    """The hybrid layer pattern: --hybrid-layer-pattern, or the deprecated --hybrid-override-pattern [V] (giving
+    both is Megatron's error too)."""
+    new, old = typed(f, "hybrid-layer-pattern", str), typed(f, "hybrid-override-pattern", str)
+    if new and old:
+        raise InputError("--hybrid-override-pattern and --hybrid-layer-pattern cannot both be given (Megatron "
+                         "refuses it); keep --hybrid-layer-pattern")
+    return new or old
 
 
-def vocab_size(f: Dict[str, Optional[str]], tp: int, override: Optional[int], notes: List[str]) -> int:
-    """The embedding rows the run allocates: --vocab-size or the tokenizer's size, padded as Megatron does."""
-    if override is not None:
-        return override
-    given = typed(f, "vocab-size", pos_int)
-    source = "--vocab-size"
-    if given is None:
-        given, source = _tokenizer_vocab(f)
-        if given is None:
-            raise InputError(f"cannot tell the vocabulary size from {source}; pass "
-                             f"--set vocab_size=N (the tokenizer's size)")
-    padded = padded_vocab(given, f, tp)
-    if source != "--vocab-size":
-        notes.append(f"vocab {given} from {source}")
-    if padded != given:
-        notes.append(f"vocab {given} padded to {padded} rows as Megatron does (make-vocab-size-divisible-by x tp)")
-    return padded
+def _hybrid(f: Dict[str, Optional[str]], pattern: str, notes: List[str]) -> Dict[str, Any]:
+    """The hybrid fields of a Mamba / attention pattern [V] (arguments.py: the main pattern is the part before the
+    first '/', each further '/' part is one MTP depth, '|' marks pipeline stages; num_layers is the main pattern's
+    length and --num-layers is ignored) and the Mamba-2 sizes [TC] (mamba_state_dim 128, mamba_head_dim 64,
+    mamba_num_groups 8; no --mamba-num-heads: 2 x hidden / head dim, megatron/core/ssm/mamba_mixer.py)."""
+    main, *mtp = pattern.split("/")
+    unpriced = sorted({_UNPRICED_HYBRID[c] for c in pattern if c in _UNPRICED_HYBRID})
+    if unpriced:
+        raise InputError(f"--hybrid-layer-pattern {pattern!r} holds {', '.join(unpriced)} layers, which autoplan "
+                         f"does not price; it plans M (Mamba-2), * (attention), - (MLP) and E (MoE) layers")
+    if "|" in main:
+        raise InputError("--hybrid-layer-pattern with '|' pipeline stages is not read; drop the '|' marks and give "
+                         "the layout with --strategy pp=N,vpp=V")
+    if len(set(mtp)) > 1:
+        raise InputError(f"--hybrid-layer-pattern {pattern!r}: MTP depths with different patterns are not priced")
+    layers = typed(f, "num-layers", pos_int)
+    if layers is not None and layers != len(main):
+        notes.append(f"--num-layers {layers} ignored: the hybrid pattern has {len(main)} layers (as Megatron does)")
+    hidden = typed(f, "hidden-size", pos_int)
+    head_dim = typed(f, "mamba-head-dim", pos_int, 64)
+    out: Dict[str, Any] = dict(
+        hybrid_layer_pattern=main, num_layers=len(main), mamba_head_dim=head_dim,
+        mamba_num_heads=typed(f, "mamba-num-heads", pos_int, 2 * (hidden or 0) // head_dim),
+        mamba_state_dim=typed(f, "mamba-state-dim", pos_int, 128),
+        mamba_num_groups=typed(f, "mamba-num-groups", pos_int, 8),
+        moe_latent_size=typed(f, "moe-latent-size", int, 0))
+    legacy_mtp = typed(f, "mtp-hybrid-override-pattern", str)
+    if mtp:
+        out.update(mtp_num_layers=len(mtp), mtp_layer_pattern=mtp[0])
+    elif legacy_mtp and typed(f, "mtp-num-layers", int, 0):
+        out.update(mtp_num_layers=typed(f, "mtp-num-layers", int), mtp_layer_pattern=legacy_mtp)
+    return out
 
 
 def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides: Dict[str, Any],
                    notes: List[str]) -> ModelSpec:
     """The ModelSpec the arguments build; `overrides` (--set) replace fields, vocab_size included."""
-    layers = overrides.get("num_layers", typed(f, "num-layers", pos_int))
+    pattern = hybrid_pattern(f)
+    hybrid = _hybrid(f, pattern, notes) if pattern else {}
+    layers = overrides.get("num_layers", hybrid.get("num_layers") or typed(f, "num-layers", pos_int))
     hidden = overrides.get("hidden_size", typed(f, "hidden-size", pos_int))
     heads = overrides.get("num_attention_heads", typed(f, "num-attention-heads", pos_int))
     for name, value in (("num-layers", layers), ("hidden-size", hidden), ("num-attention-heads", heads)):
         if value is None:
             raise InputError(f"Megatron arguments lack --{name}; add it (the model cannot be built without it)")
     gated = "swiglu" in f or "quick-geglu" in f  # [TC] gated_linear_unit: both have three MLP matrices
+    if "squared-relu" in f and not gated:
+        notes.append("--squared-relu priced as a 2-matrix MLP (activation gelu): same shapes and GEMM FLOPs")
     # [V] ffn default: 4h, or 2/3 of that rounded down to a multiple of 64 with SwiGLU.
     default_ffn = int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden
     ffn = typed(f, "ffn-hidden-size", pos_int, default_ffn)
@@ -140,7 +139,9 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
         max_position_embeddings=typed(f, "max-position-embeddings", pos_int, seq_len),
         activation="swiglu" if gated else "gelu",
         normalization="rmsnorm" if typed(f, "normalization", str, "LayerNorm") == "RMSNorm" else "layernorm",
-        position_embedding="rope" if position in ("rope", "yarn", "mrope") else "learned",
+        # "none" (hybrids) has no position parameters: priced as rope, which has none either.
+        position_embedding="learned" if position == "learned_absolute" and "no-position-embedding" not in f
+        else "rope",
         rotary_base=typed(f, "rotary-base", float, 10000.0), rotary_percent=typed(f, "rotary-percent", float, 1.0),
         hidden_dropout=typed(f, "hidden-dropout", float, 0.1),  # default: transformer_config.py
         tie_embeddings="untie-embeddings-and-output-weights" not in f,
@@ -158,8 +159,9 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
                       moe_ffn_hidden_size=typed(f, "moe-ffn-hidden-size", pos_int, ffn),
                       shared_expert_ffn_hidden_size=typed(f, "moe-shared-expert-intermediate-size", int, 0),
                       first_k_dense_layers=first_dense, moe_layer_freq=freq)
-    if "hybrid-override-pattern" not in f:  # [V] --mtp-num-layers, default None: no MTP depth
+    if not pattern:  # [V] --mtp-num-layers, default None: no MTP depth
         values["mtp_num_layers"] = typed(f, "mtp-num-layers", int, 0)
+    values.update(hybrid)
     values.update(overrides)
     try:
         return ModelSpec(**values)

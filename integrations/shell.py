@@ -245,7 +245,12 @@ class _Reader:
             self._assign(m.group(1), m.group(2) == "+", m.group(3))
             return
         first = words[0] if words else ""
-        if first == "unset":
+        if first == "eval" and body is line:
+            # bash joins eval's expanded words with blanks and reads the result again as a command, so quotes
+            # written inside a value (`--moe-layer-freq '${FREQ}'` in a run_cmd string) are read as quotes here.
+            for statement in split_statements(" ".join(_words(self.values.expand(line[len("eval"):])))):
+                self.statement(statement)
+        elif first == "unset":
             for name in words[1:]:
                 self.script.variables.pop(name, None)
         elif first in ("source", "."):

@@ -113,8 +113,20 @@ def why_nothing_is_legal(problem) -> Optional[str]:
             if reason:
                 return f"--fix {key}={shown}: {reason}"
         generic = generic or (f"--fix {key}={shown}: no legal candidate of this layout space can carry it "
-                              f"(with {problem.engine}); relax --fix {key}")
+                              f"(with {problem.engine}){_nearest(grid, key, value)}; relax --fix {key}")
     return generic  # a key with a named rule wins over one without
+
+
+def _nearest(grid, key: str, value) -> str:
+    """', legal KEY with the other keys as given: a, b, c' (the values of `key` among the relaxed space's
+    candidates, nearest to `value` first), or '' for a key the layout table does not hold."""
+    column = getattr(grid.layouts, key, None)
+    if column is None or not len(column):
+        return ""
+    values = sorted({v.item() for v in column})
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        values = sorted(values, key=lambda v: (abs(v - value), v))
+    return f", legal {key} with the other keys as given: {', '.join(str(v) for v in values[:6])}"
 
 
 def gpu_counts_for_cost(problem) -> list:

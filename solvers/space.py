@@ -203,7 +203,9 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
         if first >= 0 and (first, last) not in seen:
             seen.add((first, last))
             out.append((first, last, 0, None))
-    if vpp > 1 and model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:  # layouts as Bridge writes them for its models
+    # Layouts as Bridge writes them for its models, and for any model that no other split carries at this vpp (as
+    # pipeline_split.bridge_split chooses for them).
+    if vpp > 1 and (model.name.lower() in PS.BRIDGE_LAYOUT_MODELS or not out):
         units = PS.BRIDGE_DEEPSEEK_UNITS.get((pp, vpp))
         for emb, loss in ([units] if units else PS._unit_pairs(L, pp, vpp)[:1]):
             text = PS.balanced_layout(L, pp, vpp, emb, loss, model.mtp_num_layers)
@@ -226,6 +228,29 @@ def split_vpps(model: ModelSpec, pp: int) -> List[int]:
     if model.name.lower() in PS.BRIDGE_LAYOUT_MODELS:
         vals |= {v for v in range(2, 17) if pp * v <= L and PS._unit_pairs(L, pp, v)}
     return sorted(v for v in vals if v <= 16)
+
+
+def _fixed_ints(problem: Problem, key: str) -> set:
+    """The values the user fixed for an integer key (the search's own range may leave them out: powers of two, a
+    cap); the layout rules below decide whether they are legal."""
+    fixed = problem.fixed.get(key)
+    return {int(v) for v in (fixed if isinstance(fixed, (list, tuple)) else [fixed]) if v is not None}
+
+
+def _fixed_vpps(problem: Problem, pp: int) -> List[int]:
+    """vpp values the user fixed, directly or through a layout string, that the search's own range leaves out
+    (above 16, or a layout string's vpp for a model without a Bridge recipe): any vpp is legal where a stage split
+    carries it (Megatron-LM takes one layer per virtual stage, e.g. Llama-2-70B at pp4 vpp20), so the splits
+    decide, not a cap."""
+    out = sorted(_fixed_ints(problem, "vpp"))
+    text = _one(problem.fixed.get("pipeline_layout"))
+    if text is not None and not out:
+        try:
+            vpp = PS.layout_vpp(text, pp)
+        except ValueError:
+            vpp = None
+        out += [vpp] if vpp else []
+    return out
 
 
 def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
@@ -261,7 +286,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
     split_fixed = any(k in problem.fixed for k in SPLIT_KEYS)
     points = []
     for tp in _choices(problem, "tp", tp_choices(problem)):
-        for cp in _choices(problem, "cp", _pow2_upto(world // tp)):
+        for cp in _choices(problem, "cp", sorted(set(_pow2_upto(world // tp)) | _fixed_ints(problem, "cp"))):
             if cp > 1 and wl.seq_len % (2 * cp):
                 continue  # seq divisible by 2*cp (validate_args)
             if world % (tp * cp):
@@ -274,7 +299,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                 dp = world // (tp * cp * pp)
                 if wl.global_batch_size % dp:
                     continue  # gbs divisible by mbs*dp needs at least dp | gbs
-                vpps = split_vpps(m, pp) if pp > 1 else [1]
+                vpps = sorted(set(split_vpps(m, pp) + _fixed_vpps(problem, pp))) if pp > 1 else [1]
                 if problem.engine == "deepspeed":
                     vpps = [1]
                 for vpp in _choices(problem, "vpp", vpps):
@@ -318,7 +343,9 @@ def mbs_choices(problem: Problem, dp: int) -> List[int]:
     per_dp = problem.workload.global_batch_size // dp
     cands = divisors(per_dp, upto=16) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
                                                                         if per_dp % v == 0]
-    return [v for v in _choices(problem, "mbs", cands) if v <= 16]
+    # The search's own range stops at 16; an mbs the user fixed is taken wherever the batch divides.
+    cands += [v for v in sorted(_fixed_ints(problem, "mbs")) if v > 16 and per_dp % v == 0]
+    return [v for v in _choices(problem, "mbs", cands) if v <= 16 or "mbs" in problem.fixed]
 
 
 def selective_module_sets(problem: Problem) -> List[int]:

@@ -17,10 +17,10 @@ def estimate_cmd(
     sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a model field: key=value."),
     cluster: str = typer.Option("h100", "--cluster", help="GPU id (see `autoplan clusters`) or cluster YAML."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Number of GPUs (world size)."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens (default 8192 as for plan; an "
-                                      "imported config's own when given)."),
-    gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences (default 128 as for plan; an "
-                                      "imported config's own when given)."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="Sequence length, tokens (default 8192 as for plan; "
+                                      "with --from-megatron it replaces the script's, noted, or fills a fragment's)."),
+    gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences (default 128 as for plan; "
+                                      "with --from-megatron it replaces the script's, noted, or fills a fragment's)."),
     mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro batch, sequences (fills a ds_config's \"auto\")."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
@@ -126,7 +126,8 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
         if model is not None:
             raise InputError("--from-megatron reads the model from the arguments; drop --model (use --set "
                              "key=value to change a field)")
-        imp = importers.from_megatron_args(from_megatron, overrides=sets or ())
+        imp = importers.from_megatron_args(from_megatron, overrides=sets or (), seq_len=seq, global_batch_size=gbs,
+                                           world_size=gpus)
         m = imp.model
         source = "Megatron-LM arguments"
     else:
@@ -149,7 +150,7 @@ def _imported(from_megatron, from_deepspeed, model, sets, cluster, gpus, seq, gb
     wl = imp.workload
     if wl is None and not seq:
         raise InputError("--from-deepspeed needs --seq: a DeepSpeed config holds no sequence length")
-    if seq is not None or gbs is not None:
+    if from_deepspeed and (seq is not None or gbs is not None):
         from autoplan.workload import make_workload
 
         wl = make_workload(wl.seq_len if seq is None else seq, wl.global_batch_size if gbs is None else gbs)

@@ -189,7 +189,10 @@ def _baseline(problem, text, from_megatron, prof):
     if from_megatron:
         from autoplan.integrations import importers
 
-        given = dict(importers.from_megatron_args(from_megatron).strategy)
+        wl = problem.workload  # the job is the plan's: a model fragment's layout is completed like a --baseline
+        given = dict(importers.from_megatron_args(from_megatron, seq_len=wl.seq_len,
+                                                  global_batch_size=wl.global_batch_size,
+                                                  world_size=problem.cluster.num_gpus).strategy)
     else:
         given = read_strategy(text)
     from autoplan.complete import complete_strategy
