@@ -1,0 +1,213 @@
+"""Where the encoder runs, priced with the language model's own per-rank costs (costmodel/rank.py `rank_cost`).
+
+- inherit: Megatron-Bridge's VLM models build the vision tower on the first pipeline stage only (`pre_process`),
+  as a Hugging Face module replicated on every TP rank (Megatron-Bridge v0.3.1 models/qwen_vl/modeling_qwen25_vl.py
+  line 103, modelling_qwen3_vl/model.py line 100, gemma_vl/modeling_gemma3_vl.py line 94). Stage 0 runs the whole
+  encoder for its micro batch, so it carries fewer language-model layers: `first_stage_layers` /
+  `last_stage_layers` (Megatron's --decoder-first/last-pipeline-num-layers) are searched for the fastest step.
+- disjoint: Megatron-LM's MIMO example puts the encoder on its own ranks [0, encoder_tp x encoder_dp) with pp = cp
+  = 1 and the language model from --llm-offset on (examples/mimo/training/args.py `validate_hetero_grid_args`). The
+  encoder is one more pipeline stage in front of the language model's: its time per language micro batch (the
+  images of mbs x llm_dp samples split over encoder_dp lanes) plus the boundary transfer (encoder output to the
+  language ranks over the network, gradients back when something in front trains).
+
+A step: m micro batches at the slowest stage's time, the pipeline fill (costmodel/schedule.py `pipeline_bubble`),
+then the exposed data-parallel reduction and the optimizer of the slowest rank. A frozen language model keeps its
+data-gradient pass when something in front of it trains, and drops its weight gradients, their reduction and its
+optimizer; Megatron's backward is priced as 2/3 data and weight gradients in equal parts."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.calibration import DEFAULT, Calibration
+from autoplan.costmodel.collectives import collective_time
+from autoplan.costmodel.hardware import GIB, hardware_of
+from autoplan.costmodel.layout import layouts_from_strategies
+from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
+from autoplan.costmodel.schedule import pipeline_bubble
+from autoplan.multimodal.encoder_cost import boundary_bytes, encoder_memory, encoder_time
+from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad, MultimodalSpec
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+
+@dataclass(frozen=True)
+class Placement:
+    kind: str  # "inherit" or "disjoint"
+    llm: Strategy
+    llm_gpus: int
+    encoder_tp: int = 0  # disjoint only
+    encoder_dp: int = 0
+    encoder_recompute: bool = False
+
+    def label(self) -> str:
+        s = self.llm
+        split = f" first={s.first_stage_layers} last={s.last_stage_layers}" if s.first_stage_layers is not None else ""
+        base = f"tp{s.tp} pp{s.pp} mbs{s.mbs}{split}"
+        rc = " enc-rc" if self.encoder_recompute else ""
+        if self.kind == "inherit":
+            return f"inherit: encoder on stage 0, {base}{rc}"
+        return f"disjoint: encoder tp{self.encoder_tp} dp{self.encoder_dp} on {self.encoder_tp * self.encoder_dp} " \
+               f"GPUs, LLM {base} on {self.llm_gpus} GPUs{rc}"
+
+
+@dataclass(frozen=True)
+class Priced:
+    placement: Placement
+    step_s: float  # at the mean image load
+    tail_step_s: float  # every sample at the tail load
+    stage_s: Tuple[float, ...]  # per micro batch, encoder stage first when disjoint, at the mean load
+    encoder_s: float  # encoder per micro batch at the mean load (on its stage)
+    layer_s: float  # one language-model layer per micro batch (middle stage / its layers)
+    peak_mem_gib: float
+    fits: bool
+    num_microbatches: int
+    memory_gib: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def imbalance(self) -> float:
+        """Slowest over fastest stage, minus 1."""
+        return max(self.stage_s) / min(self.stage_s) - 1.0
+
+
+def _llm_ranks(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, strategies: List[Strategy], cal):
+    """Per (candidate, stage): seconds per micro batch split into (total, forward compute, backward compute), the
+    per-step dp and optimizer seconds, and memory terms in bytes."""
+    hw = hardware_of(cluster)
+    lay = layouts_from_strategies(strategies, cluster.num_gpus, engine="megatron", gpu_id=cluster.gpu.id)
+    pp = int(lay.pp.max())
+    stages = np.minimum(np.arange(pp)[None, :], lay.pp[:, None] - 1)
+    n = len(strategies)
+    rows = np.repeat(np.arange(n), pp)
+    rc = rank_cost(spec.llm, hw, wl, lay.take(rows), stages.reshape(-1), cal, None)
+
+    def grid(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), (n * pp,)).reshape(n, pp)
+
+    return lay, {"per_mb": grid(rc.per_microbatch), "fwd_bwd": grid(rc.fwd_bwd), "fwd": grid(rc.fwd),
+                 "dp": grid(rc.dp_exposed), "opt": grid(rc.optimizer),
+                 "mem": {k: grid(rc.memory[k]) for k in MEMORY_KEYS}}
+
+
+def _frozen_llm(per_mb, fwd_bwd, fwd, freeze: Freeze):
+    """A frozen language model drops half its backward (the weight gradients)."""
+    if not freeze.language_model:
+        return per_mb
+    return per_mb - (fwd_bwd - fwd) / 2.0
+
+
+def _step(stage_mb: np.ndarray, m: int, dp: float, opt: float) -> float:
+    t_max, t_sum = float(stage_mb.max()), float(stage_mb.sum())
+    bubble = float(pipeline_bubble(t_sum, t_max, len(stage_mb), 1, m))
+    return m * t_max + bubble + dp + opt
+
+
+def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze,
+          placements: List[Placement], cal: Calibration = DEFAULT, headroom: float = 0.0) -> List[Priced]:
+    """Price placements that share one llm_gpus (one call to the language model's cost per group)."""
+    out: List[Priced] = []
+    groups: Dict[int, List[Placement]] = {}
+    for p in placements:
+        groups.setdefault(p.llm_gpus, []).append(p)
+    for llm_gpus, group in groups.items():
+        sub = cluster.model_copy(update={"num_gpus": llm_gpus})
+        lay, r = _llm_ranks(spec, sub, wl, [p.llm for p in group], cal)
+        for i, p in enumerate(group):
+            out.append(_price_one(spec, cluster, sub, wl, data, freeze, p, lay, r, i, cal, headroom))
+    return out
+
+
+def _price_one(spec, cluster, sub, wl, data, freeze, p: Placement, lay, r, i, cal, headroom) -> Priced:
+    hw = hardware_of(cluster)
+    pp, dp, mbs = int(lay.pp[i]), int(lay.dp[i]), p.llm.mbs
+    m = int(num_microbatches(wl, lay.take(np.array([i])))[0])
+    llm_mb = _frozen_llm(r["per_mb"][i, :pp], r["fwd_bwd"][i, :pp], r["fwd"][i, :pp], freeze)
+    trains_front = not (freeze.vision_model and freeze.vision_projection)
+    dp_t = 0.0 if freeze.language_model else float(r["dp"][i, :pp].max())
+    opt_t = 0.0 if freeze.language_model else float(r["opt"][i, :pp].max())
+    mem = {k: r["mem"][k][i, :pp].copy() for k in MEMORY_KEYS}
+    if freeze.language_model:
+        mem["grads"][:] = 0.0
+        mem["optimizer"][:] = 0.0
+    zero = p.llm.zero >= 1
+
+    def steps(load: ImageLoad):
+        if p.kind == "inherit":
+            enc = encoder_time(spec, cluster, load, mbs, freeze, tp=1, recompute=p.encoder_recompute, cal=cal)
+            stage = llm_mb.copy()
+            stage[0] += enc.total
+            return stage, enc.total
+        lanes = mbs * dp / p.encoder_dp  # samples per encoder lane per language micro batch
+        enc = encoder_time(spec, cluster, load, lanes, freeze, tp=p.encoder_tp, recompute=p.encoder_recompute, cal=cal)
+        size = boundary_bytes(spec, load, lanes) / p.encoder_tp
+        hop = float(collective_time("all_gather", size, 2, True, hw)) * (2 if trains_front else 1)
+        return np.concatenate([[enc.total + hop], llm_mb]), enc.total
+
+    stage_mean, enc_mean = steps(data.mean)
+    stage_tail, _ = steps(data.tail)
+    step = _step(stage_mean, m, dp_t, opt_t)
+    tail = _step(stage_tail, m, dp_t, opt_t)
+
+    # Memory: the encoder's on stage 0 (inherit) or on its own ranks (disjoint), at the tail load.
+    if p.kind == "inherit":
+        em = encoder_memory(spec, data.tail, mbs, freeze, tp=1, dp=dp, distributed_optimizer=zero, in_flight=pp,
+                            recompute=p.encoder_recompute)
+        for key, val in (("weights", em.weights), ("grads", em.grads), ("optimizer", em.optimizer),
+                         ("activations", em.activations)):
+            mem[key][0] += val
+        totals = sum(mem.values())
+        peak = float(totals.max())
+        terms = {k: float(v[int(totals.argmax())]) / GIB for k, v in mem.items()}
+    else:
+        em = encoder_memory(spec, data.tail, mbs * dp / p.encoder_dp, freeze, tp=p.encoder_tp, dp=p.encoder_dp,
+                            distributed_optimizer=zero, in_flight=pp + 1, recompute=p.encoder_recompute)
+        fixed = (mem["cuda_context"][0] + mem["nccl"][0])
+        enc_total = em.total + fixed
+        totals = sum(mem.values())
+        peak = float(max(totals.max(), enc_total))
+        terms = {k: float(v[int(totals.argmax())]) / GIB for k, v in mem.items()}
+        terms["encoder_rank"] = enc_total / GIB
+    layers = _stage_layers(spec.llm.num_layers, p.llm)
+    mid = [s for s in range(pp) if 0 < s < pp - 1] or list(range(pp))
+    layer_s = float(np.mean([llm_mb[s] / max(layers[s], 1) for s in mid]))
+    return Priced(placement=p, step_s=step, tail_step_s=tail, stage_s=tuple(float(x) for x in stage_mean),
+                  encoder_s=enc_mean, layer_s=layer_s, peak_mem_gib=peak / GIB,
+                  fits=peak <= hw.capacity_bytes * (1.0 - headroom), num_microbatches=m, memory_gib=terms)
+
+
+def _stage_layers(num_layers: int, s: Strategy) -> List[int]:
+    pp = s.pp
+    if pp == 1:
+        return [num_layers]
+    first = s.first_stage_layers if s.first_stage_layers is not None else None
+    last = s.last_stage_layers if s.last_stage_layers is not None else None
+    if first is None and last is None:
+        return [num_layers // pp] * pp
+    first = first if first is not None else (num_layers - (last or 0)) // (pp - 1)
+    last = last if last is not None else (num_layers - first) // (pp - 1)
+    middle = (num_layers - first - last) // max(pp - 2, 1) if pp > 2 else 0
+    return [first] + [middle] * (pp - 2) + [last]
+
+
+def stage_splits(num_layers: int, pp: int) -> List[Tuple[Optional[int], Optional[int]]]:
+    """(first, last) stage layer counts Megatron can run: middle stages equal (megatron-core 0.16.1
+    transformer_config.py: the layers left after the first and last stage must divide evenly among the others);
+    (None, None) is the even split when pp divides the layers."""
+    out: List[Tuple[Optional[int], Optional[int]]] = []
+    if num_layers % pp == 0:
+        out.append((None, None))
+    if pp < 2:
+        return out
+    for first in range(1, num_layers):
+        for last in range(1, num_layers - first + 1):
+            rest = num_layers - first - last
+            if pp == 2:
+                if rest == 0:
+                    out.append((first, last))
+            elif rest > 0 and rest % (pp - 2) == 0:
+                out.append((first, last))
+    return out
