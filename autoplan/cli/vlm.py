@@ -7,6 +7,7 @@ from typing import List, Optional
 import typer
 
 from autoplan.cli.common import DEFAULT_GBS, DEFAULT_SEQ, print_json
+from autoplan.multimodal.placement import absorbable
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def _row(p) -> dict:
             "encoder_recompute": p.placement.encoder_recompute}
 
 
-def explain_lines(inherit, disjoint, data) -> List[str]:
+def explain_lines(inherit, disjoint, data, num_layers: int) -> List[str]:
     lines = [f"image load: mean {data.mean.images_per_sample:g} images x {data.mean.tokens_per_image:g} tokens, "
              f"p{data.tail_percentile:g} {data.tail.images_per_sample:g} x {data.tail.tokens_per_image:g}"]
     for name, p in (("inherit", inherit), ("disjoint", disjoint)):
@@ -47,6 +48,11 @@ def explain_lines(inherit, disjoint, data) -> List[str]:
                      f"stage ms per micro batch [{stages}] (imbalance {p.imbalance:.0%}); encoder "
                      f"{p.encoder_s * 1e3:.0f} ms per micro batch = {p.encoder_s / p.layer_s:.1f} language layers of "
                      f"{p.layer_s * 1e3:.1f} ms; peak {p.peak_mem_gib:.1f} GiB")
+    if inherit:
+        ok, shed = absorbable(inherit, num_layers)
+        lines.append(f"stage 0 can shed up to {shed * 1e3:.0f} ms ({num_layers / inherit.placement.llm.pp - 1:g} of an "
+                     f"even stage's layers at pp{inherit.placement.llm.pp}); the encoder takes "
+                     f"{inherit.encoder_s * 1e3:.0f} ms: {'absorbable' if ok else 'not absorbable'}")
     if inherit and disjoint:
         win, lose = (inherit, disjoint) if inherit.step_s <= disjoint.step_s else (disjoint, inherit)
         why = ("stage 0 absorbs the encoder by holding fewer language layers, and no GPUs sit on a separate grid"
@@ -122,7 +128,7 @@ def vlm_cmd(
             print(f"best: {best.placement.label()}: {best.step_s:.2f} s/step (p{data.tail_percentile:g} load "
                   f"{best.tail_step_s:.2f} s), peak {best.peak_mem_gib:.1f} GiB")
         if explain:
-            for line in explain_lines(inherit, disjoint, data):
+            for line in explain_lines(inherit, disjoint, data, spec.llm.num_layers):
                 print(line)
     if best is None:
         print("no placement fits in memory", file=__import__("sys").stderr)

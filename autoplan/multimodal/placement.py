@@ -211,3 +211,12 @@ def stage_splits(num_layers: int, pp: int) -> List[Tuple[Optional[int], Optional
             elif rest > 0 and rest % (pp - 2) == 0:
                 out.append((first, last))
     return out
+
+
+
+def absorbable(p: Priced, num_layers: int) -> Tuple[bool, float]:
+    """(whether, ms): stage 0 of an inherit plan absorbs the encoder when the encoder's time per micro batch is at
+    most what moving all but one of an even stage's layers off stage 0 frees, (num_layers / pp - 1) layer times;
+    past that, stage 0 stays the slowest stage however the layers are split, and every micro batch waits on it."""
+    shed = (num_layers / p.placement.llm.pp - 1) * p.layer_s
+    return p.encoder_s <= shed, shed

@@ -38,7 +38,7 @@ def _llm_strategies(spec: MultimodalSpec, gpus: int, wl: Workload, gpus_per_node
                 for first, last in stage_splits(llm.num_layers, pp):
                     if first is not None and (not splits and llm.num_layers % pp == 0):
                         continue
-                    if first is not None and not (first <= mid + 1 and abs(last - mid) <= 4):
+                    if first is not None and not (first <= mid + 1 and abs(last - mid) <= 8):
                         continue
                     yield Strategy(**base, first_stage_layers=first, last_stage_layers=last)
 
@@ -54,7 +54,9 @@ def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: Image
             for rc in (False, True):
                 placements.append(Placement("inherit", s, gpus, encoder_recompute=rc))
     if "disjoint" in kinds:
-        for enc in range(per_node, gpus // 2 + 1, per_node):
+        # Encoder grids of 1, 2 or 4 GPUs, or whole nodes, up to half the GPUs.
+        sizes = sorted({g for g in (1, 2, 4) if g < per_node} | set(range(per_node, gpus // 2 + 1, per_node)))
+        for enc in sizes:
             for etp in TP_DEGREES:
                 if etp > per_node or enc % etp or spec.vision.num_heads % etp:
                     continue

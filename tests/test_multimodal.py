@@ -1,0 +1,128 @@
+"""Vision-language models: parameter counts of five released configs, the stage-0 split as image load rises, the
+inherit/disjoint choice, and the emitted Bridge overrides and MIMO arguments against their parsers' checks."""
+from pathlib import Path
+
+import pytest
+
+from autoplan.clusterio import load_cluster
+from autoplan.errors import InputError
+from autoplan.multimodal.emit_bridge import bridge_overrides, check_transformer_config
+from autoplan.multimodal.emit_mimo import check_mimo, mimo_args
+from autoplan.multimodal.params import param_split
+from autoplan.multimodal.placement import Placement
+from autoplan.multimodal.reader import load_multimodal
+from autoplan.multimodal.search import best_of, search
+from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload
+
+DATA = Path(__file__).parent / "data" / "vlm"
+
+# Published totals as the model pages print them (tests/data/vlm/SOURCES): billions, to the digits shown.
+PUBLISHED = {
+    "qwen2_5_vl_72b_instruct.json": 73.4,
+    "qwen3_vl_8b_instruct.json": 8.77,
+    "internvl3_8b.json": 7.94,
+    "llava_1_5_7b_hf.json": 7.06,
+    "gemma_3_27b_it.json": 27.4,
+}
+
+
+def _digits(x: float) -> int:
+    return len(str(x).split(".")[1])
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_matches_published_total(name):
+    split = param_split(load_multimodal(str(DATA / name)))
+    assert split.vision > 0 and split.projector > 0 and split.language > 0
+    assert round(split.total / 1e9, _digits(PUBLISHED[name])) == PUBLISHED[name]
+
+
+def test_gemma3_vision_tower_matches_the_technical_report():
+    # Gemma 3 technical report (arXiv:2503.19786) Table 1: the SigLIP vision encoder has 417M parameters.
+    split = param_split(load_multimodal(str(DATA / "gemma_3_27b_it.json")))
+    assert round(split.vision / 1e6) == 417
+
+
+def _data(images, tokens):
+    load = ImageLoad(images_per_sample=images, tokens_per_image=tokens)
+    return ImageData(mean=load, tail=load, tail_percentile=95)
+
+
+@pytest.fixture(scope="module")
+def qwen72():
+    return load_multimodal(str(DATA / "qwen2_5_vl_72b_instruct.json"))
+
+
+def test_stage0_layers_fall_as_image_tokens_rise(qwen72):
+    cluster = load_cluster("h100", 64)
+    wl = Workload(seq_len=8192, global_batch_size=128)
+    firsts = []
+    for tokens in (256, 1024, 2048, 4096):
+        priced = search(qwen72, cluster, wl, _data(1, tokens), Freeze(), kinds=("inherit",))
+        pp4 = [p for p in priced if p.fits and p.placement.llm.pp == 4 and p.placement.llm.tp == 8
+               and p.placement.llm.mbs == 1]
+        best = pp4[0]
+        first = best.placement.llm.first_stage_layers
+        firsts.append(first if first is not None else 20)
+        assert best.imbalance <= 0.10, (tokens, best.stage_s)
+    assert firsts == sorted(firsts, reverse=True) and firsts[0] > firsts[-1], firsts
+
+
+QWEN72_64_H100 = ["vlm", "--model", str(DATA / "qwen2_5_vl_72b_instruct.json"), "--cluster", "h100", "--gpus", "64",
+                  "--seq", "8192", "--gbs", "128", "--explain"]
+
+
+def _explain(capsys, images, tokens):
+    from conftest import run_cli
+
+    code, out, err = run_cli(QWEN72_64_H100 + ["--images-per-sample", images, "--tokens-per-image", tokens], capsys)
+    assert code == 0, err
+    lines = {line.split(":")[0].split(" ")[0]: line for line in out.splitlines()}
+    return lines["choice"].split()[1], lines["stage"]
+
+
+def test_placement_choice_flips_where_stage0_stops_absorbing_the_encoder(capsys):
+    """Light images: stage 0 absorbs the encoder and inherit wins; heavy images: the encoder outweighs what stage 0
+    can shed and the disjoint grid wins."""
+    light_choice, light_absorb = _explain(capsys, "mean=1,p95=2", "mean=1024,p95=2048")
+    heavy_choice, heavy_absorb = _explain(capsys, "mean=6,p95=8", "mean=1024,p95=1024")
+    assert light_absorb.endswith(": absorbable") and light_choice == "inherit"
+    assert heavy_absorb.endswith(": not absorbable") and heavy_choice == "disjoint"
+
+
+def test_bridge_overrides_pass_transformer_config_checks(qwen72):
+    s = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective", first_stage_layers=14,
+                 last_stage_layers=20)
+    over = bridge_overrides(qwen72, Placement("inherit", s, 64), Freeze(vision_model=True), 8192, 128)
+    model = over["model"]
+    check_transformer_config(80, 64, 8, model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"],
+                             model["num_layers_in_first_pipeline_stage"], model["num_layers_in_last_pipeline_stage"])
+    assert model["freeze_vision_model"] is True and model["num_layers_in_first_pipeline_stage"] == 14
+
+
+def test_bridge_refuses_what_v031_cannot_express(qwen72):
+    s = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective", first_stage_layers=13,
+                 last_stage_layers=20)
+    with pytest.raises(InputError, match="middle stage"):
+        bridge_overrides(qwen72, Placement("inherit", s, 64), Freeze(), 8192, 128)
+    even = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective")
+    with pytest.raises(InputError, match="disjoint"):
+        bridge_overrides(qwen72, Placement("disjoint", even, 48, 8, 2), Freeze(), 8192, 128)
+    llava = load_multimodal(str(DATA / "llava_1_5_7b_hf.json"))
+    with pytest.raises(InputError, match="llava"):
+        bridge_overrides(llava, Placement("inherit", even, 64), Freeze(), 4096, 128)
+
+
+def test_mimo_args_pass_the_hetero_grid_checks(qwen72):
+    s = Strategy(tp=4, pp=5, mbs=1, sp=True, zero=1, recompute="selective")
+    p = Placement("disjoint", s, 40, 4, 2)  # 8 encoder ranks, 40 language ranks: llm_dp 2
+    args = mimo_args(qwen72, p, 48, 8192, 128)
+    assert args[args.index("--llm-offset") + 1] == "8" and args[args.index("--llm-dp") + 1] == "2"
+    assert not any(a.startswith("--encoder-tensor") or a.startswith("--encoder-pipeline") for a in args)
+    check_mimo(qwen72, p, 48)
+    with pytest.raises(InputError, match="divisible by --encoder-dp"):
+        check_mimo(qwen72, Placement("disjoint", s, 40, 2, 4), 48)  # 1 * 2 % 4 != 0
+    with pytest.raises(InputError, match="every rank"):
+        check_mimo(qwen72, p, 64)
