@@ -126,3 +126,40 @@ def test_mimo_args_pass_the_hetero_grid_checks(qwen72):
         check_mimo(qwen72, Placement("disjoint", s, 40, 2, 4), 48)  # 1 * 2 % 4 != 0
     with pytest.raises(InputError, match="every rank"):
         check_mimo(qwen72, p, 64)
+
+
+def test_bridge_model_keys_are_accepted_by_megatron_core_transformer_config(qwen72):
+    """The emitted model section builds a megatron-core 0.16.1 TransformerConfig (the provider's base class), and
+    the emitter's replicated pipeline-split checks agree with TransformerConfig's on every (first, last) pair."""
+    pytest.importorskip("megatron.core")
+    import dataclasses
+
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from autoplan.multimodal.emit_bridge import PROVIDER_FIELDS
+
+    names = {f.name for f in dataclasses.fields(TransformerConfig)}
+    s = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective", first_stage_layers=14,
+                 last_stage_layers=20)
+    model = bridge_overrides(qwen72, Placement("inherit", s, 64), Freeze(), 8192, 128)["model"]
+    assert all(k in names or k in PROVIDER_FIELDS for k in model)
+    fields = {k: v for k, v in model.items() if k in names}
+    fields["pipeline_dtype"] = getattr(torch, fields["pipeline_dtype"])
+    TransformerConfig(num_layers=80, hidden_size=8192, num_attention_heads=64, num_query_groups=8, **fields)
+    for first in (None, 1, 6, 13, 14):
+        for last in (None, 1, 20, 21):
+            try:
+                TransformerConfig(num_layers=80, hidden_size=8192, num_attention_heads=64, num_query_groups=8,
+                                  tensor_model_parallel_size=8, pipeline_model_parallel_size=4,
+                                  num_layers_in_first_pipeline_stage=first, num_layers_in_last_pipeline_stage=last,
+                                  pipeline_dtype=torch.bfloat16)
+                real = True
+            except ValueError:
+                real = False
+            try:
+                check_transformer_config(80, 64, 8, 8, 4, first, last)
+                ours = True
+            except InputError:
+                ours = False
+            assert ours == real, (first, last)

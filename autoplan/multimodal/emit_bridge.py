@@ -17,6 +17,11 @@ from autoplan.multimodal.spec import Freeze, MultimodalSpec
 
 BRIDGE_RELEASE = "Megatron-Bridge v0.3.1"
 # VLM model providers of that release (src/megatron/bridge/models/{qwen_vl,gemma_vl}).
+# Model keys that are the provider's own rather than TransformerConfig's: GPTModelProvider.seq_length and the freeze
+# switches of the VLM providers (models/qwen_vl/qwen25_vl_provider.py lines 50-52). An unknown key is skipped with a
+# warning by the override code (training/utils/omegaconf_utils.py `_apply_overrides`, line 453), so every key
+# written is one of these or a TransformerConfig field.
+PROVIDER_FIELDS = ("seq_length", "freeze_language_model", "freeze_vision_model", "freeze_vision_projection")
 BRIDGE_VLMS = {"qwen2_5_vl": "Qwen25VLModelProvider", "qwen3_vl": "Qwen3VLModelProvider",
                "gemma3": "Gemma3VLModelProvider"}
 
@@ -63,7 +68,7 @@ def bridge_overrides(spec: MultimodalSpec, p: Placement, freeze: Freeze, seq: in
              "seq_length": seq, "freeze_vision_model": freeze.vision_model,
              "freeze_vision_projection": freeze.vision_projection, "freeze_language_model": freeze.language_model}
     if s.pp > 1:
-        model["pipeline_dtype"] = "bf16"
+        model["pipeline_dtype"] = "bfloat16"  # omegaconf_utils.py line 484: getattr(torch, value)
     if s.first_stage_layers is not None:
         model["num_layers_in_first_pipeline_stage"] = s.first_stage_layers
     if s.last_stage_layers is not None:
@@ -74,6 +79,11 @@ def bridge_overrides(spec: MultimodalSpec, p: Placement, freeze: Freeze, seq: in
 
 def bridge_yaml(overrides: Dict[str, Dict], header: List[str]) -> str:
     lines = [f"# {h}" for h in header]
+    if "pipeline_dtype" in overrides["model"]:
+        # omegaconf_utils.py line 482 turns the string back into torch.bfloat16 only over a recipe value that is
+        # already a dtype; the 3B/7B recipes leave it None.
+        lines.append("# pipeline_dtype: pass pipeline_dtype=torch.bfloat16 to the recipe function when its default "
+                     "is None")
     for section, values in overrides.items():
         lines.append(f"{section}:")
         for k, v in values.items():
