@@ -44,7 +44,7 @@ def explain_lines(inherit, disjoint, data, num_layers: int) -> List[str]:
             lines.append(f"{name}: no placement fits")
             continue
         stages = ", ".join(f"{t * 1e3:.0f}" for t in p.stage_s)
-        lines.append(f"{name}: {p.placement.label()}: {p.step_s:.2f} s/step mean, {p.tail_step_s:.2f} s at the tail; "
+        lines.append(f"{p.placement.label()}: {p.step_s:.2f} s/step mean, {p.tail_step_s:.2f} s at the tail; "
                      f"stage ms per micro batch [{stages}] (imbalance {p.imbalance:.0%}); encoder "
                      f"{p.encoder_s * 1e3:.0f} ms per micro batch = {p.encoder_s / p.layer_s:.1f} language layers of "
                      f"{p.layer_s * 1e3:.1f} ms; peak {p.peak_mem_gib:.1f} GiB")
@@ -147,8 +147,11 @@ def _emit(spec, best, fr, formats, out: Path, world: int, seq: int, gbs: int) ->
                                                      [f"{spec.name}: {BRIDGE_RELEASE} VLM recipe overrides",
                                                       best.placement.label()])
     if "mimo" in formats:
+        args = mimo_args(spec, best.placement, world, seq, gbs)
+        pairs = [" ".join(args[i:i + 2]) if i + 1 < len(args) and not args[i + 1].startswith("--") else args[i]
+                 for i in range(len(args)) if args[i].startswith("--")]
         files["mimo_args.txt"] = f"# Megatron-LM examples/mimo/train.py at {MIMO_COMMIT} or later\n" + \
-            "\n".join(mimo_args(spec, best.placement, world, seq, gbs)) + "\n"
+            "\n".join(pairs) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text)

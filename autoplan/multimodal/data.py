@@ -15,7 +15,8 @@ from autoplan.multimodal.spec import ImageData, ImageLoad
 def _mean_tail(text: str, flag: str) -> Tuple[float, float, float]:
     m = re.fullmatch(r"\s*mean=([0-9.]+)\s*,\s*p([0-9.]+)=([0-9.]+)\s*", text or "")
     if not m:
-        raise InputError(f"{flag} {text!r} must read mean=M,pNN=T (e.g. {flag} mean=1024,p95=4096)")
+        example = "mean=2,p95=6" if flag == "--images-per-sample" else "mean=1024,p95=4096"
+        raise InputError(f"{flag} {text!r} must read mean=M,pNN=T (e.g. {flag} {example})")
     mean, pct, tail = float(m.group(1)), float(m.group(2)), float(m.group(3))
     if not 0 < pct < 100 or tail < mean:
         raise InputError(f"{flag} {text!r}: the percentile must lie in (0, 100) and the tail be >= the mean")

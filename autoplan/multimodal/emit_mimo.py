@@ -43,7 +43,7 @@ def check_mimo(spec: MultimodalSpec, p: Placement, world: int) -> None:
 def mimo_args(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int) -> List[str]:
     if p.kind != "disjoint":
         raise InputError("the MIMO example runs the encoder on its own ranks only; an encoder on pipeline stage 0 "
-                         "(inherit) is emitted with --format bridge")
+                         "(inherit) is emitted with --emit bridge")
     if p.encoder_recompute:
         raise InputError("the MIMO example has no encoder recompute argument; plan without encoder recompute")
     check_mimo(spec, p, world)

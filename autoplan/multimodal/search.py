@@ -54,8 +54,9 @@ def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: Image
             for rc in (False, True):
                 placements.append(Placement("inherit", s, gpus, encoder_recompute=rc))
     if "disjoint" in kinds:
-        # Encoder grids of 1, 2 or 4 GPUs, or whole nodes, up to half the GPUs.
-        sizes = sorted({g for g in (1, 2, 4) if g < per_node} | set(range(per_node, gpus // 2 + 1, per_node)))
+        # Encoder grids of 1, 2 or any multiple of 4 GPUs up to half the GPUs (MIMO places ranks freely; a
+        # multiple of 4 keeps the remaining language grid divisible by the TP degrees searched).
+        sizes = sorted({1, 2} | set(range(4, gpus // 2 + 1, 4)))
         for enc in sizes:
             for etp in TP_DEGREES:
                 if etp > per_node or enc % etp or spec.vision.num_heads % etp:
