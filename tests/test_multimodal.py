@@ -9,7 +9,7 @@ from autoplan.errors import InputError
 from autoplan.multimodal.emit_bridge import bridge_overrides, check_transformer_config
 from autoplan.multimodal.emit_mimo import check_mimo, mimo_args
 from autoplan.multimodal.params import param_split
-from autoplan.multimodal.placement import Placement
+from autoplan.multimodal.placement import Placement, price
 from autoplan.multimodal.reader import load_multimodal
 from autoplan.multimodal.search import best_of, search
 from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad
@@ -163,3 +163,28 @@ def test_bridge_model_keys_are_accepted_by_megatron_core_transformer_config(qwen
             except InputError:
                 ours = False
             assert ours == real, (first, last)
+
+
+def test_drawn_micro_batches_price_between_mean_and_tail(qwen72):
+    """With one load for every micro batch the 1F1B simulation of drawn micro batches agrees with the closed-form
+    step (within 1%); with a tail, an inherit plan's drawn step lies between the mean and the all-tail step."""
+    from autoplan.multimodal.placement import drawn_loads, drawn_step
+
+    cluster = load_cluster("h100", 64)
+    wl = Workload(seq_len=8192, global_batch_size=128)
+    s = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective", first_stage_layers=14,
+                 last_stage_layers=20)
+    d = Strategy(tp=4, pp=7, mbs=1, sp=True, zero=1, recompute="selective", first_stage_layers=10,
+                 last_stage_layers=10)
+    flat = _data(2, 1024)
+    for placement in (Placement("inherit", s, 64), Placement("disjoint", d, 56, 4, 2)):
+        (priced,) = price(qwen72, cluster, wl, flat, Freeze(), [placement])
+        assert drawn_step(qwen72, cluster, flat, Freeze(), priced) == pytest.approx(priced.step_s, rel=0.01)
+    tailed = ImageData(mean=ImageLoad(images_per_sample=2, tokens_per_image=1024),
+                       tail=ImageLoad(images_per_sample=6, tokens_per_image=1024), tail_percentile=95)
+    loads = drawn_loads(tailed, 128)
+    assert sum(x.image_tokens for x in loads) / 128 == pytest.approx(tailed.mean.image_tokens)
+    assert sum(x == tailed.tail for x in loads) == round(0.05 * 128)
+    (priced,) = price(qwen72, cluster, wl, tailed, Freeze(), [Placement("inherit", s, 64)])
+    drawn = drawn_step(qwen72, cluster, tailed, Freeze(), priced)
+    assert priced.step_s < drawn < priced.tail_step_s

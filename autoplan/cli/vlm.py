@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from autoplan.cli.common import DEFAULT_GBS, DEFAULT_SEQ, print_json
-from autoplan.multimodal.placement import absorbable
+from autoplan.multimodal.placement import absorbable, drawn_step
 
 
 def register(app: typer.Typer) -> None:
@@ -26,9 +26,9 @@ def _freeze(text: Optional[str]):
                   language_model="language" in parts)
 
 
-def _row(p) -> dict:
+def _row(p, drawn) -> dict:
     return {"placement": p.placement.label(), "kind": p.placement.kind, "step_time_s": p.step_s,
-            "tail_step_time_s": p.tail_step_s, "stage_times_s": list(p.stage_s), "encoder_s_per_microbatch":
+            "tail_step_time_s": p.tail_step_s, "drawn_step_time_s": drawn, "stage_times_s": list(p.stage_s), "encoder_s_per_microbatch":
             p.encoder_s, "llm_layer_s_per_microbatch": p.layer_s, "imbalance": p.imbalance,
             "peak_mem_gib": p.peak_mem_gib, "fits": p.fits, "num_microbatches": p.num_microbatches,
             "strategy": p.placement.llm.model_dump(exclude_defaults=True),
@@ -36,7 +36,7 @@ def _row(p) -> dict:
             "encoder_recompute": p.placement.encoder_recompute}
 
 
-def explain_lines(inherit, disjoint, data, num_layers: int) -> List[str]:
+def explain_lines(inherit, disjoint, data, num_layers: int, drawn) -> List[str]:
     lines = [f"image load: mean {data.mean.images_per_sample:g} images x {data.mean.tokens_per_image:g} tokens, "
              f"p{data.tail_percentile:g} {data.tail.images_per_sample:g} x {data.tail.tokens_per_image:g}"]
     for name, p in (("inherit", inherit), ("disjoint", disjoint)):
@@ -44,7 +44,8 @@ def explain_lines(inherit, disjoint, data, num_layers: int) -> List[str]:
             lines.append(f"{name}: no placement fits")
             continue
         stages = ", ".join(f"{t * 1e3:.0f}" for t in p.stage_s)
-        lines.append(f"{p.placement.label()}: {p.step_s:.2f} s/step mean, {p.tail_step_s:.2f} s at the tail; "
+        lines.append(f"{p.placement.label()}: {p.step_s:.2f} s/step mean, {p.tail_step_s:.2f} s at the tail, "
+                     f"{drawn[id(p)]:.2f} s with micro batches as drawn; "
                      f"stage ms per micro batch [{stages}] (imbalance {p.imbalance:.0%}); encoder "
                      f"{p.encoder_s * 1e3:.0f} ms per micro batch = {p.encoder_s / p.layer_s:.1f} language layers of "
                      f"{p.layer_s * 1e3:.1f} ms; peak {p.peak_mem_gib:.1f} GiB")
@@ -114,11 +115,13 @@ def vlm_cmd(
         priced = [p for p in priced if not p.placement.encoder_recompute]
     inherit, disjoint = best_of(priced, "inherit"), best_of(priced, "disjoint")
     best = min((p for p in (inherit, disjoint) if p), key=lambda p: p.step_s, default=None)
+    drawn = {id(p): drawn_step(spec, c, data, fr, p) for p in (inherit, disjoint) if p}
     split = param_split(spec)
     if as_json:
         print_json({"model": spec.name, "params": {"vision": split.vision, "projector": split.projector,
                     "language": split.language, "total": split.total},
-                    "plans": [_row(p) for p in (best, inherit if best is not inherit else disjoint) if p]})
+                    "plans": [_row(p, drawn[id(p)]) for p in (best, inherit if best is not inherit else disjoint)
+                              if p]})
     else:
         print(f"{spec.name}: {split.total / 1e9:.2f}B parameters = vision {split.vision / 1e6:.0f}M + projector "
               f"{split.projector / 1e6:.0f}M + language {split.language / 1e9:.2f}B")
@@ -126,9 +129,10 @@ def vlm_cmd(
             print(f"note: {note}")
         if best:
             print(f"best: {best.placement.label()}: {best.step_s:.2f} s/step (p{data.tail_percentile:g} load "
-                  f"{best.tail_step_s:.2f} s), peak {best.peak_mem_gib:.1f} GiB")
+                  f"{best.tail_step_s:.2f} s, micro batches as drawn {drawn[id(best)]:.2f} s), peak "
+                  f"{best.peak_mem_gib:.1f} GiB")
         if explain:
-            for line in explain_lines(inherit, disjoint, data, spec.llm.num_layers):
+            for line in explain_lines(inherit, disjoint, data, spec.llm.num_layers, drawn):
                 print(line)
     if best is None:
         print("no placement fits in memory", file=__import__("sys").stderr)

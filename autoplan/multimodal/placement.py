@@ -67,6 +67,9 @@ class Priced:
     fits: bool
     num_microbatches: int
     memory_gib: Dict[str, float] = field(default_factory=dict)
+    llm_fwd_s: Tuple[float, ...] = ()  # language stages: forward and backward seconds per micro batch
+    llm_bwd_s: Tuple[float, ...] = ()
+    after_s: float = 0.0  # exposed dp reduction + optimizer after the last backward
 
     @property
     def imbalance(self) -> float:
@@ -174,9 +177,14 @@ def _price_one(spec, cluster, sub, wl, data, freeze, p: Placement, lay, r, i, ca
     layers = _stage_layers(spec.llm.num_layers, p.llm)
     mid = [s for s in range(pp) if 0 < s < pp - 1] or list(range(pp))
     layer_s = float(np.mean([llm_mb[s] / max(layers[s], 1) for s in mid]))
+    share = np.divide(r["fwd"][i, :pp], r["fwd_bwd"][i, :pp], out=np.full(pp, 1.0 / 3.0),
+                      where=r["fwd_bwd"][i, :pp] > 0)
+    llm_fwd = llm_mb * share
     return Priced(placement=p, step_s=step, tail_step_s=tail, stage_s=tuple(float(x) for x in stage_mean),
                   encoder_s=enc_mean, layer_s=layer_s, peak_mem_gib=peak / GIB,
-                  fits=peak <= hw.capacity_bytes * (1.0 - headroom), num_microbatches=m, memory_gib=terms)
+                  fits=peak <= hw.capacity_bytes * (1.0 - headroom), num_microbatches=m, memory_gib=terms,
+                  llm_fwd_s=tuple(float(x) for x in llm_fwd), llm_bwd_s=tuple(float(x) for x in llm_mb - llm_fwd),
+                  after_s=dp_t + opt_t)
 
 
 def _stage_layers(num_layers: int, s: Strategy) -> List[int]:
@@ -220,3 +228,65 @@ def absorbable(p: Priced, num_layers: int) -> Tuple[bool, float]:
     past that, stage 0 stays the slowest stage however the layers are split, and every micro batch waits on it."""
     shed = (num_layers / p.placement.llm.pp - 1) * p.layer_s
     return p.encoder_s <= shed, shed
+
+
+def drawn_loads(data: ImageData, m: int) -> List[ImageLoad]:
+    """The image load of each of a pipeline's m micro batches composed as the samples come (no reordering). From
+    mean and tail: the top (100 - percentile)% of micro batches at the tail load, spread evenly through the step,
+    the others at the load that keeps the mean. From a histogram: each micro batch at its quantile, heavy and light
+    interleaved."""
+    if data.histogram:
+        rows = sorted(data.histogram, key=lambda r: r[0] * r[1])
+        total = sum(r[2] for r in rows)
+        loads = []
+        for j in range(m):
+            q, acc = (j + 0.5) / m * total, 0.0
+            for r in rows:
+                acc += r[2]
+                if acc >= q:
+                    loads.append(ImageLoad(images_per_sample=r[0], tokens_per_image=r[1]))
+                    break
+        return loads[0::2] + loads[1::2][::-1]
+    q = (100.0 - data.tail_percentile) / 100.0
+    heavy = min(max(1, round(q * m)), m) if data.tail.image_tokens > data.mean.image_tokens else 0
+    rest_tokens = max((data.mean.image_tokens * m - data.tail.image_tokens * heavy) / max(m - heavy, 1), 0.0)
+    scale = rest_tokens / data.mean.image_tokens if data.mean.image_tokens else 0.0
+    rest = ImageLoad(images_per_sample=data.mean.images_per_sample * scale,
+                     tokens_per_image=data.mean.tokens_per_image)
+    slots = {int((k + 0.5) * m / heavy) for k in range(heavy)} if heavy else set()
+    return [data.tail if j in slots else rest for j in range(m)]
+
+
+def drawn_step(spec: MultimodalSpec, cluster: ClusterSpec, data: ImageData, freeze: Freeze, priced: Priced,
+               cal: Calibration = DEFAULT) -> float:
+    """Step seconds with micro batches composed as drawn (`drawn_loads`): Megatron's 1F1B pass order with each
+    micro batch's own encoder time (autoplan/report/timeline.py `simulate`). The mean and tail prices assume every
+    micro batch alike; reordering samples so that micro batches carry equal image loads gives the mean price."""
+    from autoplan.report.timeline import simulate
+
+    p = priced.placement
+    m = priced.num_microbatches
+    hw = hardware_of(cluster)
+    trains_front = not (freeze.vision_model and freeze.vision_projection)
+    enc_f, enc_b = [], []
+    for load in drawn_loads(data, m):
+        if p.kind == "inherit":
+            e = encoder_time(spec, cluster, load, p.llm.mbs, freeze, tp=1, recompute=p.encoder_recompute, cal=cal)
+            hop = 0.0
+        else:
+            dp = p.llm_gpus // (p.llm.tp * p.llm.pp * p.llm.cp)
+            lanes = p.llm.mbs * dp / p.encoder_dp
+            e = encoder_time(spec, cluster, load, lanes, freeze, tp=p.encoder_tp, recompute=p.encoder_recompute,
+                             cal=cal)
+            hop = float(collective_time("all_gather", boundary_bytes(spec, load, lanes) / p.encoder_tp, 2, True, hw))
+        enc_f.append(e.fwd + hop)
+        enc_b.append(e.bwd + e.tp_comm + (hop if trains_front else 0.0))
+    fwd = [[t] * m for t in priced.llm_fwd_s]
+    bwd = [[t] * m for t in priced.llm_bwd_s]
+    if p.kind == "inherit":
+        fwd[0] = [a + b for a, b in zip(fwd[0], enc_f)]
+        bwd[0] = [a + b for a, b in zip(bwd[0], enc_b)]
+    else:
+        fwd, bwd = [enc_f] + fwd, [enc_b] + bwd
+    passes = simulate(len(fwd), 1, m, fwd, bwd)
+    return max(end for _, end in passes.values()) + priced.after_s
