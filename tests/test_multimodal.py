@@ -188,3 +188,77 @@ def test_drawn_micro_batches_price_between_mean_and_tail(qwen72):
     (priced,) = price(qwen72, cluster, wl, tailed, Freeze(), [Placement("inherit", s, 64)])
     drawn = drawn_step(qwen72, cluster, tailed, Freeze(), priced)
     assert priced.step_s < drawn < priced.tail_step_s
+
+
+@pytest.mark.parametrize("extra, rule", [
+    (["--freeze", "vision,eyes", "--images-per-sample", "mean=1,p95=1", "--tokens-per-image", "mean=576,p95=576"],
+     "--freeze"),
+    (["--images-per-sample", "2", "--tokens-per-image", "mean=256,p95=512"], "mean=M,pNN=T"),
+    (["--images-per-sample", "mean=2,p90=4", "--tokens-per-image", "mean=256,p95=512"], "same percentile"),
+    (["--images-per-sample", "mean=4,p95=2", "--tokens-per-image", "mean=256,p95=512"], "tail be >= the mean"),
+    (["--images-per-sample", "mean=8,p95=16", "--tokens-per-image", "mean=1024,p95=1024"], "more than --seq"),
+    (["--images-per-sample", "mean=1,p95=1", "--tokens-per-image", "mean=256,p95=256", "--placement", "both"],
+     "--placement"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, extra, rule):
+    from conftest import run_cli
+
+    code, out, err = run_cli(["vlm", "--model", str(DATA / "llava_1_5_7b_hf.json"), "--gpus", "8", "--seq", "4096",
+                              "--gbs", "64", *extra], capsys)
+    assert code == 2 and rule in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_text_model_paths_point_vision_configs_to_vlm(tmp_path, capsys):
+    from conftest import run_cli
+
+    code, _, err = run_cli(["estimate", "--model", str(DATA / "qwen2_5_vl_72b_instruct.json"), "--gpus", "64",
+                            "--strategy", "tp=8,pp=4"], capsys)
+    assert code == 2 and "autoplan vlm" in err
+    code, _, err = run_cli(["vlm", "--model", str(DATA / "llava_1_5_7b_hf.json").replace("llava_1_5_7b_hf", "x"),
+                            "--images-per-sample", "mean=1,p95=1", "--tokens-per-image", "mean=1,p95=1"], capsys)
+    assert code == 2 and "no such file" in err
+
+
+def test_llama4_is_refused_by_name(tmp_path, capsys):
+    import json
+
+    from conftest import run_cli
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama4", "vision_config": {}, "text_config": {}}))
+    code, _, err = run_cli(["vlm", "--model", str(cfg), "--images-per-sample", "mean=1,p95=1",
+                            "--tokens-per-image", "mean=1,p95=1"], capsys)
+    assert code == 2 and "llama4" in err and "not read" in err
+
+
+def test_image_histogram_gives_mean_and_tail(tmp_path):
+    from autoplan.multimodal.data import from_histogram
+
+    hist = tmp_path / "images.csv"
+    hist.write_text("images,tokens_per_image,count\n1,256,70\n2,1024,25\n8,1024,5\n")
+    data = from_histogram(str(hist), 95)
+    assert data.mean.images_per_sample == pytest.approx((70 + 50 + 40) / 100)
+    assert data.mean.image_tokens == pytest.approx((70 * 256 + 25 * 2048 + 5 * 8192) / 100)
+    assert (data.tail.images_per_sample, data.tail.tokens_per_image) == (2, 1024)  # 95% of samples at or below
+    assert from_histogram(str(hist), 96).tail.images_per_sample == 8
+
+
+def test_frozen_parts_carry_no_gradients_or_optimizer_state(qwen72):
+    from autoplan.multimodal.encoder_cost import encoder_memory, encoder_time
+    from autoplan.multimodal.params import projector_params
+
+    load = ImageLoad(images_per_sample=2, tokens_per_image=1024)
+    kw = dict(tp=1, dp=8, distributed_optimizer=True, in_flight=4, recompute=False)
+    trained = encoder_memory(qwen72, load, 1, Freeze(), **kw)
+    vision_frozen = encoder_memory(qwen72, load, 1, Freeze(vision_model=True), **kw)
+    assert vision_frozen.weights == trained.weights
+    assert vision_frozen.grads == projector_params(qwen72.projector) * 4  # only the projector's fp32 gradients
+    assert vision_frozen.activations == 0.0  # nothing in front of the projector needs a backward pass
+    cluster = load_cluster("h100", 64)
+    assert encoder_time(qwen72, cluster, load, 1, Freeze(vision_model=True, vision_projection=True)).bwd == 0.0
+    wl = Workload(seq_len=8192, global_batch_size=128)
+    s = Strategy(tp=8, pp=4, mbs=1, sp=True, zero=1, recompute="selective")
+    (train,) = price(qwen72, cluster, wl, _data(1, 1024), Freeze(), [Placement("inherit", s, 64)])
+    (frozen,) = price(qwen72, cluster, wl, _data(1, 1024), Freeze(language_model=True), [Placement("inherit", s, 64)])
+    assert frozen.after_s == 0.0 < train.after_s  # no gradient reduction or optimizer step for a frozen LLM
+    assert frozen.step_s < train.step_s and frozen.peak_mem_gib < train.peak_mem_gib

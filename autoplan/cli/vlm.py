@@ -135,7 +135,15 @@ def vlm_cmd(
             for line in explain_lines(inherit, disjoint, data, spec.llm.num_layers, drawn):
                 print(line)
     if best is None:
-        print("no placement fits in memory", file=__import__("sys").stderr)
+        import sys
+
+        if not priced:
+            print(f"no legal placement: --gbs {gbs} must divide into micro batches over the data-parallel ranks of "
+                  f"some layout of {gpus} GPUs (try a --gbs with more factors of 2)", file=sys.stderr)
+        else:
+            least = min(priced, key=lambda p: p.peak_mem_gib)
+            print(f"no placement fits in memory: the least needs {least.peak_mem_gib:.1f} GiB per GPU "
+                  f"({least.placement.label()}); try more GPUs, --freeze, or a lighter image load", file=sys.stderr)
         raise typer.Exit(1)
     if formats:
         _emit(spec, best, fr, formats, Path(out), c.num_gpus, seq, gbs)
