@@ -12,7 +12,8 @@
   language ranks over the network, gradients back when something in front trains).
 
 A step: m micro batches at the slowest stage's time, the pipeline fill (costmodel/schedule.py `pipeline_bubble`),
-then the exposed data-parallel reduction and the optimizer of the slowest rank. A frozen language model keeps its
+then the exposed data-parallel reduction and the optimizer of the slowest rank, and the encoder's gradient
+reduction (see `_price_one`). A frozen language model keeps its
 data-gradient pass when something in front of it trains, and drops its weight gradients, their reduction and its
 optimizer; Megatron's backward is priced as 2/3 data and weight gradients in equal parts."""
 from __future__ import annotations
@@ -29,7 +30,8 @@ from autoplan.costmodel.hardware import GIB, hardware_of
 from autoplan.costmodel.layout import layouts_from_strategies
 from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.schedule import pipeline_bubble
-from autoplan.multimodal.encoder_cost import boundary_bytes, encoder_memory, encoder_time
+from autoplan.multimodal.encoder_cost import GRAD_BYTES, boundary_bytes, encoder_memory, encoder_time
+from autoplan.multimodal.params import projector_params, vision_params
 from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad, MultimodalSpec
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
@@ -146,10 +148,26 @@ def _price_one(spec, cluster, sub, wl, data, freeze, p: Placement, lay, r, i, ca
             return stage, enc.total
         lanes = mbs * dp / p.encoder_dp  # samples per encoder lane per language micro batch
         enc = encoder_time(spec, cluster, load, lanes, freeze, tp=p.encoder_tp, recompute=p.encoder_recompute, cal=cal)
-        size = boundary_bytes(spec, load, lanes) / p.encoder_tp
-        hop = float(collective_time("all_gather", size, 2, True, hw)) * (2 if trains_front else 1)
+        size = boundary_bytes(spec, load, lanes) / p.encoder_tp  # each encoder TP rank sends its share
+        hop = float(collective_time("send_recv", size, 2, True, hw)) * (2 if trains_front else 1)
         return np.concatenate([[enc.total + hop], llm_mb]), enc.total
 
+    # The encoder's gradients are reduced after its backward, the last pass of a step on its ranks (its buckets
+    # cannot overlap a later backward): an fp32 all-reduce over its data-parallel ranks (Bridge recipes
+    # grad_reduce_in_fp32), exposed after the inherit plan's last backward; on a disjoint grid it runs beside the
+    # language model's own reduction and optimizer, and the longer of the two ends the step.
+    trainable = (0 if freeze.vision_model else vision_params(spec.vision)) + \
+        (0 if freeze.vision_projection else projector_params(spec.projector))
+    if not trainable:
+        pass
+    elif p.kind == "inherit":
+        enc_reduce = float(collective_time("all_reduce", trainable * GRAD_BYTES, dp, p.llm.tp * dp > hw.domain_size,
+                                           hw))
+        opt_t += enc_reduce
+    else:
+        enc_reduce = float(collective_time("all_reduce", trainable * GRAD_BYTES / p.encoder_tp, p.encoder_dp,
+                                           p.encoder_tp * p.encoder_dp > hw.domain_size, hw))
+        opt_t += max(enc_reduce - dp_t - opt_t, 0.0)
     stage_mean, enc_mean = steps(data.mean)
     stage_tail, _ = steps(data.tail)
     step = _step(stage_mean, m, dp_t, opt_t)
@@ -278,7 +296,7 @@ def drawn_step(spec: MultimodalSpec, cluster: ClusterSpec, data: ImageData, free
             lanes = p.llm.mbs * dp / p.encoder_dp
             e = encoder_time(spec, cluster, load, lanes, freeze, tp=p.encoder_tp, recompute=p.encoder_recompute,
                              cal=cal)
-            hop = float(collective_time("all_gather", boundary_bytes(spec, load, lanes) / p.encoder_tp, 2, True, hw))
+            hop = float(collective_time("send_recv", boundary_bytes(spec, load, lanes) / p.encoder_tp, 2, True, hw))
         enc_f.append(e.fwd + hop)
         enc_b.append(e.bwd + e.tp_comm + (hop if trains_front else 0.0))
     fwd = [[t] * m for t in priced.llm_fwd_s]
