@@ -28,8 +28,8 @@ def _freeze(text: Optional[str]):
 
 def _row(p, drawn) -> dict:
     return {"placement": p.placement.label(), "kind": p.placement.kind, "step_time_s": p.step_s,
-            "tail_step_time_s": p.tail_step_s, "drawn_step_time_s": drawn, "stage_times_s": list(p.stage_s), "encoder_s_per_microbatch":
-            p.encoder_s, "llm_layer_s_per_microbatch": p.layer_s, "imbalance": p.imbalance,
+            "tail_step_time_s": p.tail_step_s, "drawn_step_time_s": drawn, "stage_times_s": list(p.stage_s),
+            "encoder_s_per_microbatch": p.encoder_s, "llm_layer_s_per_microbatch": p.layer_s, "imbalance": p.imbalance,
             "peak_mem_gib": p.peak_mem_gib, "fits": p.fits, "num_microbatches": p.num_microbatches,
             "strategy": p.placement.llm.model_dump(exclude_defaults=True),
             "encoder_tp": p.placement.encoder_tp, "encoder_dp": p.placement.encoder_dp,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.costmodel.collectives import collective_time
-from autoplan.costmodel.flops import attention_core_flops_per_token, attention_linear_flops_per_token, mlp_flops_per_token
+from autoplan.costmodel.flops import (attention_core_flops_per_token, attention_linear_flops_per_token,
+                                      mlp_flops_per_token)
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.model import ModelSpec
 from autoplan.multimodal.params import projector_params, vision_params
@@ -60,7 +61,8 @@ def image_flops(spec: MultimodalSpec, tokens_per_image: float) -> EncoderFlops:
     attn = (v.num_layers - windowed) * attention_core_flops_per_token(vm, 2 * n) + \
         windowed * attention_core_flops_per_token(vm, 2 * n, window=v.window_patches)
     embed = 2.0 * v.in_channels * v.temporal_patch_size * v.patch_size ** 2 * v.hidden_size
-    proj = 2.0 * projector_params(spec.projector) / max(v.patches_per_token, 1)  # per patch, as the merger runs per token
+    # The projector runs once per language token, i.e. per patches_per_token patches.
+    proj = 2.0 * projector_params(spec.projector) / max(v.patches_per_token, 1)
     return EncoderFlops(gemm=n * (v.num_layers * per_patch + embed + proj), attention=n * attn, patches=n)
 
 

@@ -36,8 +36,17 @@ def vision_embedding_params(v: VisionSpec) -> int:
     return conv + v.position_embeddings * h + (h if v.class_token else 0) + extra
 
 
+def pooling_head_params(v: VisionSpec) -> int:
+    """SiglipMultiheadAttentionPoolingHead (modeling_siglip.py): a probe vector, nn.MultiheadAttention (in_proj 3h x h
+    and out_proj h x h, with biases), a LayerNorm and a biased fc1/fc2 MLP."""
+    if not v.pooling_head:
+        return 0
+    h, f = v.hidden_size, v.ffn_hidden_size
+    return h + (4 * h * h + 4 * h) + 2 * h + (2 * h * f + f + h)
+
+
 def vision_params(v: VisionSpec) -> int:
-    return v.num_layers * vision_block_params(v) + vision_embedding_params(v)
+    return v.num_layers * vision_block_params(v) + vision_embedding_params(v) + pooling_head_params(v)
 
 
 def _linears(widths, bias: bool) -> int:

@@ -62,8 +62,9 @@ def _qwen2_5_vl(cfg, name, where) -> Tuple[VisionSpec, ProjectorSpec, ModelSpec]
     window_side = v.int_opt("window_size", 112) // patch  # modeling_qwen2_5_vl.py get_window_index: in patches
     full = v.get("fullatt_block_indexes", [7, 15, 23, 31])
     vision = VisionSpec(
-        family="qwen2_5_vl", num_layers=v.int_req("depth"), hidden_size=h, ffn_hidden_size=v.int_req("intermediate_size"),
-        num_heads=v.int_req("num_heads"), gated_mlp=True, normalization="rmsnorm", patch_size=patch,
+        family="qwen2_5_vl", num_layers=v.int_req("depth"), hidden_size=h,
+        ffn_hidden_size=v.int_req("intermediate_size"), num_heads=v.int_req("num_heads"), gated_mlp=True,
+        normalization="rmsnorm", patch_size=patch,
         temporal_patch_size=v.int_opt("temporal_patch_size", 2), in_channels=v.int_opt("in_chans", 3),
         patch_bias=False, window_patches=window_side ** 2, full_attention_layers=len(full),
         patches_per_token=merge ** 2)
@@ -118,10 +119,11 @@ def _internvl_chat(cfg, name, where):
     return vision, proj, llm
 
 
-def _vit(raw: Mapping[str, Any], family: str, defaults: Dict[str, int], where: str) -> Tuple[Config, Dict[str, Any]]:
+def _vit(raw: Mapping[str, Any], family: str, defaults: Dict[str, int], where: str) -> Tuple[Dict[str, Any], int]:
+    """The shape fields shared by CLIP and SigLIP towers, and the patches per image."""
     v = Config({**defaults, **raw}, family, f"{where} vision_config")
     image, patch = _grid(v.req("image_size")), _grid(v.req("patch_size"))
-    return v, dict(num_layers=v.int_req("num_hidden_layers"), hidden_size=v.int_req("hidden_size"),
+    return dict(num_layers=v.int_req("num_hidden_layers"), hidden_size=v.int_req("hidden_size"),
                    ffn_hidden_size=v.int_req("intermediate_size"), num_heads=v.int_req("num_attention_heads"),
                    gated_mlp=False, normalization="layernorm", patch_size=patch,
                    in_channels=v.int_opt("num_channels", 3)), (image // patch) ** 2
@@ -132,14 +134,13 @@ def _tower(raw, where):
     LayerNorm, no class token)."""
     kind = raw.get("model_type", "clip_vision_model")
     if kind == "clip_vision_model":
-        v, fields, patches = _vit(raw, kind, CLIP_DEFAULTS, where)
+        fields, patches = _vit(raw, kind, CLIP_DEFAULTS, where)
         return VisionSpec(family="clip", patch_bias=False, position_embeddings=patches + 1, class_token=True,
                           final_norms=2, patches_per_token=1, **fields), patches + 1
     if kind == "siglip_vision_model":
-        v, fields, patches = _vit(raw, kind, SIGLIP_DEFAULTS, where)
-        if raw.get("vision_use_head", True):
-            v.notes.append("the SigLIP pooling head is not counted")
+        fields, patches = _vit(raw, kind, SIGLIP_DEFAULTS, where)
         return VisionSpec(family="siglip", patch_bias=True, position_embeddings=patches, final_norms=1,
+                          pooling_head=bool(raw.get("vision_use_head", True)),  # SiglipVisionConfig default True
                           patches_per_token=1, **fields), patches
     raise InputError(f"{where}: vision_config model_type {kind!r} is not supported; supported: clip_vision_model, "
                      f"siglip_vision_model")

@@ -29,7 +29,10 @@ class VisionSpec(BaseModel):
     position_embeddings: int = Field(0, ge=0, description="Learned position vectors (0 = rotary only).")
     class_token: bool = Field(False, description="A learned class token is prepended (CLIP, InternViT).")
     layer_scale: bool = Field(False, description="Per-channel layer scale on both residual branches (InternViT).")
-    final_norms: int = Field(0, ge=0, description="Norms over the width outside the blocks (CLIP pre/post, SigLIP post).")
+    final_norms: int = Field(0, ge=0, description=(
+        "Norms over the width outside the blocks (CLIP pre and post, SigLIP post)."))
+    pooling_head: bool = Field(False, description=(
+        "SigLIP's attention-pooling head (vision_use_head): parameters counted, its one-query attention not timed."))
     window_patches: int = Field(0, ge=0, description="Patches per attention window on windowed layers; 0 = none.")
     full_attention_layers: int = Field(0, ge=0, description="Layers with full attention when windowed.")
     patches_per_token: int = Field(gt=0, description="Encoder patches merged into one language-model token.")
