@@ -30,6 +30,7 @@ from autoplan.costmodel.hardware import GIB, hardware_of
 from autoplan.costmodel.layout import layouts_from_strategies
 from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.schedule import pipeline_bubble
+from autoplan.pipeline_split import rank_layer_counts
 from autoplan.multimodal.encoder_cost import GRAD_BYTES, boundary_bytes, encoder_memory, encoder_time
 from autoplan.multimodal.params import projector_params, vision_params
 from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad, MultimodalSpec
@@ -186,13 +187,16 @@ def _price_one(spec, cluster, sub, wl, data, freeze, p: Placement, lay, r, i, ca
     else:
         em = encoder_memory(spec, data.tail, mbs * dp / p.encoder_dp, freeze, tp=p.encoder_tp, dp=p.encoder_dp,
                             distributed_optimizer=zero, in_flight=pp + 1, recompute=p.encoder_recompute)
-        fixed = (mem["cuda_context"][0] + mem["nccl"][0])
-        enc_total = em.total + fixed
+        # The encoder ranks hold the same CUDA context and NCCL buffers as a language rank, and the same share of
+        # allocator fragmentation as the language model's stage 0.
+        fixed = mem["cuda_context"][0] + mem["nccl"][0]
+        stage0 = sum(v[0] for v in mem.values())
+        enc_total = (em.total + fixed) * (1.0 + mem["fragmentation"][0] / max(stage0 - mem["fragmentation"][0], 1.0))
         totals = sum(mem.values())
         peak = float(max(totals.max(), enc_total))
         terms = {k: float(v[int(totals.argmax())]) / GIB for k, v in mem.items()}
         terms["encoder_rank"] = enc_total / GIB
-    layers = _stage_layers(spec.llm.num_layers, p.llm)
+    layers = rank_layer_counts(p.llm, spec.llm.num_layers)
     mid = [s for s in range(pp) if 0 < s < pp - 1] or list(range(pp))
     layer_s = float(np.mean([llm_mb[s] / max(layers[s], 1) for s in mid]))
     share = np.divide(r["fwd"][i, :pp], r["fwd_bwd"][i, :pp], out=np.full(pp, 1.0 / 3.0),
@@ -203,20 +207,6 @@ def _price_one(spec, cluster, sub, wl, data, freeze, p: Placement, lay, r, i, ca
                   fits=peak <= hw.capacity_bytes * (1.0 - headroom), num_microbatches=m, memory_gib=terms,
                   llm_fwd_s=tuple(float(x) for x in llm_fwd), llm_bwd_s=tuple(float(x) for x in llm_mb - llm_fwd),
                   after_s=dp_t + opt_t)
-
-
-def _stage_layers(num_layers: int, s: Strategy) -> List[int]:
-    pp = s.pp
-    if pp == 1:
-        return [num_layers]
-    first = s.first_stage_layers if s.first_stage_layers is not None else None
-    last = s.last_stage_layers if s.last_stage_layers is not None else None
-    if first is None and last is None:
-        return [num_layers // pp] * pp
-    first = first if first is not None else (num_layers - (last or 0)) // (pp - 1)
-    last = last if last is not None else (num_layers - first) // (pp - 1)
-    middle = (num_layers - first - last) // max(pp - 2, 1) if pp > 2 else 0
-    return [first] + [middle] * (pp - 2) + [last]
 
 
 def stage_splits(num_layers: int, pp: int) -> List[Tuple[Optional[int], Optional[int]]]:
