@@ -32,7 +32,7 @@ def _row(p, drawn) -> dict:
             "encoder_s_per_microbatch": p.encoder_s, "llm_layer_s_per_microbatch": p.layer_s, "imbalance": p.imbalance,
             "peak_mem_gib": p.peak_mem_gib, "fits": p.fits, "num_microbatches": p.num_microbatches,
             "strategy": p.placement.llm.model_dump(exclude_defaults=True),
-            "encoder_tp": p.placement.encoder_tp, "encoder_dp": p.placement.encoder_dp,
+            "encoder_tp": p.placement.encoder_tp or None, "encoder_dp": p.placement.encoder_dp or None,
             "encoder_recompute": p.placement.encoder_recompute}
 
 

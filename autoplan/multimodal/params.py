@@ -57,7 +57,7 @@ def projector_params(p: ProjectorSpec) -> int:
     """The main projector plus the DeepStack mergers (same linears, their own post-shuffle LayerNorm)."""
     main = norm_params(p.norm_width, p.norm_bias) + _linears(p.widths, p.bias)
     deepstack = (p.copies - 1) * (norm_params(p.deepstack_norm_width, p.norm_bias) + _linears(p.widths, p.bias))
-    return main + deepstack
+    return main + deepstack + p.newline_width
 
 
 @dataclass(frozen=True)

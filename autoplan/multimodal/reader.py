@@ -155,8 +155,10 @@ def _llava(cfg, name, where):
     vision, _ = _tower(_section(cfg, "vision_config", where), where)
     layers = cfg.get("vision_feature_layer", -2)
     n_features = len(layers) if isinstance(layers, list) else 1
+    # LLaVA-OneVision adds a learned image_newline vector of the text width (modeling_llava_onevision.py).
     proj = ProjectorSpec(norm_width=0, norm_bias=False, widths=(vision.hidden_size * n_features, llm.hidden_size,
-                         llm.hidden_size), bias=bool(cfg.get("multimodal_projector_bias", True)))
+                         llm.hidden_size), bias=bool(cfg.get("multimodal_projector_bias", True)),
+                         newline_width=llm.hidden_size if cfg.get("model_type") == "llava_onevision" else 0)
     return vision, proj, llm
 
 

@@ -50,6 +50,7 @@ class ProjectorSpec(BaseModel):
     bias: bool = Field(description="The linear layers carry biases.")
     copies: int = Field(1, ge=1, description="How many such projectors (1 + Qwen3-VL DeepStack mergers).")
     deepstack_norm_width: int = Field(0, ge=0, description="Norm width of the DeepStack mergers (post-shuffle).")
+    newline_width: int = Field(0, ge=0, description="LLaVA-OneVision's learned image_newline vector (0 = none).")
 
 
 class MultimodalSpec(BaseModel):
