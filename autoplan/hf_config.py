@@ -5,7 +5,7 @@ Field names and defaults follow the `transformers` configuration classes of each
 `configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`; Phi-3, Gemma-2/3 and GLM-4 in
 autoplan/hf_families.py). Keys that change the shapes, the activation, the positions or the dropout are read or
 refused with a one-line error; what a family has that ModelSpec cannot express is named in `ModelSpec.notes`.
-Keys with no effect on time, memory or the emitted run (attention dropout, router jitter, `norm_topk_prob`,
+Keys with no effect on time, memory or the emitted run (attention dropout, router jitter,
 initialisation) are not read; DeepSeek's MTP layers are left out."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Mapping
 
 from autoplan.errors import InputError
 from autoplan.hf_fields import Config as _Config
-from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like, rope_scaling
+from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like, moe_routing, rope_scaling
 from autoplan.hf_fields import sliding_window_all_layers
 from autoplan.hf_families import FAMILIES
 
@@ -89,6 +89,7 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         "shared_expert_ffn_hidden_size": c.int_opt("shared_expert_intermediate_size", 0),
         **_leading_dense_layers(c, fields["num_layers"], step),
         **_aux_loss(c, "router_aux_loss_coef"),
+        **moe_routing(c, norm_default=False),  # configuration_qwen2_moe.py / qwen3_moe.py default false
     }
 
 
@@ -142,6 +143,7 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         mtp_num_layers=c.int_opt("num_nextn_predict_layers", 0),
         gate_activation=gate_activation(c, "hidden_act"),
         **_aux_loss(c, "aux_loss_alpha"),
+        **moe_routing(c, norm_default=False, seq_aux_default=True),  # configuration_deepseek.py defaults
         **rope_scaling(c),
     )
 

@@ -168,3 +168,35 @@ def count_sliding_layers(c: Config, num_layers: int, default_pattern) -> int:
                              f"{num_layers}; fix the config")
         return sum(t == "sliding_attention" for t in layer_types)
     return sum(bool(default_pattern(i)) for i in range(num_layers))
+
+
+# HF topk_method (DeepSeek configuration_deepseek.py / modeling_deepseek.py MoEGate): greedy = plain top-k,
+# group_limited_greedy = groups ranked by their best score (DeepSeek-V2), noaux_tc = sigmoid scores plus the
+# e_score_correction_bias for selection, groups ranked by the sum of their top-2 scores (DeepSeek-V3).
+TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def moe_routing(c: Config, norm_default: bool, seq_aux_default: bool = False) -> Dict[str, Any]:
+    """ModelSpec's router fields from scoring_func, topk_method, routed_scaling_factor, n_group, topk_group,
+    norm_topk_prob and seq_aux (DeepSeek's configuration_deepseek.py names; Qwen-MoE and others set only
+    norm_topk_prob, whose default is the family's: `norm_default`)."""
+    score = c.get("scoring_func", "softmax")
+    method = c.get("topk_method", "greedy")
+    if score not in ("softmax", "sigmoid"):
+        raise InputError(f"{c.where}: scoring_func={score!r} is not supported; supported: softmax, sigmoid")
+    if method not in TOPK_METHODS:
+        raise InputError(f"{c.where}: topk_method={method!r} is not supported; supported: {', '.join(TOPK_METHODS)}")
+    groups, chosen = c.int_opt("n_group", 1) or 1, c.int_opt("topk_group", 1) or 1
+    grouped = method != "greedy" and groups > 1  # greedy ignores the groups (MoEGate.forward)
+    out: Dict[str, Any] = dict(
+        moe_router_score_function=score, moe_router_expert_bias=method == "noaux_tc",
+        moe_router_norm_topk_prob=bool(c.get("norm_topk_prob", norm_default)),
+        moe_router_topk_scaling_factor=c.num("routed_scaling_factor", 1.0),
+        moe_load_balancing="seq_aux_loss" if c.get("seq_aux", seq_aux_default) else "aux_loss")
+    if grouped and method == "noaux_tc" and c.int_opt("num_experts_per_tok", 0) != 2 * chosen:
+        c.notes.append(f"topk_method noaux_tc ranks groups by their top-2 scores; Megatron ranks them by their top "
+                       f"num_experts_per_tok/topk_group, which differs here (topk_group={chosen})")
+    if grouped:
+        out.update(moe_router_num_groups=groups, moe_router_group_topk=chosen,
+                   moe_router_group_by_max=method == "group_limited_greedy")
+    return out

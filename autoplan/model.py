@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, Tuple
+from typing import List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -91,6 +91,30 @@ class ModelSpec(BaseModel):
     moe_aux_loss_coeff: float = Field(0.001, ge=0.0, description=(
         "Load-balancing loss weight (HF router_aux_loss_coef / aux_loss_alpha, default 0.001 as in transformers' "
         "MixtralConfig; Megatron --moe-aux-loss-coeff)."))
+    # How tokens are routed and balanced (Megatron moe_utils.py topk_routing_with_score_function, router.py; HF
+    # DeepSeek-V3 scoring_func / topk_method / routed_scaling_factor / n_group / topk_group / norm_topk_prob /
+    # seq_aux). No effect on time or memory; the emitters write them so the run trains the released model.
+    moe_router_score_function: Literal["softmax", "sigmoid"] = Field("softmax", description=(
+        "Router score function (HF scoring_func; Megatron --moe-router-score-function)."))
+    moe_router_norm_topk_prob: bool = Field(True, description=(
+        "The k chosen scores are renormalised to sum to 1 (HF norm_topk_prob; Megatron: softmax over the top-k "
+        "logits, false = --moe-router-pre-softmax; a sigmoid router always renormalises when k > 1)."))
+    moe_router_expert_bias: bool = Field(False, description=(
+        "Aux-loss-free balancing: a per-expert bias added to the scores for selection only, updated from the load "
+        "(HF topk_method noaux_tc, e_score_correction_bias; Megatron --moe-router-enable-expert-bias)."))
+    moe_router_topk_scaling_factor: float = Field(1.0, gt=0.0, description=(
+        "Factor on the routing weights of the chosen experts (HF routed_scaling_factor; Megatron "
+        "--moe-router-topk-scaling-factor)."))
+    moe_router_num_groups: int = Field(0, ge=0, description=(
+        "Expert groups of group-limited routing (HF n_group; Megatron --moe-router-num-groups); 0 = no groups."))
+    moe_router_group_topk: int = Field(0, ge=0, description=(
+        "Groups each token may route into (HF topk_group; Megatron --moe-router-group-topk); 0 = no groups."))
+    moe_router_group_by_max: bool = Field(False, description=(
+        "Groups ranked by their best expert score (HF topk_method group_limited_greedy, DeepSeek-V2) instead of "
+        "the sum of their top k/group_topk scores (Megatron group_limited_topk, HF noaux_tc)."))
+    moe_load_balancing: Literal["aux_loss", "seq_aux_loss", "none"] = Field("aux_loss", description=(
+        "Balancing loss: over the micro-batch (aux_loss), per sequence (seq_aux_loss; HF seq_aux, DeepSeek-V3) or "
+        "none (Megatron --moe-router-load-balancing-type)."))
     attention_sinks: bool = Field(False, description=(
         "A learned softmax sink per head (gpt-oss `sinks`; Megatron --softmax-type learnable)."))
     swiglu_limit: float = Field(0.0, ge=0.0, description=(
@@ -173,11 +197,21 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"moe_router_topk={self.moe_router_topk} must be in 1..num_experts={self.num_experts}")
             if self.moe_ffn_hidden_size <= 0:
                 raise ValueError("moe_ffn_hidden_size must be > 0 for an MoE model")
+        self._check_router_groups()
         if self.multi_latent_attention and (self.kv_lora_rank <= 0 or self.v_head_dim <= 0 or self.qk_head_dim <= 0):
             raise ValueError("MLA needs kv_lora_rank, qk_head_dim and v_head_dim > 0")
         if self.num_sliding_window_layers > self.num_layers:
             raise ValueError("num_sliding_window_layers cannot exceed num_layers")
         return self
+
+    def _check_router_groups(self) -> None:
+        groups, chosen = self.moe_router_num_groups, self.moe_router_group_topk
+        if bool(groups) != bool(chosen):
+            raise ValueError(f"moe_router_num_groups={groups} and moe_router_group_topk={chosen} are set together "
+                             f"(both 0 for no group-limited routing)")
+        if groups and (not self.is_moe or self.num_experts % groups or chosen > groups):
+            raise ValueError(f"moe_router_num_groups={groups} must divide num_experts={self.num_experts} and be at "
+                             f"least moe_router_group_topk={chosen}")
 
     def _check_hybrid(self) -> None:
         pattern = self.hybrid_layer_pattern
@@ -206,6 +240,18 @@ class ModelSpec(BaseModel):
     def bf16_layer_fraction(self) -> float:
         """Share of the layers whose GEMMs stay bf16 under an FP8/FP4 recipe."""
         return (self.bf16_first_layers + self.bf16_last_layers) / self.num_layers
+
+    def window_binds(self, seq_len: int) -> bool:
+        """Whether the sliding window limits attention at this sequence length: a window of w tokens (the query
+        included) changes nothing when no sequence is longer than w."""
+        return bool(self.sliding_window and self.num_sliding_window_layers) and self.sliding_window < seq_len
+
+    def window_note(self, seq_len: int) -> List[str]:
+        """The plan's note when the window cannot bind (Phi-4-mini: 262,144 tokens)."""
+        if not self.sliding_window or not self.num_sliding_window_layers or self.window_binds(seq_len):
+            return []
+        return [f"sliding_window={self.sliding_window} is not shorter than seq_len={seq_len}: the window never limits "
+                f"attention, so it is priced as full attention and left out of the launch files"]
 
     @property
     def is_hybrid(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -110,13 +111,40 @@ def emit(setup, engine: str, top: int, folder: Path) -> List[Emitted]:
     return out
 
 
+def check_env() -> dict:
+    """The environment of an engine check process. A DeepSpeed check calls `deepspeed.init_distributed`, which
+    loads DeepSpeed's shared-memory comm op and JIT-builds it in a fresh environment (integrations/ds_ops.py:
+    minutes on a loaded 2-core host); in torch's default build folder, shared by every environment with the same
+    Python, environments rebuild each other's op on each start. So checks use this interpreter's own folder
+    (integrations/extlocks.py `environment_root`)."""
+    from autoplan.integrations.extlocks import environment_root
+
+    env = dict(os.environ)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
+    return env
+
+
+def engine_check(script: str, args: List[str], timeout_s: Optional[float]) -> subprocess.CompletedProcess:
+    """`python tests/engine_checks/<script> *args` in ROOT. For a DeepSpeed check (args[1] is a DeepSpeed config)
+    its ops are built first by `python -m autoplan.integrations.ds_ops`, with no deadline: build time is not check
+    time, and a stale build lock ends that step with its one-line message instead of a wait with no end."""
+    env = check_env()
+    if script.startswith("deepspeed") and len(args) > 1:
+        built = subprocess.run([sys.executable, "-m", "autoplan.integrations.ds_ops", str(args[1])],
+                               capture_output=True, text=True, cwd=ROOT, env=env)
+        if built.returncode != 0:
+            raise RuntimeError(f"building DeepSpeed's ops failed (exit {built.returncode}): "
+                               f"{(built.stdout + built.stderr).strip()[-500:]}")
+    return subprocess.run([sys.executable, str(CHECKS / script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=ROOT, env=env)
+
+
 def run_check(script: str, items: List[Emitted], timeout_s: float = 900) -> None:
     """Run one engine check over every emitted file (one process: the fake process group is global state)."""
     todo = [i for i in items if i.path is not None]
     if not todo:
         return
-    argv = [sys.executable, str(CHECKS / script)] + [str(x) for i in todo for x in (i.world, i.path)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    done = engine_check(script, [str(x) for i in todo for x in (i.world, i.path)], timeout_s)
     verdicts = {}
     for line in done.stdout.splitlines():
         if line.startswith(("OK ", "REJECTED ")):

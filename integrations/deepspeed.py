@@ -1,8 +1,10 @@
 """DeepSpeed launch files for a plan: `ds_config.json`, a hostfile and a `deepspeed` launcher script.
 
-The default training script is autoplan's own `ds_train.py` (copied next to the config so the folder runs on
-its own); `train_script=` points the launcher at a user script instead, which then receives only
-`--deepspeed_config`. Config keys follow deepspeed 0.19.8 (runtime/config.py, runtime/zero/config.py,
+A training run launches `ds_hf_train.py`, which builds the user's Hugging Face model (its config.json, or a
+checkpoint's weights) and trains it on a Megatron-style tokenized dataset with checkpoints (integrations/
+ds_hf_train.py); a probe run (`probe=True`) launches `ds_train.py`, a model built from the ModelSpec on random tokens
+that measures the layout. Both are copied next to the config so the folder runs on its own; `train_script=` points
+the launcher at a user script instead, which then receives only `--deepspeed_config`. Config keys follow deepspeed 0.19.8 (runtime/config.py, runtime/zero/config.py,
 runtime/pipe/engine.py, runtime/tensor_parallel/config.py).
 
 Tensor parallelism is AutoTP: `"tensor_parallel": {"autotp_size": tp}`, with batch sizes counted over
@@ -116,6 +118,36 @@ def hostfile_text(plan: Plan) -> str:
     return f"# replace node0..node{len(slots) - 1} with your host names (launch.sh rewrites this under Slurm)\n{hosts}"
 
 
+def check_training_run(plan: Plan) -> None:
+    """ds_hf_train.py trains a Hugging Face model as one module: no DeepSpeed pipeline stages."""
+    if plan.strategy.pp > 1:
+        raise InputError(f"pp={plan.strategy.pp}: the DeepSpeed training run builds the Hugging Face model as one "
+                         f"module and has no pipeline stages; plan with --fix pp=1, emit --probe (a measuring run "
+                         f"on a stand-in model) or pass --train-script with your own PipelineModule script")
+
+
+def _hf_train_args(plan: Plan) -> str:
+    """ds_hf_train.py's arguments: the model and data come from the environment (launch.sh checks them)."""
+    s = plan.strategy
+    recompute = f" --recompute {s.recompute}" if s.recompute != "none" else ""
+    return (f'"${{MODEL_ARGS[@]}}" --data-path "$DATA_PATH" --seq-len {plan.workload.seq_len} '
+            f'--iters "$ITERS" --checkpoint-dir "$CHECKPOINT_DIR" --save-interval "$SAVE_INTERVAL"{recompute}')
+
+
+# launch.sh of a training run: the model (MODEL_CONFIG for fresh weights, PRETRAINED for a checkpoint's), the data
+# and the checkpoint folder, each from the environment.
+TRAINING_ENV = f"""# Model: MODEL_CONFIG=<HF config.json or its folder> (fresh weights) or PRETRAINED=<HF checkpoint folder or id>.
+# Data: DATA_PATH=<prefix> of a Megatron-LM indexed dataset, prefix.bin + prefix.idx (tools/preprocess_data.py).
+# Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script) every SAVE_INTERVAL steps; a rerun resumes.
+: "${{DATA_PATH:?set DATA_PATH to the prefix of a tokenized .bin/.idx dataset}}"
+if [[ -n "${{PRETRAINED:-}}" ]]; then MODEL_ARGS=(--pretrained "$PRETRAINED")
+else MODEL_ARGS=(--model-config "${{MODEL_CONFIG:?set MODEL_CONFIG (a Hugging Face config.json) or PRETRAINED}}"); fi
+CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"
+SAVE_INTERVAL="${{SAVE_INTERVAL:-500}}"
+ITERS="${{ITERS:-{DEFAULT_TRAIN_ITERS}}}"
+"""
+
+
 def _ds_train_args(plan: Plan, probe: bool) -> str:
     s = plan.strategy
     args = ["--model-json \"$HERE/model.json\"", f"--seq-len {plan.workload.seq_len}",
@@ -136,7 +168,17 @@ def ds_train_approximations(m: ModelSpec) -> List[str]:
         ("no attention sinks", m.attention_sinks),
         (f"GLU without the clamp (swiglu_limit={m.swiglu_limit})", m.swiglu_limit),
         (f"RoPE without {m.rope_scaling} scaling", m.rope_scaling != "none"),
+        ("a softmax top-k router without the model's sigmoid scores, expert bias, weight scaling or groups",
+         m.is_moe and (m.moe_router_score_function != "softmax" or m.moe_router_expert_bias
+                       or m.moe_router_topk_scaling_factor != 1.0 or m.moe_router_num_groups > 0)),
     ) if present]
+
+
+def _hf_recompute_differs(s) -> bool:
+    """Hugging Face models checkpoint every layer: Megatron's full uniform recompute of one layer per group, and
+    nothing else the Strategy can say (selective, block, groups of several layers)."""
+    return s.recompute != "none" and not (s.recompute == "full" and (s.recompute_method or "uniform") == "uniform"
+                                          and (s.recompute_layers or 1) == 1)
 
 
 def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
@@ -145,9 +187,16 @@ def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
     if train_script and plan.strategy.tp > 1:
         autotp_note = (f"# AutoTP tp={plan.strategy.tp}: pass deepspeed.initialize an mpu whose data-parallel size is "
                        f"world/{plan.strategy.tp}, or DeepSpeed rejects the batch sizes\n")
-    approximations = [] if train_script else ds_train_approximations(plan.model)
-    if approximations:
-        autotp_note += f"# ds_train.py approximates {plan.model.name}: {'; '.join(approximations)}\n"
+    if probe and not train_script:
+        approximations = ds_train_approximations(plan.model)
+        autotp_note += (f"# ds_train.py: a stand-in for {plan.model.name} built from model.json, on random tokens"
+                        + (f"; it approximates {'; '.join(approximations)}" if approximations else "") + "\n")
+    elif not train_script and _hf_recompute_differs(plan.strategy):
+        s = plan.strategy
+        planned = s.recompute if s.recompute == "selective" else \
+            f"full {s.recompute_method or 'uniform'} {s.recompute_layers or 1}"
+        autotp_note += (f"# recompute {planned} runs as gradient checkpointing of every layer (Hugging Face "
+                        f"gradient_checkpointing_enable): less memory than planned, more time\n")
     return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
             f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n{autotp_note}")
@@ -192,21 +241,32 @@ exec deepspeed --hostfile "$HOSTFILE" --num_nodes {nodes} \\
 
 def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> str:
     """launch.sh: `deepspeed` over one node without a hostfile, or over the hostfile's nodes."""
-    script = train_script or "$HERE/ds_train.py"
-    script_args = "" if train_script else " " + _ds_train_args(plan, probe)
+    if train_script:
+        script, script_args, env = train_script, "", ""
+    elif probe:
+        script, script_args, env = "$HERE/ds_train.py", " " + _ds_train_args(plan, probe), ""
+    else:
+        script, script_args, env = "$HERE/ds_hf_train.py", " " + _hf_train_args(plan), TRAINING_ENV
     body = _one_node_launch(plan) if len(node_slots(plan)) == 1 else _multi_node_launch(plan)
-    return (_launch_header(plan, probe, train_script) + body
+    head, _, launch = body.partition("\nexec deepspeed")
+    return (_launch_header(plan, probe, train_script) + head + "\n" + (env and env + "\n") + "exec deepspeed" + launch
             + f'  "{script}" --deepspeed_config "$HERE/ds_config.json"{script_args} "$@"\n')
 
 
 def emit_deepspeed(plan: Plan, *, probe: bool = False, train_script: Optional[str] = None) -> Dict[str, str]:
     """{filename: text} of the DeepSpeed launch files; InputError when DeepSpeed cannot run the plan."""
     config = deepspeed_config(plan, probe=probe)
+    if not probe and train_script is None:
+        check_training_run(plan)
     files = {"ds_config.json": json.dumps(config, indent=2) + "\n",
              "launch.sh": launch_script(plan, probe=probe, train_script=train_script)}
     if len(node_slots(plan)) > 1:
         files["hostfile"] = hostfile_text(plan)
     if train_script is None:
-        files["model.json"] = plan.model.model_dump_json(indent=2) + "\n"
+        # ds_train.py: the probe's model and the log-line format ds_hf_train.py prints with.
         files["ds_train.py"] = (Path(__file__).parent / "ds_train.py").read_text()
+        if probe:
+            files["model.json"] = plan.model.model_dump_json(indent=2) + "\n"
+        else:
+            files["ds_hf_train.py"] = (Path(__file__).parent / "ds_hf_train.py").read_text()
     return files

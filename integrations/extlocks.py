@@ -48,7 +48,9 @@ def environment_root(python: str, env: Optional[dict] = None) -> Path:
     probe's ranks would compile inside their timeout; a folder per interpreter keeps each environment's ops built."""
     env = os.environ if env is None else env
     cache = env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    tag = hashlib.sha1(os.path.realpath(python).encode()).hexdigest()[:12]
+    # The environment is the folder holding the interpreter, not the binary it links to: every venv's `bin/python`
+    # is a symlink to the same base interpreter, so resolving the file would give all venvs one folder.
+    tag = hashlib.sha1(os.path.realpath(os.path.dirname(os.path.abspath(python))).encode()).hexdigest()[:12]
     return Path(cache) / "torch_extensions" / f"autoplan-env-{tag}"
 
 

@@ -1,7 +1,8 @@
 """Megatron-LM launch files for a plan: the `pretrain_gpt.py` argument list, a torchrun script and a Slurm script.
 
-Every argument name is one that Megatron-LM's `megatron/training/arguments.py` defines (the verified list and the
-commit it was read at live in `tests/engine_checks/megatron_args_verified.txt`). The engine rules checked here are
+The files target one Megatron-LM release (integrations/megatron_releases.py, --megatron-version): every argument
+name and value written is one that release's `megatron/training/arguments.py` parser accepts, spelled as it spells
+it, or the emit is refused naming the flag. The engine rules checked here are
 the ones that would otherwise fail only after the job starts; each cites `validate_args` [V],
 `TransformerConfig.__post_init__` [TC] or the runtime [RT] (see docs/sources.md)."""
 from __future__ import annotations
@@ -17,6 +18,7 @@ from autoplan.results import Plan
 from autoplan.strategy import Strategy
 from autoplan.validate import effective_fp8_recipe, first_broken_rule, interleaved_schedule_problem
 from autoplan.integrations.engines import is_blackwell_or_newer
+from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, describe, for_release, release_problem
 
 PROBE_ITERS = 10  # iterations a probe run trains before it exits
 DEFAULT_TRAIN_ITERS = 1000  # a placeholder: pass `--train-iters N` to train.sh to override
@@ -88,7 +90,7 @@ def check_megatron_plan(plan: Plan) -> None:
         m.position_embedding == "learned" and w.seq_len > m.max_position_embeddings and
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
         _pipeline_split_problem(m, s),
-        _window_problem(m),
+        _window_problem(m, w.seq_len),
         inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),
@@ -124,7 +126,7 @@ def _pipeline_split_problem(m: ModelSpec, s: Strategy) -> Optional[str]:
 
 
 def inexpressible_problem(m: ModelSpec) -> Optional[str]:
-    """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py at the verified commit): the
+    """Model features Megatron-LM's pretrain_gpt.py has no argument for (arguments.py of every release in megatron_releases.py): the
     files would train a different model, so they are refused, never written without them."""
     missing = [what for what, present in (
         (f"a {m.gate_activation}-gated MLP (GeGLU; gate_activation={m.gate_activation})",
@@ -134,6 +136,7 @@ def inexpressible_problem(m: ModelSpec) -> Optional[str]:
         (f"a Mamba / attention hybrid layer pattern (hybrid_layer_pattern={m.hybrid_layer_pattern!r}; Megatron-LM "
          "trains it with pretrain_mamba.py --hybrid-override-pattern)", m.is_hybrid),
         *_mla_yarn_inexpressible(m),
+        *_router_inexpressible(m),
     ) if present]
     if missing:
         return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "
@@ -158,9 +161,24 @@ def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
     ]
 
 
-def _window_problem(m: ModelSpec) -> Optional[str]:
+def _router_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
+    """Routing Megatron's TopKRouter cannot train (moe_utils.py topk_routing_with_score_function, group_limited_topk):
+    it renormalises sigmoid top-k scores whenever k > 1 and ranks groups by the sum of their top k/group_topk scores."""
+    if not m.is_moe:
+        return []
+    return [
+        ("a sigmoid router without renormalised top-k weights (moe_router_norm_topk_prob=false)",
+         m.moe_router_score_function == "sigmoid" and not m.moe_router_norm_topk_prob and m.moe_router_topk > 1),
+        ("an expert-bias (aux-loss-free) router on softmax scores (Megatron's bias needs the sigmoid router)",
+         m.moe_router_expert_bias and m.moe_router_score_function != "sigmoid"),
+        ("groups ranked by their best expert (moe_router_group_by_max=true, HF topk_method group_limited_greedy)",
+         m.moe_router_group_by_max and m.moe_router_num_groups > 0),
+    ]
+
+
+def _window_problem(m: ModelSpec, seq_len: int) -> Optional[str]:
     n, layers = m.num_sliding_window_layers, m.num_layers
-    if m.sliding_window and n not in (0, layers, (layers + 1) // 2):
+    if m.window_binds(seq_len) and n not in (0, layers, (layers + 1) // 2):
         return (f"num_sliding_window_layers={n} of {layers}: Megatron patterns here are all layers or every other "
                 f"layer; use {layers} or {(layers + 1) // 2}")
     return None
@@ -201,7 +219,7 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a += [] if m.add_bias_linear else ["--disable-bias-linear"]
     a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
     a += ["--qk-layernorm"] if m.qk_layernorm else []
-    if m.sliding_window and m.num_sliding_window_layers:
+    if m.window_binds(seq_len):  # a window as long as the sequence is full attention (ModelSpec.window_note)
         # flash-attention's (left, right) window: `left` keys before the query plus itself, so HF sliding_window
         # 128 is 127,0 (Megatron-LM examples/gptoss/02_train.sh --window-size 127,0).
         a += ["--window-size", f"{m.sliding_window - 1},0"]
@@ -275,10 +293,31 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
     dispatcher = ["flex", "--moe-flex-dispatcher-backend", "hybridep"] if s.moe_flex_dispatcher else ["alltoall"]
     # Fused permute/unpermute (TransformerEngine >= 2.1, transformer_config.py moe_permute_fusion): the cost model
     # prices the MoE permutation with these kernels.
-    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher,
-          "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", _num(m.moe_aux_loss_coeff)]
+    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher]
+    a += _router_args(m)
     if m.swiglu_limit:  # gpt-oss routes in fp32 (examples/gptoss/02_train.sh)
         a += ["--moe-router-dtype", "fp32"]
+    return a
+
+
+def _router_args(m: ModelSpec) -> List[str]:
+    """The model's routing and balancing (moe_utils.py topk_routing_with_score_function, router.py TopKRouter):
+    score function, softmax before or after the top-k, aux-loss-free expert bias, weight scaling, group-limited
+    routing, and the balancing loss with its weight. Absent flags are Megatron's defaults (softmax after the
+    top-k, no bias, no scaling, no groups)."""
+    a = ["--moe-router-score-function", "sigmoid"] if m.moe_router_score_function == "sigmoid" else []
+    if m.moe_router_score_function == "softmax" and not m.moe_router_norm_topk_prob:
+        a += ["--moe-router-pre-softmax"]  # softmax over all experts, top-k probabilities not renormalised
+    if m.moe_router_expert_bias:  # bias update rate: Megatron's default 1e-3 (DeepSeek-V3 report sec. 4.2 gamma)
+        a += ["--moe-router-enable-expert-bias"]
+    if m.moe_router_topk_scaling_factor != 1.0:
+        a += ["--moe-router-topk-scaling-factor", _num(m.moe_router_topk_scaling_factor)]
+    if m.moe_router_num_groups:
+        a += ["--moe-router-num-groups", str(m.moe_router_num_groups),
+              "--moe-router-group-topk", str(m.moe_router_group_topk)]
+    a += ["--moe-router-load-balancing-type", m.moe_load_balancing]
+    if m.moe_load_balancing != "none":
+        a += ["--moe-aux-loss-coeff", _num(m.moe_aux_loss_coeff)]
     return a
 
 
@@ -395,15 +434,17 @@ def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
     return a
 
 
-def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> List[str]:
-    """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan."""
+def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS,
+                  release: str = DEFAULT_RELEASE) -> List[str]:
+    """The `pretrain_gpt.py` argv (flags and values as separate items) for the plan, in the names of `release`
+    (a tag of megatron_releases.RELEASES); InputError for a flag or value that release lacks."""
     check_megatron_plan(plan)
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
-    return (_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
-            + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
-            + _optimizer_args(m, s)
-            + _training_args(plan, probe, probe_iters))
+    return for_release(_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
+                       + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
+                       + _optimizer_args(m, s)
+                       + _training_args(plan, probe, probe_iters), release)
 
 
 def args_to_lines(argv: List[str]) -> List[str]:
@@ -430,17 +471,18 @@ def needs_max_connections_1(plan: Plan) -> bool:
     return (s.tp > 1 or s.cp > 1) and s.zero < 2 and not is_blackwell_or_newer(plan.cluster.gpu)
 
 
-def _header(plan: Plan, probe: bool) -> str:
+def _header(plan: Plan, probe: bool, release: str) -> str:
     est = plan.estimate
     kind = "probe run" if probe else "training run"
     return (f"# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x {plan.cluster.gpu.id}, "
             f"seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n"
             f"# predicted: {est.step_time_s:.3f} s/step, {est.tokens_per_s_per_gpu:.0f} tokens/s/GPU, "
-            f"peak {est.peak_mem_gib:.1f} GiB\n")
+            f"peak {est.peak_mem_gib:.1f} GiB\n"
+            f"# for {describe(release)}: its arguments.py accepts every flag here\n")
 
 
-def train_script(plan: Plan, probe: bool = False) -> str:
+def train_script(plan: Plan, probe: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """torchrun launcher over nodes; reads megatron_args.txt next to it, extra arguments are appended."""
     layout = world_layout(plan)
     connections = ("export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP/CP on pre-Blackwell GPUs (Megatron validate_args)\n"
@@ -451,7 +493,7 @@ def train_script(plan: Plan, probe: bool = False) -> str:
             # [V] TransformerEngine graphs with expandable segments need NCCL's graph registration off.
             connections += "export NCCL_GRAPH_REGISTER=0\n"
     return f"""#!/usr/bin/env bash
-{_header(plan, probe)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
+{_header(plan, probe, release)}# Usage: MEGATRON_LM=/path/to/Megatron-LM [NNODES=.. NODE_RANK=.. MASTER_ADDR=..] bash train.sh [extra args]
 # Real data: set DATA_PATH (and TOKENIZER_MODEL, optionally TOKENIZER_TYPE); otherwise mock data is used.
 # Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script), every SAVE_INTERVAL iterations.
 set -euo pipefail
@@ -462,7 +504,7 @@ NODE_RANK=${{NODE_RANK:-0}}
 {_gpus_per_node_lines(layout)}
 MASTER_ADDR=${{MASTER_ADDR:-localhost}}
 MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
-{connections}
+{connections}{_version_check(release)}
 CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"  # --save/--load in megatron_args.txt
 SAVE_INTERVAL="${{SAVE_INTERVAL:-{DEFAULT_SAVE_INTERVAL}}}"  # --save-interval, iterations
 
@@ -484,7 +526,7 @@ exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPU
 """
 
 
-def sbatch_script(plan: Plan, probe: bool = False) -> str:
+def sbatch_script(plan: Plan, probe: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """Slurm batch script: one task per node, each running train.sh with its node rank."""
     layout = world_layout(plan)
     name = f"autoplan-{'probe-' if probe else ''}{plan.model.name}".replace(" ", "_")
@@ -492,7 +534,7 @@ def sbatch_script(plan: Plan, probe: bool = False) -> str:
     gpus_export = f"GPUS_PER_NODE={layout['gpus_per_node']} " if layout["last_node_gpus"] == layout["gpus_per_node"] \
         else ""
     return f"""#!/usr/bin/env bash
-{_header(plan, probe)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
+{_header(plan, probe, release)}# Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name={name}
 #SBATCH --nodes={layout['nodes']}
 #SBATCH --ntasks-per-node=1
@@ -509,10 +551,32 @@ srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'NODE_RANK="$SLURM_NODEID"
 """
 
 
-def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS) -> Dict[str, str]:
-    """{filename: text} of the Megatron-LM launch files for the plan."""
-    argv = megatron_args(plan, probe=probe, probe_iters=probe_iters)
+# The flags train.sh and CHECKPOINT_LINES add to megatron_args.txt, with sample values, checked against the release.
+LAUNCH_FLAGS = ["--save", "dir", "--load", "dir", "--save-interval", "500", "--data-path", "prefix",
+                "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", "name"]
+
+
+def _version_check(release: str) -> str:
+    """train.sh lines that warn when the checkout is another release than the files were checked against
+    (megatron/core/package_info.py MAJOR / MINOR)."""
+    version = release[len("core_v"):].rsplit(".", 1)[0]
+    return f"""INFO="$MEGATRON_LM/megatron/core/package_info.py"
+FOUND="$(sed -n 's/^MAJOR = //p' "$INFO" 2>/dev/null || true).$(sed -n 's/^MINOR = //p' "$INFO" 2>/dev/null || true)"
+if [[ "$FOUND" != "{version}" ]]; then
+  echo "warning: megatron_args.txt was checked against Megatron-LM {release}; $MEGATRON_LM is version $FOUND," >&2
+  echo "  whose parser may reject or rename flags; re-emit with --megatron-version" >&2
+fi
+"""
+
+
+def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_ITERS,
+                  release: str = DEFAULT_RELEASE) -> Dict[str, str]:
+    """{filename: text} of the Megatron-LM launch files for the plan, for Megatron-LM `release`."""
+    argv = megatron_args(plan, probe=probe, probe_iters=probe_iters, release=release)
+    problem = release_problem(LAUNCH_FLAGS, release)
+    if problem:
+        raise InputError(problem)
     lines = args_to_lines(argv) + ([] if probe else list(CHECKPOINT_LINES))  # a probe saves nothing
-    args_text = _header(plan, probe) + "\n".join(lines) + "\n"
-    return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe),
-            "sbatch.sh": sbatch_script(plan, probe)}
+    args_text = _header(plan, probe, release) + "\n".join(lines) + "\n"
+    return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe, release),
+            "sbatch.sh": sbatch_script(plan, probe, release)}

@@ -28,7 +28,8 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
     "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
     "account-for-loss-in-pipeline-split", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker",
-    "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser",
+    "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser", "moe-router-pre-softmax",
+    "moe-router-enable-expert-bias",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
@@ -57,11 +58,13 @@ READ_FLAGS = frozenset({
     "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
     "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype", "yarn-beta-fast", "yarn-beta-slow",
     "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
-    "use-transformer-engine-op-fuser",
+    "use-transformer-engine-op-fuser", "moe-router-score-function", "moe-router-pre-softmax",
+    "moe-router-enable-expert-bias", "moe-router-topk-scaling-factor", "moe-router-num-groups",
+    "moe-router-group-topk", "moe-router-load-balancing-type",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
-    "moe-permute-fusion", "moe-router-load-balancing-type", "train-iters", "lr", "min-lr", "glu-linear-offset",
+    "moe-permute-fusion", "train-iters", "lr", "min-lr", "glu-linear-offset",
     "no-bias-gelu-fusion", "no-rope-fusion", "moe-router-dtype",
     "lr-decay-style", "lr-warmup-iters", "weight-decay", "clip-grad", "adam-beta1", "adam-beta2", "log-interval",
     "log-throughput", "log-memory-interval", "eval-iters", "save", "load", "save-interval", "data-path",

@@ -195,5 +195,26 @@ def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool
         out["swiglu_limit"] = typed(f, "activation-func-clamp-value", float)
     if is_moe:  # [TC] moe_aux_loss_coeff default 0.0; nargs="+" (one per load-balancing type): the first
         out["moe_aux_loss_coeff"] = typed(f, "moe-aux-loss-coeff", lambda v: float(v.split()[0]), 0.0)
+        out.update(_router(f))
     return out
+
+
+def _router(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
+    """Routing and balancing, Megatron's defaults for absent flags [TC]: softmax after the top-k, no expert bias,
+    no scaling, no groups, aux_loss (nargs="+" for the balancing type: the first is read). A sigmoid router
+    renormalises its top-k weights with or without --moe-router-pre-softmax (moe_utils.py)."""
+    balancing = typed(f, "moe-router-load-balancing-type", lambda v: v.split()[0], "aux_loss")
+    if balancing not in ("aux_loss", "seq_aux_loss", "none"):
+        raise InputError(f"--moe-router-load-balancing-type {balancing}: autoplan reads aux_loss, seq_aux_loss or "
+                         f"none; change the argument")
+    score = typed(f, "moe-router-score-function", str, "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise InputError(f"--moe-router-score-function {score}: autoplan reads softmax or sigmoid; change the "
+                         f"argument")
+    return dict(moe_router_score_function=score, moe_router_norm_topk_prob="moe-router-pre-softmax" not in f or score == "sigmoid",
+                moe_router_expert_bias="moe-router-enable-expert-bias" in f,
+                moe_router_topk_scaling_factor=typed(f, "moe-router-topk-scaling-factor", float, 1.0),
+                moe_router_num_groups=typed(f, "moe-router-num-groups", int, 0) or 0,
+                moe_router_group_topk=typed(f, "moe-router-group-topk", int, 0) or 0,
+                moe_load_balancing=balancing)
 

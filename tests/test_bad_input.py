@@ -166,7 +166,7 @@ def test_batch_past_what_the_cost_model_counts_is_refused(capsys):
 def _plan(tmp_path):
     from engine_checks.plans import GPT2_SMALL, make_plan
 
-    plan = make_plan(GPT2_SMALL, 8, 1024, 32, pp=2, zero=1, mbs=4)
+    plan = make_plan(GPT2_SMALL, 8, 1024, 32, zero=1, mbs=4)
     path = tmp_path / "plan.json"
     path.write_text(plan.model_dump_json())
     return path

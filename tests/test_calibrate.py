@@ -21,6 +21,7 @@ from autoplan.costmodel.estimate import estimate
 from autoplan.modelio import load_model
 from autoplan.strategy import parse_strategy_text
 from autoplan.workload import Workload
+from conftest import deadline_s
 
 HERE = Path(__file__).parent
 LOGS = HERE / "fixtures" / "logs"
@@ -32,7 +33,7 @@ B = "tp=1,pp=1,vpp=1,cp=1,ep=1,etp=1,mbs=4,sp=false,zero=3,recompute=full,recomp
 
 def run(*args, env=None):
     p = subprocess.run([sys.executable, "-m", "autoplan.cli.main", *args], capture_output=True, text=True,
-                       timeout=600, env=env)
+                       timeout=deadline_s(200), env=env)
     return p.returncode, p.stdout, p.stderr
 
 

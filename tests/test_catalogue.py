@@ -82,6 +82,12 @@ PUBLISHED = {
     "qwen3-235b-a22b": Published("235", "22"),
     # Qwen3-30B-A3B model card: 30.5B total (active "3.3B": see test_qwen3_30b_non_embedding_total).
     "qwen3-30b-a3b": Published("30.5"),
+    # Qwen2.5-7B model card: 7.61B; Qwen2.5-Math-7B's config.json has the same dimensions (28 layers, 3584 wide,
+    # FFN 18944, 28 heads / 4 KV, vocabulary 152064, untied head), and its card gives no figure of its own.
+    "qwen2.5-math-7b": Published("7.61"),
+    # GLM-4.5 model card (zai-org/GLM-4.5): 355B total (its one MTP layer, which the catalogue leaves out as slime
+    # trains it, is within the 1% tolerance); the 32B active figure follows neither embedding convention here.
+    "glm-4.5": Published("355"),
     # gpt-oss-120b model card (arXiv:2508.10925), Table 1: 116.83B total, 5.13B active.
     "gpt-oss-120b": Published("116.83", "5.13", NO_INPUT_EMBEDDING),
 }

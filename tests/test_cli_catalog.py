@@ -13,6 +13,7 @@ import typer
 import autoplan.cli.main as cli_main
 from autoplan.clusterio import gpu_ids
 from autoplan.modelio import catalogue_names
+from conftest import deadline_s
 
 
 @pytest.fixture
@@ -69,9 +70,9 @@ def test_bad_option_exits_2_without_traceback(run):
 
 @pytest.mark.skipif(shutil.which("autoplan") is None, reason="console script not installed")
 def test_console_script_end_to_end():
-    ok = subprocess.run(["autoplan", "clusters", "--json"], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(["autoplan", "clusters", "--json"], capture_output=True, text=True, timeout=deadline_s(40))
     assert ok.returncode == 0, ok.stderr
     assert "mi300x" in {r["id"] for r in json.loads(ok.stdout)}
     bad = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "models", "--bogus"], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=deadline_s(40))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

@@ -7,11 +7,12 @@ import pytest
 
 from autoplan.results import ESTIMATE_CONTRACT_KEYS
 from autoplan.strategy import CONTRACT_KEYS
+from conftest import deadline_s
 
 
 def run(*args):
     p = subprocess.run([sys.executable, "-m", "autoplan.cli.main", *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=deadline_s(100))
     return p.returncode, p.stdout, p.stderr
 
 

@@ -8,11 +8,12 @@ import pytest
 from autoplan.cli.emit import load_plan, write_emitted
 from autoplan.errors import InputError
 from engine_checks.plans import GPT2_SMALL, golden_plans, make_plan
+from conftest import deadline_s
 
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "emit", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=deadline_s(40))
 
 
 def search_output(plans):
@@ -23,7 +24,7 @@ def search_output(plans):
 
 
 def test_emit_saved_plan_both_formats(tmp_path):
-    plan = make_plan(GPT2_SMALL, 8, 1024, 32, pp=2, zero=1, mbs=4)
+    plan = make_plan(GPT2_SMALL, 8, 1024, 32, pp=1, zero=1, mbs=4)
     (tmp_path / "plan.json").write_text(plan.model_dump_json())
     out = run(str(tmp_path / "plan.json"), "--format", "megatron,deepspeed", "--out", str(tmp_path / "o"))
     assert out.returncode == 0, out.stderr
@@ -60,7 +61,7 @@ def test_errors_exit_2_with_one_line(tmp_path, args, message):
 def test_write_emitted_single_format_goes_to_out_dir(tmp_path):
     plan = golden_plans()["deepspeed_zero3"][0]
     paths = write_emitted(plan, ["deepspeed"], tmp_path)
-    assert {p.name for p in paths} == {"ds_config.json", "hostfile", "launch.sh", "model.json", "ds_train.py"}
+    assert {p.name for p in paths} == {"ds_config.json", "hostfile", "launch.sh", "ds_hf_train.py", "ds_train.py"}
     assert all(p.parent == tmp_path for p in paths)
     with pytest.raises(InputError, match="unknown format"):
         write_emitted(plan, [], tmp_path)

@@ -16,7 +16,9 @@ DS_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if eng
 
 @pytest.mark.parametrize("case", sorted(DS_CASES))
 def test_golden(case):
-    check_golden(case, emit_deepspeed(DS_CASES[case]))
+    plan = DS_CASES[case]
+    # Pipeline stages run only in the probe's stand-in model (the training run builds the HF model as one module).
+    check_golden(case, emit_deepspeed(plan, probe=plan.strategy.pp > 1))
 
 
 def test_zero3_config():
@@ -178,8 +180,12 @@ def test_ds_train_builds_the_new_layer_features_with_the_modelled_parameter_coun
 def test_launch_names_what_ds_train_approximates():
     gpt_oss_like = TINY.model_copy(update={"sliding_window": 16, "num_sliding_window_layers": 2,
                                            "attention_sinks": True, "rope_scaling": "yarn"})
-    launch = emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8))["launch.sh"]
-    line = next(x for x in launch.splitlines() if "ds_train.py approximates" in x)
+    launch = emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8), probe=True)["launch.sh"]
+    line = next(x for x in launch.splitlines() if "ds_train.py: a stand-in" in x)
     assert "16-token sliding window" in line and "attention sinks" in line and "yarn" in line
-    assert "approximates" not in emit_deepspeed(make_plan(GEMMA_LIKE, 2, 64, 8))["launch.sh"]
-    assert "approximates" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8), train_script="mine.py")["launch.sh"]
+    assert "approximates" not in emit_deepspeed(make_plan(GEMMA_LIKE, 2, 64, 8), probe=True)["launch.sh"]
+    assert "stand-in" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8), train_script="mine.py")["launch.sh"]
+    v3_like = TINY_MOE.model_copy(update={"moe_router_score_function": "sigmoid", "moe_router_expert_bias": True})
+    assert "softmax top-k router" in emit_deepspeed(make_plan(v3_like, 2, 64, 8), probe=True)["launch.sh"]
+    # The training run builds the user's Hugging Face model itself: nothing is approximated.
+    assert "stand-in" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8))["launch.sh"]

@@ -13,6 +13,7 @@ from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed, hostfile_text, node_slots
 from autoplan.integrations.extlocks import environment_root
 from engine_checks.plans import LLAMA_8B, TINY, make_plan
+from conftest import deadline_s
 
 FAKE_DEEPSPEED = """#!/usr/bin/env bash
 # Records the runner's argv and the hostfile it was given, one JSON object.
@@ -22,6 +23,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do [[ "${args[i]}" == --hostfile ]] && host
 python3 -c 'import json, sys; print(json.dumps({"argv": sys.argv[2:], "hostfile": open(sys.argv[1]).read() \
 if sys.argv[1] not in ("", "/dev/null") else None}))' "$hostfile" "$@"
 """
+TRAINING_ENV = {"MODEL_CONFIG": "/m/config.json", "DATA_PATH": "/d/corpus"}  # the training run's model and data
 FAKE_SSH = "#!/bin/sh\ntouch \"$(dirname \"$0\")/ssh-was-called\"\nexit 255\n"
 
 
@@ -45,7 +47,7 @@ def run_launch(folder, bin_dir, env_extra=None, args=()):
     env.pop("SLURM_JOB_NODELIST", None)
     env.update(env_extra or {})
     out = subprocess.run(["bash", str(folder / "launch.sh"), *args], capture_output=True, text=True, env=env,
-                         timeout=60)
+                         timeout=deadline_s(20))
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -54,20 +56,21 @@ def test_one_node_launches_without_a_hostfile(tmp_path):
     files = emit_deepspeed(make_plan(TINY, 8, 64, 16, zero=1))
     assert "hostfile" not in files
     write_files(tmp_path / "run", files)
-    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED), {"MASTER_PORT": "29777"},
-                      ["--iters", "3"])
+    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED),
+                      {"MASTER_PORT": "29777", **TRAINING_ENV}, ["--lr", "1e-4"])
     argv = seen["argv"]
     assert seen["hostfile"] is None
     assert argv[:6] == ["--hostfile", "/dev/null", "--num_gpus", "8", "--master_port", "29777"]
     assert "--num_nodes" not in argv and "--master_addr" not in argv
-    assert argv[6].endswith("/run/ds_train.py") and argv[-2:] == ["--iters", "3"]
+    assert argv[6].endswith("/run/ds_hf_train.py") and argv[-2:] == ["--lr", "1e-4"]
+    assert argv[9:13] == ["--model-config", "/m/config.json", "--data-path", "/d/corpus"]
 
 
 def test_several_nodes_launch_with_the_hostfile(tmp_path):
     files = emit_deepspeed(make_plan(LLAMA_8B, 16, 4096, 64, zero=3))
     assert files["hostfile"].splitlines()[1:] == ["node0 slots=8", "node1 slots=8"]
     write_files(tmp_path / "run", files)
-    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED))
+    seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED), TRAINING_ENV)
     argv = seen["argv"]
     assert argv[:4] == ["--hostfile", str(tmp_path / "run" / "hostfile"), "--num_nodes", "2"]
     assert argv[4:8] == ["--master_addr", "node0", "--master_port", "29500"]
@@ -81,7 +84,7 @@ def test_slurm_rewrites_the_hostfile_with_the_allocated_nodes(tmp_path):
     write_files(tmp_path / "run", emit_deepspeed(plan))
     scontrol = "#!/bin/sh\nprintf 'gpu-a\\ngpu-b\\ngpu-c\\n'\n"
     seen = run_launch(tmp_path / "run", fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED, scontrol=scontrol),
-                      {"SLURM_JOB_NODELIST": "gpu-[a-c]"})
+                      {"SLURM_JOB_NODELIST": "gpu-[a-c]", **TRAINING_ENV})
     assert seen["hostfile"].splitlines() == ["gpu-a slots=8", "gpu-b slots=8", "gpu-c slots=4"]
     assert seen["argv"][2:6] == ["--num_nodes", "3", "--master_addr", "gpu-a"]
 
@@ -120,3 +123,17 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
     assert sorted((r["rank"], r["iteration"]) for r in records) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert {r["world_size"] for r in records} == {2}
     assert not (bin_dir / "ssh-was-called").exists()
+
+
+def test_training_run_asks_for_its_data_and_model(tmp_path):
+    write_files(tmp_path / "run", emit_deepspeed(make_plan(TINY, 8, 64, 16, zero=1)))
+    bin_dir = fake_bin(tmp_path, deepspeed=FAKE_DEEPSPEED)
+    for env, message in (({"MODEL_CONFIG": "/m"}, "set DATA_PATH"), ({"DATA_PATH": "/d"}, "set MODEL_CONFIG")):
+        full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env}
+        for name in {"MODEL_CONFIG", "DATA_PATH", "PRETRAINED"} - set(env):
+            full.pop(name, None)
+        out = subprocess.run(["bash", str(tmp_path / "run" / "launch.sh")], capture_output=True, text=True, env=full,
+                             timeout=60)
+        assert out.returncode != 0 and message in out.stderr and out.stdout == ""
+    seen = run_launch(tmp_path / "run", bin_dir, {"PRETRAINED": "/ckpt/llama", "DATA_PATH": "/d"})
+    assert seen["argv"][9:11] == ["--pretrained", "/ckpt/llama"]

@@ -6,11 +6,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from autoplan.integrations.deepspeed import emit_deepspeed
-from autoplan.integrations.extlocks import environment_root
+from autoplan.integrations.extlocks import clear_orphans, environment_root, find_locks, is_stale, stale_message
 from conftest import deadline_s
 from engine_checks.plans import TINY, TINY_MOE, make_plan
 
@@ -23,8 +26,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=600):
-    """Run the emitted ds_train.py under torchrun in its own session; on timeout the whole group is killed."""
+def start_emitted(tmp_path, plan, iters=3, env_extra=None):
+    """Start the emitted ds_train.py under torchrun in its own session: (command, process)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     for name, text in emit_deepspeed(plan, probe=True).items():
         (tmp_path / name).write_text(text)
@@ -41,19 +44,44 @@ def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=600):
     # This environment's own op-build folder, as probes use: the shared default one is rebuilt (and can be left
     # locked) by other environments of the host (integrations/extlocks.py `environment_root`).
     env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
+    # A lock a killed run left behind makes every DeepSpeed start wait on it forever: fail at once, naming it.
+    for lock in find_locks([Path(env["TORCH_EXTENSIONS_DIR"])]):
+        if is_stale(lock):
+            pytest.fail(stale_message(lock))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
                             start_new_session=True)
+    proc.extensions_dir, proc.started_at = Path(env["TORCH_EXTENSIONS_DIR"]), time.time()
+    return cmd, proc
+
+
+def terminate_group(proc):
+    """SIGTERM torchrun (it stops the workers, each in a session of its own); SIGKILL the group if that hangs too."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=deadline_s(20))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # Every rank loads DeepSpeed's shm op under torch's build lock (torch/utils/cpp_extension.py `_jit_compile`
+    # takes the FileBaton on each load): a rank stopped there leaves it. Remove the ones this run created, as the
+    # probe launcher's reaper does (integrations/launchers.py).
+    clear_orphans([proc.extensions_dir], since=proc.started_at)
+
+
+def stop_group(proc):
+    """terminate_group, then the rest of stdout."""
+    terminate_group(proc)
+    return proc.communicate()[0]
+
+
+def run_emitted(tmp_path, plan, iters=3, env_extra=None, timeout=None):
+    """Run the emitted ds_train.py under torchrun; on timeout the whole group is killed."""
+    timeout = timeout or deadline_s(200)  # a safety net only: a tiny model trains in a few start-ups
+    cmd, proc = start_emitted(tmp_path, plan, iters, env_extra)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        # torchrun starts each worker in a session of its own; SIGTERM makes torchrun stop them itself.
-        proc.send_signal(signal.SIGTERM)
-        try:
-            stdout, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, _ = proc.communicate()
-        raise subprocess.TimeoutExpired(cmd, timeout, output=stdout) from None
+        raise subprocess.TimeoutExpired(cmd, timeout, output=stop_group(proc)) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
@@ -104,13 +132,35 @@ def test_injected_failure_exits_nonzero(tmp_path):
 
 
 def test_injected_hang_is_stopped_by_timeout(tmp_path):
+    """A rank that stops making progress is stopped by a deadline that starts at the hang, not at launch: how long
+    torchrun and two DeepSpeed ranks take to get there depends on how loaded the machine is, which is not under test."""
     plan = make_plan(TINY, 2, 32, 4, zero=1, mbs=1)
-    with pytest.raises(subprocess.TimeoutExpired) as hung:
-        # Long enough for torchrun and two DeepSpeed ranks to reach the hang on this machine, now (the ops are built
-        # by the tests above; a tiny probe takes up to 8 start-ups, tests/test_tune_cli.py).
-        run_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "hang"}, timeout=deadline_s(16))
-    assert "AUTOPLAN_FAULT=hang: rank 0 sleeping" in hung.value.output
-    assert "AUTOPLAN_ITER" not in hung.value.output
+    _, proc = start_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "hang"})
+    lines, hung = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "AUTOPLAN_FAULT=hang: rank 0 sleeping" in line:
+                hung.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        # A safety net only (a run that never reaches the hang fails here): 60 start-ups of torch + deepspeed.
+        assert hung.wait(deadline_s(60)), "rank 0 never reached the injected hang:\n" + "".join(lines)[-2000:]
+        # Past the hang nothing progresses: the run does not end on its own within the deadline.
+        try:
+            ended_with = proc.wait(timeout=deadline_s(1))
+        except subprocess.TimeoutExpired:
+            ended_with = None
+        assert ended_with is None, "the run ended on its own past the injected hang"
+    finally:
+        terminate_group(proc)  # the deadline stops it, as a probe's watchdog does
+        reader.join(timeout=deadline_s(20))
+    output = "".join(lines)
+    assert "AUTOPLAN_FAULT=hang: rank 0 sleeping" in output
+    assert "AUTOPLAN_ITER" not in output
 
 
 def tiny_params_split_by_autotp(model):

@@ -2,23 +2,20 @@
 DeepSpeedConfig for DeepSpeed, parallel_state.initialize_model_parallel + TransformerConfig for megatron-core.
 Each engine runs in one subprocess (the process group is global state)."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from autoplan.integrations.deepspeed import deepspeed_config
+from benchmarks.engine_fuzz import engine_check
 from autoplan.integrations.megatron import emit_megatron
+from conftest import deadline_s
 from engine_checks.plans import GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE, golden_plans, make_plan
 
-CHECKS = Path(__file__).parent / "engine_checks"
-ROOT = Path(__file__).parent.parent
 
 
 def run_check(script, pairs):
-    out = subprocess.run([sys.executable, str(CHECKS / script), *[str(x) for pair in pairs for x in pair]],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    # A safety net only: 60 start-ups of torch + the engine (the ops are built before it starts counting).
+    out = engine_check(script, [str(x) for pair in pairs for x in pair], deadline_s(60))
     assert out.returncode == 0, out.stderr[-3000:]
     return [line for line in out.stdout.splitlines() if line.startswith(("OK ", "REJECTED "))]
 
@@ -105,3 +102,26 @@ def test_deepspeed_accepts_emitted_configs(tmp_path):
     for line, dp in zip(lines[:-1], expected_dp):
         assert line.startswith("OK ") and line.endswith(f"dp={dp}"), line
     assert lines[-1].startswith("REJECTED ") and "train_batch_size" in lines[-1]
+
+
+def test_megatron_core_accepts_deepseek_v3_routing(tmp_path):
+    """DeepSeek-V3's routing (sigmoid scores, aux-loss-free expert bias, weights scaled by 2.5, 8 groups of which 4
+    are routed into, sequence-wise balancing loss) reaches MLATransformerConfig, which checks it; the same file with
+    more routed groups than groups, or with the bias on softmax scores, is refused there."""
+    pytest.importorskip("megatron.core")
+    from autoplan.modelio import load_model
+
+    plan = make_plan(load_model("deepseek-v3"), 64, 4096, 256, tp=2, ep=32, etp=1, sp=True, zero=1)
+    text = emit_megatron(plan)["megatron_args.txt"]
+    for line in ("--moe-router-score-function sigmoid", "--moe-router-enable-expert-bias",
+                 "--moe-router-topk-scaling-factor 2.5", "--moe-router-num-groups 8", "--moe-router-group-topk 4",
+                 "--moe-router-load-balancing-type seq_aux_loss"):
+        assert f"\n{line}\n" in text, line
+    good, too_many, softmax = tmp_path / "v3.txt", tmp_path / "v3_groups.txt", tmp_path / "v3_softmax.txt"
+    good.write_text(text)
+    too_many.write_text(text.replace("--moe-router-group-topk 4\n", "--moe-router-group-topk 9\n"))
+    softmax.write_text(text.replace("--moe-router-score-function sigmoid\n", ""))
+    lines = run_check("megatron_check.py", [(64, good), (64, too_many), (64, softmax)])
+    assert lines[0] == f"OK {good}", lines
+    assert lines[1].startswith("REJECTED ") and "moe_router_group_topk (9)" in lines[1], lines
+    assert lines[2].startswith("REJECTED ") and "sigmoid" in lines[2], lines

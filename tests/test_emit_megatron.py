@@ -10,16 +10,19 @@ import pytest
 from autoplan.errors import InputError
 from autoplan.integrations.megatron import args_to_lines, emit_megatron, inexpressible_problem, megatron_args
 from autoplan.integrations.megatron import moe_layer_pattern
+from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, RELEASES
 from engine_checks.golden import check_golden
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
                                  make_plan)
+from conftest import deadline_s
 
-VERIFIED = Path(__file__).parent / "engine_checks" / "megatron_args_verified.txt"
+RELEASE_FILES = Path(__file__).parent.parent / "integrations" / "megatron_releases"
 MEGATRON_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
 
 
-def verified_names():
-    return {line.strip() for line in VERIFIED.read_text().splitlines() if line.strip() and not line.startswith("#")}
+def release_names(tag=DEFAULT_RELEASE):
+    lines = (RELEASE_FILES / f"{tag}.txt").read_text().splitlines()
+    return {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
 
 
 @pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
@@ -67,15 +70,17 @@ def test_flex_dispatcher_flags():
 
 @pytest.mark.parametrize("probe", [False, True])
 def test_every_emitted_argument_exists_in_megatron_lm(probe):
-    known = verified_names()
+    known = release_names()
     for plan in variety():
         emitted = {a[2:] for a in megatron_args(plan, probe=probe) if a.startswith("--")}
-        assert emitted <= known, f"not verified against arguments.py: {sorted(emitted - known)}"
+        assert emitted <= known, f"not in {DEFAULT_RELEASE}'s arguments.py: {sorted(emitted - known)}"
 
 
-def test_verified_list_names_its_commit():
-    header = VERIFIED.read_text().splitlines()[:3]
-    assert any("d98e8a64ddf34856e74b24714e3bedb2f5a39553" in line for line in header)
+def test_release_lists_name_their_commits():
+    for tag, commit in RELEASES.items():
+        header = (RELEASE_FILES / f"{tag}.txt").read_text().splitlines()[:3]
+        assert any(tag in line and commit in line for line in header), tag
+        assert len(release_names(tag)) > 600  # the whole parser, not a hand-picked subset
 
 
 def flags(plan, probe=False):
@@ -236,7 +241,7 @@ def test_args_file_is_shell_words_with_checkpoint_placeholders(plan):
     assert words[:-6] == megatron_args(plan)
     assert words[-6:] == ["--save", "${CHECKPOINT_DIR}", "--load", "${CHECKPOINT_DIR}", "--save-interval",
                           "${SAVE_INTERVAL}"]
-    assert {w[2:] for w in words if w.startswith("--")} <= verified_names()
+    assert {w[2:] for w in words if w.startswith("--")} <= release_names()
     assert "--save" not in shlex.split(emit_megatron(plan, probe=True)["megatron_args.txt"], comments=True)
 
 
@@ -246,7 +251,7 @@ def test_llama2_7b_args_file_reads_with_shlex(tmp_path):
 
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", "--model", "llama2-7b", "--cluster",
                           "a100-80g", "--gpus", "16", "--seq", "4096", "--gbs", "256", "--top", "5", "--json"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=deadline_s(100))
     assert out.returncode == 0, out.stderr
     (tmp_path / "plans.json").write_text(out.stdout)
     for i in range(5):
@@ -390,3 +395,86 @@ def test_gpu_count_that_does_not_fill_nodes_runs_the_rest_on_the_last_node(tmp_p
         out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, check=True, capture_output=True,
                              text=True).stdout.splitlines()
         assert out[:6] == ["--nnodes", "32", "--node_rank", node_rank, "--nproc_per_node", nproc]
+
+
+def test_window_longer_than_the_sequence_is_dropped_and_noted():
+    """Phi-4-mini's sliding_window 262144 (config.json of microsoft/Phi-4-mini-instruct) never binds at 4096 tokens:
+    no --window-size 262143,0 in the launch, a note in the plan; a 2047-token window at 4096 is written."""
+    import json
+
+    from autoplan.costmodel.estimate import estimate
+    from autoplan.modelio import from_hf_config
+
+    config = json.loads((Path(__file__).parent / "data" / "hf_configs" / "phi3_mini_4k_instruct.json").read_text())
+
+    long_window = from_hf_config({**config, "sliding_window": 262144, "max_position_embeddings": 131072}, "phi4")
+    assert long_window.sliding_window == 262144 and long_window.num_sliding_window_layers == 32
+    plan = make_plan(long_window, 8, 4096, 32, tp=2, sp=True)
+    assert "--window-size" not in flags(plan) and "--window-attn-skip-freq" not in flags(plan)
+    est = estimate(plan.model, plan.cluster, plan.strategy, plan.workload)
+    assert any("sliding_window=262144 is not shorter than seq_len=4096" in n for n in est.notes), est.notes
+    short = make_plan(from_hf_config(config, "phi3"), 8, 4096, 32, tp=2, sp=True)
+    assert flags(short)["--window-size"] == "2046,0"
+    assert not short.model.window_note(4096)
+
+
+def test_files_name_and_keep_to_their_release(tmp_path):
+    """gpt-oss writes --position-embedding-type yarn, which core_v0.16.1's parser rejects (its choices lack yarn),
+    and --yarn-original-max-position-embeddings, which only core_v0.19.0 has. The per-layer CUDA graph module list
+    is --cuda-graph-modules from core_v0.18 and --cuda-graph-scope before."""
+    from autoplan.integrations.megatron_releases import release_tag
+
+    oss = make_plan(GPT_OSS, 32, 4096, 256, ep=8)
+    with pytest.raises(InputError, match=r"--position-embedding-type yarn is not in the argument parser of "
+                                         r"Megatron-LM core_v0.16.1 .*core_v0.18.2, core_v0.19.0 accept it; pass "
+                                         r"--megatron-version core_v0.19.0"):
+        emit_megatron(oss, release="core_v0.16.1")
+    with pytest.raises(InputError, match=r"--yarn-original-max-position-embeddings is not in the argument parser "
+                                         r"of Megatron-LM core_v0.18.2 .*; core_v0.19.0 accepts it"):
+        emit_megatron(oss, release="core_v0.18.2")
+    files = emit_megatron(oss, release="core_v0.19.0")
+    commit = "5be9626709af2722333bf54797c954c09edeada3"
+    for name in ("megatron_args.txt", "train.sh", "sbatch.sh"):
+        assert f"# for Megatron-LM core_v0.19.0 (NVIDIA/Megatron-LM commit {commit})" in files[name], name
+    assert 'if [[ "$FOUND" != "0.19" ]]' in files["train.sh"]
+    graphs = make_plan(MIXTRAL, 64, 4096, 256, ep=8, moe_a2a_overlap=True,
+                       cuda_graph_modules=("attn", "moe_router", "moe_preprocess"))
+    assert flags(graphs)["--cuda-graph-modules"] == "attn moe_router moe_preprocess"
+    old = {w[0]: w[1:] for w in map(shlex.split, args_to_lines(megatron_args(graphs, release="core_v0.16.1")))}
+    assert old["--cuda-graph-scope"] == ["attn", "moe_router", "moe_preprocess"] and "--cuda-graph-modules" not in old
+    assert release_tag("0.16") == release_tag("0.16.1") == "core_v0.16.1"
+    with pytest.raises(InputError, match="--megatron-version '0.12' is not a release"):
+        release_tag("0.12")
+
+
+def test_train_sh_warns_about_another_checkout(tmp_path):
+    files = emit_megatron(MEGATRON_CASES["megatron_dense_tp_pp_vpp_sp"], release="core_v0.16.1")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    checkout = tmp_path / "Megatron-LM"
+    (checkout / "megatron" / "core").mkdir(parents=True)
+    (checkout / "pretrain_gpt.py").write_text("")
+    fake_torchrun = tmp_path / "bin" / "torchrun"
+    fake_torchrun.parent.mkdir()
+    fake_torchrun.write_text("#!/usr/bin/env bash\nexit 0\n")
+    fake_torchrun.chmod(0o755)
+    env = {"PATH": f"{fake_torchrun.parent}:/usr/bin:/bin", "MEGATRON_LM": str(checkout)}
+    for minor, warned in (("19", True), ("16", False)):
+        (checkout / "megatron" / "core" / "package_info.py").write_text(f"MAJOR = 0\nMINOR = {minor}\nPATCH = 0\n")
+        out = subprocess.run(["bash", str(tmp_path / "train.sh")], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert ("checked against Megatron-LM core_v0.16.1" in out.stderr) is warned, out.stderr
+
+
+def test_emit_cli_takes_megatron_version(tmp_path, capsys):
+    from conftest import run_cli
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(make_plan(LLAMA_8B, 8, 4096, 32).model_dump_json())
+    code, _, err = run_cli(["emit", str(plan), "--format", "megatron", "--out", str(tmp_path / "a"),
+                            "--megatron-version", "0.12"], capsys)
+    assert code == 2 and "--megatron-version '0.12' is not a release" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+    code, _, _ = run_cli(["emit", str(plan), "--format", "megatron", "--out", str(tmp_path / "b"),
+                          "--megatron-version", "0.16"], capsys)
+    assert code == 0 and "core_v0.16.1" in (tmp_path / "b" / "megatron_args.txt").read_text()

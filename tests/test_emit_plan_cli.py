@@ -6,13 +6,14 @@ import sys
 
 from autoplan.integrations.engines import deepspeed_unsupported
 from autoplan.results import Plan
+from conftest import deadline_s
 
 LLAMA_70B = ["--model", "llama3-70b", "--cluster", "h100", "--gpus", "64", "--seq", "8192", "--gbs", "128"]
 
 
 def plan_cli(*args):
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=deadline_s(100))
 
 
 def read_plan(path):

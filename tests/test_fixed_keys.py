@@ -11,7 +11,7 @@ from autoplan.solvers.api import solve
 from autoplan.solvers.space import Problem, parse_constraints
 from autoplan.validate import validate
 
-from conftest import cluster, make_dense, make_moe, workload
+from conftest import cluster, deadline_s, make_dense, make_moe, workload
 
 
 def _plans(model, n, fix=(), exclude=(), top=5, **kw):
@@ -80,7 +80,7 @@ def test_partial_strategy_keeps_the_keys_it_gives():
 
 def run(*args):
     p = subprocess.run([sys.executable, "-m", "autoplan.cli.main", *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=deadline_s(100))
     return p.returncode, p.stdout, p.stderr
 
 

@@ -153,3 +153,46 @@ def test_model_notes_reach_estimate_output(capsys):
           "--strategy", "tp=1,pp=1,zero=1,mbs=1,recompute=full,fp8=none", "--json"])
     est = json.loads(capsys.readouterr().out)
     assert any("attn_logit_softcapping" in n for n in est["notes"])
+
+
+ROUTING_FIELDS = ("moe_router_score_function", "moe_router_norm_topk_prob", "moe_router_expert_bias",
+                  "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk",
+                  "moe_router_group_by_max", "moe_load_balancing")
+
+
+def routing(m):
+    return {k: getattr(m, k) for k in ROUTING_FIELDS}
+
+
+def test_routing_is_read_and_matches_the_catalogue():
+    # deepseek_v3.json: scoring_func sigmoid, topk_method noaux_tc, routed_scaling_factor 2.5, n_group 8,
+    # topk_group 4, norm_topk_prob true, no seq_aux (configuration_deepseek.py default true).
+    v3 = load_model(str(HF / "deepseek_v3.json"))
+    assert routing(v3) == dict(moe_router_score_function="sigmoid", moe_router_norm_topk_prob=True,
+                               moe_router_expert_bias=True, moe_router_topk_scaling_factor=2.5,
+                               moe_router_num_groups=8, moe_router_group_topk=4, moe_router_group_by_max=False,
+                               moe_load_balancing="seq_aux_loss")
+    assert routing(v3) == routing(load_model("deepseek-v3"))
+    # kimi_k2.json: n_group 1 / topk_group 1 is no group limit; routed_scaling_factor 2.827.
+    kimi = load_model(str(HF / "kimi_k2.json"))
+    assert routing(kimi) == routing(load_model("kimi-k2"))
+    assert (kimi.moe_router_topk_scaling_factor, kimi.moe_router_num_groups) == (2.827, 0)
+    # deepseek_v2_lite.json: softmax, greedy, norm_topk_prob false, seq_aux true; Qwen1.5-MoE norm_topk_prob false.
+    lite = load_model(str(HF / "deepseek_v2_lite.json"))
+    assert (lite.moe_router_score_function, lite.moe_router_norm_topk_prob, lite.moe_router_expert_bias,
+            lite.moe_load_balancing) == ("softmax", False, False, "seq_aux_loss")
+    assert load_model(str(HF / "qwen1.5_moe_a2.7b.json")).moe_router_norm_topk_prob is False
+    assert load_model(str(HF / "qwen3_30b_a3b.json")).moe_router_norm_topk_prob is True
+
+
+def test_group_limited_greedy_is_read_and_megatron_refuses_it():
+    from autoplan.integrations.megatron import inexpressible_problem
+
+    v2 = load_model(str(HF / "deepseek_v2_lite.json"))  # 64 experts
+    greedy_groups = from_hf_config({**hf("deepseek_v2_lite"), "topk_method": "group_limited_greedy", "n_group": 8,
+                                    "topk_group": 3}, "v2")
+    assert (greedy_groups.moe_router_num_groups, greedy_groups.moe_router_group_by_max) == (8, True)
+    assert "moe_router_group_by_max=true" in inexpressible_problem(greedy_groups)
+    assert inexpressible_problem(v2) is None
+    with pytest.raises(InputError, match="topk_method='aux_free'"):
+        from_hf_config({**hf("deepseek_v2_lite"), "topk_method": "aux_free"}, "v2")

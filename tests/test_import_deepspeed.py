@@ -22,7 +22,8 @@ ROUND_TRIP.update({
 @pytest.mark.parametrize("case", sorted(ROUND_TRIP))
 def test_round_trip(case, tmp_path):
     plan = ROUND_TRIP[case]
-    (tmp_path / "ds_config.json").write_text(emit_deepspeed(plan)["ds_config.json"])
+    # The probe's files: the training run has no pipeline stages (ds_hf_train.py), the config is the same.
+    (tmp_path / "ds_config.json").write_text(emit_deepspeed(plan, probe=True)["ds_config.json"])
     imported = from_deepspeed_config(tmp_path / "ds_config.json", plan.model, plan.cluster.num_gpus,
                                      seq_len=plan.workload.seq_len)
     assert imported.model == plan.model and imported.world_size == plan.cluster.num_gpus

@@ -276,3 +276,24 @@ def test_memory_switches_of_a_script_are_read():
     assert s.get("expandable_segments") is True and s.get("te_cross_entropy") is True
     native = from_megatron_args(SCRIPT.replace("--cpu-offloading-num-layers 2", "--cross-entropy-loss-fusion"))
     assert "te_cross_entropy" not in native.strategy and "expandable_segments" not in native.strategy
+
+
+def test_routing_round_trips_and_sigmoid_ignores_pre_softmax(tmp_path):
+    from autoplan.modelio import load_model
+
+    plan = make_plan(load_model("deepseek-v3"), 64, 4096, 256, tp=2, ep=32, etp=1, sp=True, zero=1)
+    path = tmp_path / "megatron_args.txt"
+    path.write_text(emit_megatron(plan)["megatron_args.txt"])
+    model = from_megatron_args(str(path)).model
+    names = ("moe_router_score_function", "moe_router_norm_topk_prob", "moe_router_expert_bias",
+             "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk", "moe_load_balancing")
+    assert {n: getattr(model, n) for n in names} == {n: getattr(plan.model, n) for n in names}
+    # Megatron-LM's DeepSeek-R1 fragment writes --moe-router-pre-softmax with the sigmoid router, which still
+    # renormalises its top-k weights (moe_utils.py); a softmax router with it does not.
+    for score, norm in (("sigmoid", True), ("softmax", False)):
+        text = path.read_text().replace("--moe-router-score-function sigmoid\n",
+                                        f"--moe-router-score-function {score}\n--moe-router-pre-softmax\n")
+        text = text.replace("--moe-router-enable-expert-bias\n", "" if score == "softmax" else
+                            "--moe-router-enable-expert-bias\n")
+        path.write_text(text)
+        assert from_megatron_args(str(path)).model.moe_router_norm_topk_prob is norm

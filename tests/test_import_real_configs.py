@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from autoplan.cli.main import build_app
 from autoplan.integrations.importers import DEEPSPEED_FIXED, from_deepspeed_config, from_megatron_args
 from autoplan.modelio import load_model
+from conftest import deadline_s
 
 DATA = Path(__file__).parent / "data" / "real_configs"
 APP = build_app()
@@ -150,6 +151,6 @@ def test_one_node_launcher_with_a_bigger_layout_asks_for_the_job_size(name, need
     import sys
 
     r = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "estimate", "--from-megatron",
-                        str(DATA / "megatron" / name)], capture_output=True, text=True, timeout=300)
+                        str(DATA / "megatron" / name)], capture_output=True, text=True, timeout=deadline_s(100))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"needs at least {need}; pass --gpus N" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import deadline_s
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ("autoplan", "solvers", "integrations")
@@ -78,7 +79,7 @@ def test_every_third_party_import_is_declared():
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autoplan.cli.main", *argv], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT)
+                          timeout=deadline_s(40), cwd=ROOT)
 
 
 @pytest.mark.parametrize("argv", [(), ("plan", "--gpu", "8"), ("plan", "--gpus", "eight"),

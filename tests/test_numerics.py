@@ -14,11 +14,12 @@ from autoplan.errors import InputError
 from autoplan.solvers.api import solve
 from autoplan.solvers.space import Problem, enumerate_grid
 from autoplan.workload import Workload
+from conftest import deadline_s
 
 
 def run(*args):
     p = subprocess.run([sys.executable, "-m", "autoplan.cli.main", *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=deadline_s(100))
     return p.returncode, p.stdout, p.stderr
 
 

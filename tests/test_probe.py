@@ -289,3 +289,17 @@ def test_deepspeed_probe_killed_during_op_build_leaves_no_lock(tmp_path, monkeyp
     assert not lock.exists()
     assert any("deepspeed_shm_comm: loading" in x for x in lines)
     assert json.loads((tmp_path / "p" / "probe_result.json").read_text())["status"] == "failed"
+
+
+def test_each_virtual_environment_has_its_own_build_folder(tmp_path):
+    # Two venvs whose bin/python link to one base interpreter (as `python -m venv` makes them) must not share a
+    # build folder: each environment's ops are built against its own DeepSpeed and include paths.
+    from autoplan.integrations import extlocks
+
+    roots = []
+    for name in ("env-a", "env-b"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "python").symlink_to(sys.executable)
+        roots.append(extlocks.environment_root(str(tmp_path / name / "bin" / "python"), env={}))
+    assert roots[0] != roots[1]
+    assert roots[0] == extlocks.environment_root(str(tmp_path / "env-a" / "bin" / "python"), env={})

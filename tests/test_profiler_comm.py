@@ -13,6 +13,7 @@ import pytest
 from autoplan.errors import InputError
 from autoplan.profiler.comm import (CommFit, CommRequest, bus_factor, fit_alpha_beta, gpu_overrides,
                                     message_sizes, ring_steps)
+from conftest import deadline_s
 
 
 def test_bus_factors_follow_nccl_tests():
@@ -73,7 +74,7 @@ def test_two_gloo_processes_under_torchrun(tmp_path):
            "-m", "autoplan.cli.main", "profile-comm", "--max-size", "256K", "--repeats", "3", "--warmup", "1",
            "--out", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=deadline_s(40), env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["backend"] == "gloo" and data["world_size"] == 2 and data["level"] == "nvlink"

@@ -15,6 +15,7 @@ from autoplan.results import Plan
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
 from engine_checks.plans import estimate as minimal_estimate
+from conftest import deadline_s
 
 MIXTRAL = ["--model", "mixtral-8x7b", "--cluster", "h100", "--gpus", "64", "--seq", "4096", "--gbs", "256"]
 LLAMA = ["--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--seq", "4096", "--gbs", "64"]
@@ -23,7 +24,7 @@ DEEPSEEK = ["--model", "deepseek-v3", "--cluster", "h800", "--gpus", "1024", "--
 
 def estimate_json(inputs, strategy):
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "estimate", *inputs, "--strategy", strategy,
-                          "--json"], capture_output=True, text=True, timeout=300)
+                          "--json"], capture_output=True, text=True, timeout=deadline_s(100))
     return out.returncode, out.stdout, out.stderr
 
 
@@ -88,7 +89,7 @@ def test_completion_never_strips_the_given_set():
 
 def plan_json(*args):
     out = subprocess.run([sys.executable, "-m", "autoplan.cli.main", "plan", *args], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=deadline_s(100))
     return out.returncode, out.stdout, out.stderr
 
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 
 from autoplan.errors import InputError
+from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, RELEASES, release_tag
 from autoplan.results import Plan
 
 FORMATS = ("megatron", "deepspeed")
@@ -19,12 +20,14 @@ def register(app: typer.Typer) -> None:
     app.command("emit")(emit_cmd)
 
 
-def emit_files(plan: Plan, fmt: str, probe: bool = False, train_script: Optional[str] = None) -> Dict[str, str]:
-    """{filename: text} for one engine format."""
+def emit_files(plan: Plan, fmt: str, probe: bool = False, train_script: Optional[str] = None,
+               megatron_version: Optional[str] = None) -> Dict[str, str]:
+    """{filename: text} for one engine format; `megatron_version` (a release tag or number) picks the Megatron-LM
+    release the files are checked against (default: integrations/megatron_releases.py DEFAULT_RELEASE)."""
     if fmt == "megatron":
         from autoplan.integrations.megatron import emit_megatron
 
-        return emit_megatron(plan, probe=probe)
+        return emit_megatron(plan, probe=probe, release=release_tag(megatron_version or DEFAULT_RELEASE))
     if fmt == "deepspeed":
         from autoplan.integrations.deepspeed import emit_deepspeed
 
@@ -68,14 +71,15 @@ def check_out_folder(out: str) -> None:
 
 
 def emitted_files(plan: Plan, formats: List[str], out_dir, probe: bool = False,
-                  train_script: Optional[str] = None) -> Dict[Path, str]:
+                  train_script: Optional[str] = None, megatron_version: Optional[str] = None) -> Dict[Path, str]:
     """{path: text} of each format's files; with several formats each goes to its own subfolder (out_dir/megatron,
     ...). Every emitter runs before anything is written, so a refusal writes nothing."""
     _check_formats(formats)
     files: Dict[Path, str] = {}
     for fmt in formats:
         folder = Path(out_dir) / fmt if len(formats) > 1 else Path(out_dir)
-        files.update({folder / name: text for name, text in emit_files(plan, fmt, probe, train_script).items()})
+        files.update({folder / name: text
+                      for name, text in emit_files(plan, fmt, probe, train_script, megatron_version).items()})
     return files
 
 
@@ -87,9 +91,9 @@ def write_all(files: Dict[Path, str]) -> List[Path]:
 
 
 def write_emitted(plan: Plan, formats: List[str], out_dir, probe: bool = False,
-                  train_script: Optional[str] = None) -> List[Path]:
+                  train_script: Optional[str] = None, megatron_version: Optional[str] = None) -> List[Path]:
     """Write each format's files (see `emitted_files`), all or none."""
-    return write_all(emitted_files(plan, formats, out_dir, probe, train_script))
+    return write_all(emitted_files(plan, formats, out_dir, probe, train_script, megatron_version))
 
 
 def emit_error(plan: Plan, fmt: str) -> Optional[str]:
@@ -179,10 +183,17 @@ def emit_cmd(
     index: int = typer.Option(0, "--index", help="Which plan of `autoplan plan --json` output (0 = best)."),
     train_script: Optional[str] = typer.Option(None, "--train-script",
                                                help="DeepSpeed: your training script instead of ds_train.py."),
+    megatron_version: Optional[str] = typer.Option(
+        None, "--megatron-version",
+        help=f"Megatron-LM release the files are written and checked for: {', '.join(RELEASES)} (default "
+             f"{DEFAULT_RELEASE}; the number alone, e.g. 0.16, also works)."),
 ) -> None:
     """Write ready-to-run Megatron-LM or DeepSpeed launch files for a plan."""
     formats = parse_formats(fmt)
     check_out_folder(out)
+    if megatron_version is not None:
+        release_tag(megatron_version)  # a bad value is refused before the plan file is read
     plan = load_plan(plan_file, index)
-    for path in write_emitted(plan, formats, out, probe=probe, train_script=train_script):
+    for path in write_emitted(plan, formats, out, probe=probe, train_script=train_script,
+                              megatron_version=megatron_version):
         print(path)

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "autoplan.cli.tune",
     "autoplan.cli.report",
     "autoplan.cli.calibrate",
+    "autoplan.cli.rl",
     "autoplan.cli.vlm",
 )
 

@@ -165,5 +165,6 @@ def estimate_from(ev: Evaluation, i: int, model: ModelSpec, cluster: ClusterSpec
         fits=bool(ev.peak_mem_bytes[i] <= ev.capacity_bytes * (1.0 - headroom)),
         time_breakdown=time_breakdown, memory_breakdown=memory, stage_memory=stage_memory,
         capacity_gib=ev.capacity_bytes / GIB, num_microbatches=int(ev.num_microbatches[i]),
-        dp=int(lay.dp[i]), bottleneck=bottleneck, sources=sources, notes=list(notes or []),
+        dp=int(lay.dp[i]), bottleneck=bottleneck, sources=sources,
+        notes=list(notes or []) + model.window_note(workload.seq_len),
     )

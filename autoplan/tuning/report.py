@@ -89,15 +89,20 @@ def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
     """The best plan's training launch files (not the probe variant) and its plan JSON, under <out>/best/."""
     from autoplan.integrations.probe import write_files
 
+    from autoplan.errors import InputError
+
     best_dir = out_dir / "best"
-    if problem.engine == "deepspeed":
-        from autoplan.integrations.deepspeed import emit_deepspeed
+    try:
+        if problem.engine == "deepspeed":
+            from autoplan.integrations.deepspeed import emit_deepspeed
 
-        files = emit_deepspeed(plan)
-    else:
-        from autoplan.integrations.megatron import emit_megatron
+            files = emit_deepspeed(plan)
+        else:
+            from autoplan.integrations.megatron import emit_megatron
 
-        files = emit_megatron(plan)
+            files = emit_megatron(plan)
+    except InputError as e:  # e.g. DeepSpeed pipeline stages, which only the probe's stand-in model runs
+        files = {"NOT_EMITTED.txt": f"no training launch files for this plan: {e}\n"}
     write_files(files, best_dir)
     write_text(best_dir / "plan.json", plan.model_dump_json(indent=2) + "\n")
     return best_dir

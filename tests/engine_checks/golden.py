@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Dict, Iterable
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
-# ds_train.py is a copy of integrations/ds_train.py, tested on its own; model.json is the plan's ModelSpec as
+# ds_train.py and ds_hf_train.py are copies of integrations/ds_train.py and ds_hf_train.py, tested on their own; model.json is the plan's ModelSpec as
 # pydantic writes it (every new model field would change it), read back by ds_train.py in the DeepSpeed CPU runs.
-UNTRACKED = ("ds_train.py", "model.json")
+UNTRACKED = ("ds_train.py", "ds_hf_train.py", "model.json")
 
 
 def check_golden(case: str, files: Dict[str, str], skip: Iterable[str] = UNTRACKED) -> None:

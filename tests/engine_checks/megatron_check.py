@@ -113,6 +113,12 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
                   moe_router_load_balancing_type=flags.get("moe-router-load-balancing-type", "aux_loss"),
                   moe_aux_loss_coeff=num("moe-aux-loss-coeff", float, 0.0),
                   moe_router_dtype=flags.get("moe-router-dtype"),
+                  moe_router_score_function=flags.get("moe-router-score-function", "softmax"),
+                  moe_router_pre_softmax="moe-router-pre-softmax" in flags,
+                  moe_router_enable_expert_bias="moe-router-enable-expert-bias" in flags,
+                  moe_router_topk_scaling_factor=num("moe-router-topk-scaling-factor", float),
+                  moe_router_num_groups=num("moe-router-num-groups"),
+                  moe_router_group_topk=num("moe-router-group-topk"),
                   overlap_moe_expert_parallel_comm="overlap-moe-expert-parallel-comm" in flags,
                   moe_grouped_gemm="moe-grouped-gemm" in flags)
     impl = flags.get("cuda-graph-impl", "none")

@@ -2,6 +2,7 @@
 # autoplan training run: llama3-70b on 64 x h100, seq 8192, global batch 128
 # strategy: tp8 pp4 v5 mbs1 sp z1 rc-sel
 # predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
+# for Megatron-LM core_v0.19.0 (NVIDIA/Megatron-LM commit 5be9626709af2722333bf54797c954c09edeada3): its arguments.py accepts every flag here
 # Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name=autoplan-llama3-70b
 #SBATCH --nodes=8

@@ -2,6 +2,7 @@
 # autoplan training run: llama3-8b on 32 x h100, seq 131072, global batch 16
 # strategy: tp4 pp1 cp8 mbs1 sp z1 fp8
 # predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
+# for Megatron-LM core_v0.19.0 (NVIDIA/Megatron-LM commit 5be9626709af2722333bf54797c954c09edeada3): its arguments.py accepts every flag here
 # Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name=autoplan-llama3-8b
 #SBATCH --nodes=4

@@ -2,6 +2,7 @@
 # autoplan training run: deepseek-v2-lite on 32 x h100, seq 4096, global batch 256
 # strategy: tp2 pp1 ep8 etp1 mbs1 sp z1 rc-full1u
 # predicted: 1.000 s/step, 125 tokens/s/GPU, peak 10.0 GiB
+# for Megatron-LM core_v0.19.0 (NVIDIA/Megatron-LM commit 5be9626709af2722333bf54797c954c09edeada3): its arguments.py accepts every flag here
 # Submit from this folder: sbatch sbatch.sh   (needs MEGATRON_LM in the environment)
 #SBATCH --job-name=autoplan-deepseek-v2-lite
 #SBATCH --nodes=4

@@ -1,0 +1,73 @@
+"""slime launch arguments for an RL plan (THUDM/slime @ 624b824a: slime/utils/arguments.py, the Megatron arguments
+it passes through and SGLang's server arguments with the --sglang- prefix; scripts/run-deepseek-r1.sh shows the
+same flags). `--rollout-num-gpus-per-engine` is SGLang's tp_size, i.e. the engine's GPUs (tp x dp here); with
+dp > 1 the attention runs data-parallel (--sglang-enable-dp-attention --sglang-dp-size)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from autoplan.model import ModelSpec
+from autoplan.rl.spec import RLJob
+
+
+def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> List[str]:
+    from autoplan.rl.emit_verl import pools
+
+    s, lay, pl = plan.strategy, plan.rollout, plan.placement
+    nodes, per_node, _, _ = pools(pl, min(gpus_per_node, pl.gpus))
+    a = ["--hf-checkpoint", model_path,
+         "--actor-num-nodes", str(nodes), "--actor-num-gpus-per-node", str(per_node),
+         "--rollout-batch-size", str(job.prompts), "--n-samples-per-prompt", str(job.samples),
+         "--rollout-max-response-len", str(job.max_response_len),
+         "--global-batch-size", str(job.sequences // job.mini_batches),
+         "--advantage-estimator", "grpo" if job.algo == "grpo" else "ppo",
+         "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
+         "--context-parallel-size", str(s.cp), "--expert-model-parallel-size", str(s.ep),
+         "--expert-tensor-parallel-size", str(s.etp), "--use-dynamic-batch-size",
+         "--max-tokens-per-gpu", str(job.prompt_len + job.max_response_len)]
+    if s.sp:
+        a.append("--sequence-parallel")
+    if s.last_stage_layers is not None:
+        a += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    if s.recompute == "full":
+        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    elif s.recompute == "selective":
+        a += ["--recompute-granularity", "selective"]
+        if s.recompute_modules:
+            a += ["--recompute-modules", *s.recompute_modules]
+    if job.use_ref:
+        a += ["--use-kl-loss"]
+    if plan.offload in ("optimizer", "all"):
+        a += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
+    if pl.kind == "colocated":
+        a.append("--colocate")
+    else:
+        a += ["--rollout-num-gpus", str(pl.rollout_gpus)]
+    a += ["--rollout-num-gpus-per-engine", str(lay.gpus_per_engine),
+          "--sglang-mem-fraction-static", str(lay.gpu_memory_utilization)]
+    if lay.dp > 1:
+        a += ["--sglang-enable-dp-attention", "--sglang-dp-size", str(lay.dp)]
+    if lay.ep > 1:
+        a += ["--sglang-ep-size", str(lay.ep)]
+    if not lay.cuda_graphs:
+        a.append("--sglang-disable-cuda-graph")
+    return a
+
+
+def render(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: int) -> Dict[str, str]:
+    args = arguments(plan, model, job, model_path, gpus_per_node)
+    pairs, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append(f"{args[i]} {args[i + 1]}")
+            i += 2
+        else:
+            pairs.append(args[i])
+            i += 1
+    body = " \\\n    ".join(pairs)
+    script = ("#!/usr/bin/env bash\n"
+              f"# slime: {plan.placement.kind} placement, predicted step {plan.step_time_s:.1f} s\n"
+              "# MODEL_ARGS: the model's Megatron arguments (slime scripts/models/<model>.sh)\n"
+              "set -euo pipefail\n"
+              f"python3 train.py ${{MODEL_ARGS[@]}} \\\n    {body} \"$@\"\n")
+    return {"slime_args.txt": "\n".join(args) + "\n", "run_slime.sh": script}

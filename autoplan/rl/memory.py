@@ -1,0 +1,49 @@
+"""Memory of an RL step per phase: GPU memory while generating and while training, and the host RAM the offloaded
+states take on a node.
+
+- Colocated, while the engine generates: what training leaves on the GPU (offload "all" or "swap": nothing, verl's
+  param_offload + grad_offload + optimizer_offload, slime's torch_memory_saver; "optimizer": weights and gradients;
+  "none": weights, gradients and optimizer states) beside the engine's memory (`rollout.rollout_gpu_bytes`). While
+  training: the engine sleeps (vLLM sleep mode level 1: KV cache freed, weights to host; SGLang
+  release_memory_occupation), so training has the GPU.
+- Split: each pool holds only its own phase.
+- Host RAM per node: the ranks on the node times what each keeps on the host: CPU Adam states (fp32 param, grad, m,
+  v: train.CPU_ADAM_STATE_BYTES_PER_PARAM) when the optimizer is offloaded; bf16 weights and the gradients when
+  offload is "all"; the reference model's weights (verl ref param_offload) and the sleeping engine's weights when
+  colocated. The peak rank's figures stand for every rank on the node, which never under-counts."""
+from __future__ import annotations
+
+import numpy as np
+
+from autoplan.rl.train import CPU_ADAM_STATE_BYTES_PER_PARAM, TrainPhases
+
+
+def resident_during_rollout(tp: TrainPhases, i: int, offload: str) -> float:
+    """Bytes training leaves on a GPU while a colocated engine generates: its process's CUDA context and NCCL
+    buffers always (the worker lives on), and the states its offload setting keeps."""
+    context = float(tp.context_bytes[i])
+    if offload in ("all", "swap"):
+        return context
+    kept = context + float(tp.weights_bytes[i] + tp.grads_bytes[i])
+    return kept if offload == "optimizer" else kept + float(tp.optimizer_bytes[i])
+
+
+def host_bytes_per_rank(tp: TrainPhases, i: int, offload: str, colocated: bool, use_ref: bool,
+                        engine_weight_bytes: float) -> float:
+    params = float(tp.params_per_gpu[i])
+    host = 0.0
+    if offload in ("optimizer", "all"):
+        host += params * CPU_ADAM_STATE_BYTES_PER_PARAM
+    if offload in ("all", "swap"):
+        host += float(tp.weights_bytes[i] + tp.grads_bytes[i])
+    if offload == "swap":
+        host += float(tp.optimizer_bytes[i])
+    if colocated:
+        host += engine_weight_bytes
+        if use_ref:
+            host += float(tp.weights_bytes[i])
+    return host
+
+
+def fits_device(needed_bytes: float, capacity_bytes: float) -> bool:
+    return bool(np.isfinite(needed_bytes) and needed_bytes <= capacity_bytes)

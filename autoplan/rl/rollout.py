@@ -1,0 +1,319 @@
+"""Rollout: what a vLLM or SGLang engine holds per GPU (weights, KV cache, CUDA graphs), how many responses the KV
+cache admits, how long one decode step takes, and how long a batch of responses takes to generate, the long tail
+included.
+
+Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
+- KV bytes per token: vLLM `vllm/v1/kv_cache_interface.py` `AttentionSpec.page_size_bytes` =
+  coef * block_size * num_kv_heads * head_size * dtype_size, coef 2 (K and V) for full attention and 1 for MLA
+  (`MLAAttentionSpec`: one latent of kv_lora_rank + qk_rope_head_dim per token, num_kv_heads 1, the same on every
+  TP rank); num_kv_heads per rank is max(1, total_num_kv_heads // tensor_parallel_size)
+  (`vllm/config/model.py` `ModelConfig.get_num_kv_heads`); vLLM's block count is available memory // page size //
+  layers. SGLang 0.5.23 (`sglang/srt/model_executor/pool_configurator.py` `_compute_cell_size`) uses the same cell
+  size: get_num_kv_heads(attn_tp_size) * (head_dim + v_head_dim) * layers * dtype bytes, or
+  `calculate_mla_kv_cache_dim` = kv_lora_rank + qk_rope_head_dim per layer for MLA.
+- KV capacity: vLLM `Worker.determine_available_memory` (`vllm/v1/worker/gpu_worker.py`): requested memory =
+  total * gpu_memory_utilization, KV cache = requested - (weights + peak activation of the profiling run + memory
+  not allocated by torch); the worker refuses to start when free memory is below the requested memory, so what
+  training leaves resident must fit beside it. SGLang: the KV pool takes what is free after the weights load less a slack of
+  B * (1 - mem_fraction_static) (B: the memory before the model loads; model_runner.py), i.e. total *
+  mem_fraction_static - weights - context; its activations and CUDA graphs live in that slack.
+- Profiling activation (vLLM `GPUModelRunner.profile_run`): one forward pass of max_num_batched_tokens tokens and a
+  sampler pass over max_num_seqs rows of fp32 logits.
+- CUDA graphs: captured for batch sizes up to 512 (vLLM `CompilationConfig.max_cudagraph_capture_size` default 512;
+  graphs of all sizes share one memory pool, sized by the largest capture), so their memory is one decode step's
+  activations at that batch.
+- Decode is memory-bound at small batch: a step reads every weight it uses plus the KV cache of the running
+  sequences from HBM, at 0.92 of the datasheet rate (torchao's roofline planning factor, profiles/gpu_reference.md
+  sec. 3, S2); at large batch the GEMMs bound it (2 FLOPs per active parameter per token, at the GPU's MAMF
+  fraction). A MoE layer reads only the experts its tokens chose: with k of E experts drawn per token, b tokens touch
+  E * (1 - (1 - k/E)^b) experts on average (uniform routing).
+- Every decode step also pays the engine's per-step work outside the model (scheduling, input preparation,
+  sampling, output processing): STEP_OVERHEAD_S, taken from vLLM's published decode latencies (DECODE_FIGURES: its
+  performance benchmark's latency tests, 32 prompt tokens, 128 output tokens, batch 8, H200): the median over the
+  three models of (published latency - this model's time without the overhead) / 128 steps.
+- Without CUDA graphs (vLLM enforce_eager=True) every kernel is launched from the host: ~5 us each (NVIDIA,
+  "Getting Started with CUDA Graphs", 2019: launch overhead of a few microseconds per kernel, which graphs remove);
+  a decoder layer in vLLM's llama.py runs 9 modules (input norm, QKV, rotary, attention, output projection, post
+  norm, gate-up, activation, down) plus 2 TP all-reduces; fused_moe adds 7 (router GEMM, top-k softmax, align/sort,
+  two grouped GEMMs, activation, sum).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from autoplan.costmodel.collectives import collective_time
+from autoplan.costmodel.hardware import GIB, Hardware
+from autoplan.costmodel.params import embedding_params, head_params, layer_params
+from autoplan.model import ModelSpec
+from autoplan.rl.spec import RLJob, RolloutLayout
+
+BF16 = 2  # bytes per weight and per KV element (bf16 rollout, bf16 KV cache: both engines' default "auto" dtype)
+HBM_EFFICIENCY = 0.92  # torchao roofline planning factor (profiles/gpu_reference.md sec. 3, S2)
+CUDA_CONTEXT_GIB = 0.6  # as the training cost model's cuda_context term (costmodel/rank.py MEMORY_KEYS)
+MAX_CAPTURE_BATCH = 512  # vLLM CompilationConfig.max_cudagraph_capture_size default
+LAUNCH_S = 5e-6  # per kernel launched from the host (NVIDIA "Getting Started with CUDA Graphs")
+KERNELS_DENSE_LAYER = 11  # vLLM llama.py decoder layer: 9 modules + 2 TP all-reduces
+KERNELS_MOE_EXTRA = 7  # vLLM fused_moe: router, top-k, align, 2 grouped GEMMs, activation, sum
+# vLLM performance benchmark, latency tests (buildkite.com/vllm/performance-benchmark/builds/9515): input 32 tokens,
+# output 128 tokens, batch 8, H200, mean end-to-end latency in ms: (catalogue model, TP, latency).
+DECODE_FIGURES = (("llama3.1-8b", 1, 833.421), ("llama3-70b", 4, 2077.53), ("mixtral-8x7b", 2, 1917.44))
+# Per-step residuals of this module's decode model against DECODE_FIGURES: 2.81, 3.25, 4.73 ms; the median.
+STEP_OVERHEAD_S = 3.25e-3
+# Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
+MAX_NUM_SEQS = 1024
+MAX_NUM_BATCHED_TOKENS = 8192
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all layers (see module doc)."""
+    if model.multi_latent_attention:
+        return model.num_layers * (model.kv_lora_rank + model.qk_pos_emb_head_dim) * BF16
+    heads = max(1, model.num_query_groups // tp)
+    return model.num_layers * 2 * heads * model.kv_channels * BF16
+
+
+@dataclass(frozen=True)
+class EngineWeights:
+    """Bytes of weights on one GPU of an engine: read every step (dense) and routed experts (read when chosen)."""
+
+    dense: float
+    experts: float
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts
+
+
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
+def engine_weights(model: ModelSpec, layout: RolloutLayout) -> EngineWeights:
+    """Attention, dense MLP, shared experts, embedding and head split tp ways; routed experts split over
+    max(ep, tp) GPUs (without expert parallelism the engines split each expert tp ways); norms and router whole."""
+    tp, ep = layout.tp, layout.ep
+    n_moe = model.num_moe_layers
+    dense_l, moe_l = layer_params(model, False), layer_params(model, True) if model.is_moe else None
+    sharded = (model.num_layers - n_moe) * (dense_l.attention + dense_l.dense_mlp)
+    whole = (model.num_layers - n_moe) * dense_l.norms
+    experts = 0.0
+    if moe_l is not None:
+        sharded += n_moe * (moe_l.attention + moe_l.shared_experts)
+        whole += n_moe * (moe_l.norms + moe_l.router)
+        experts = n_moe * moe_l.experts / max(ep, tp)
+    sharded += embedding_params(model) + head_params(model)
+    return EngineWeights(dense=(sharded / tp + whole) * BF16, experts=experts * BF16)
+
+
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
+def active_params_per_token(model: ModelSpec) -> float:
+    n_moe = model.num_moe_layers
+    dense_l, moe_l = layer_params(model, False), layer_params(model, True) if model.is_moe else None
+    active = (model.num_layers - n_moe) * dense_l.active + (n_moe * moe_l.active if moe_l else 0)
+    return active + head_params(model)  # the embedding is a lookup, the head a GEMM
+
+
+def profile_activation_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
+    """vLLM's profiling peak: max_num_batched_tokens through the widest MLP (gate and up, tp-sharded) and the
+    residual stream, plus fp32 logits of max_num_seqs rows (see module doc)."""
+    width = max(model.ffn_hidden_size, model.moe_ffn_hidden_size * max(model.moe_router_topk, 1))
+    tokens = MAX_NUM_BATCHED_TOKENS
+    mlp = tokens * (2 * width / layout.tp + 4 * model.hidden_size) * BF16
+    logits = MAX_NUM_SEQS * model.vocab_size * 4
+    return mlp + logits
+
+
+def cuda_graph_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
+    """One decode step's activations at the largest captured batch (see module doc); 0 without graphs."""
+    if not layout.cuda_graphs:
+        return 0.0
+    width = max(model.ffn_hidden_size, model.moe_ffn_hidden_size * max(model.moe_router_topk, 1))
+    batch = MAX_CAPTURE_BATCH
+    return batch * (2 * width / layout.tp + 4 * model.hidden_size) * BF16 + batch * model.vocab_size * 4
+
+
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
+def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
+    """KV-cache bytes per GPU (see module doc; negative = the weights do not fit in the requested memory)."""
+    requested = layout.gpu_memory_utilization * hw.capacity_bytes
+    weights = engine_weights(model, layout).total
+    context = CUDA_CONTEXT_GIB * GIB
+    if layout.engine == "sglang":
+        return requested - weights - context
+    return requested - weights - context - profile_activation_bytes(model, layout)
+
+
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
+def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
+    """Tokens the KV cache of one attention group (tp GPUs) holds."""
+    return max(kv_cache_bytes(model, layout, hw), 0.0) / kv_bytes_per_token(model, layout.tp)
+
+
+def rollout_gpu_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
+    """What the engine takes on a GPU while it generates: the requested memory (weights + KV + profiling
+    activations) plus, for vLLM, CUDA graphs outside it; SGLang's CUDA graphs and activations also come from the
+    remaining (1 - mem_fraction_static), so they are added for both."""
+    return layout.gpu_memory_utilization * hw.capacity_bytes + cuda_graph_bytes(model, layout)
+
+
+# ---- decode step time --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepModel:
+    """Decode step time of an engine at a batch of n running sequences (one attention group holds n / dp) and a
+    total context of S tokens over them: max(memory, compute) + communication + launches. Arrays are indexed by n."""
+
+    mem_fixed: np.ndarray  # bytes of weights read per GPU, by n
+    kv_read_per_token: float  # bytes read per GPU per token of context in the group
+    flops_fixed: np.ndarray  # FLOPs per GPU, by n
+    attn_flops_per_token: float  # FLOPs per GPU per token of context in the group
+    comm: np.ndarray  # seconds, by n
+    launch: float  # seconds
+    overhead: float  # seconds: the engine's per-step work outside the model
+    hbm: float
+    flops: float
+    dp: int
+
+    def time(self, n: int, total_context: float) -> float:
+        """Seconds of one decode step with n sequences in the engine and `total_context` tokens over them."""
+        group_ctx = total_context / self.dp
+        mem = (self.mem_fixed[n] + self.kv_read_per_token * group_ctx) / self.hbm
+        comp = (self.flops_fixed[n] + self.attn_flops_per_token * group_ctx) / self.flops
+        return max(mem, comp) + self.comm[n] + self.launch + self.overhead
+
+
+def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,
+               overhead: float = STEP_OVERHEAD_S) -> StepModel:
+    n = np.arange(max_batch + 1, dtype=float)
+    gpus = layout.gpus_per_engine
+    w = engine_weights(model, layout)
+    if model.is_moe:
+        touched = 1.0 - (1.0 - model.moe_router_topk / model.num_experts) ** n
+        mem_fixed = w.dense + w.experts * touched
+    else:
+        mem_fixed = np.full_like(n, w.dense)
+    flops_fixed = 2.0 * active_params_per_token(model) * n / gpus
+    if model.multi_latent_attention:  # absorbed MLA decode: every head attends over the latent (+ rope) per token
+        d = model.kv_lora_rank + model.qk_pos_emb_head_dim
+    else:
+        d = model.kv_channels
+    attn = 4.0 * model.num_layers * model.num_attention_heads * d / layout.tp
+    tokens_group = n / layout.dp
+    act_bytes = tokens_group * model.hidden_size * BF16
+    comm = 2 * model.num_layers * collective_time("all_reduce", act_bytes, layout.tp, layout.tp > hw.domain_size, hw)
+    if model.is_moe and layout.ep > 1:
+        per_gpu = n / gpus * model.moe_router_topk * model.hidden_size * BF16
+        comm = comm + 2 * model.num_moe_layers * collective_time("all_to_all", per_gpu, layout.ep,
+                                                                  layout.ep > hw.domain_size, hw)
+    launch = 0.0
+    if not layout.cuda_graphs:
+        launch = LAUNCH_S * (model.num_layers * KERNELS_DENSE_LAYER + model.num_moe_layers * KERNELS_MOE_EXTRA)
+    return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_bytes_per_token(model, layout.tp),
+                     flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm), launch=launch,
+                     overhead=overhead,
+                     hbm=hw.hbm_bytes_per_s * HBM_EFFICIENCY, flops=hw.peak_flops_bf16 * hw.gemm_eff_bf16,
+                     dp=layout.dp)
+
+
+def prefill_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: float) -> float:
+    """Compute-bound prefill of `tokens` prompt tokens on one attention group (tp GPUs)."""
+    return 2.0 * active_params_per_token(model) * tokens / (layout.tp * hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+
+
+# ---- response lengths and the rollout timeline ---------------------------------------------------------------------
+
+def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
+    """`count` response lengths of mean `mean` whose longest is `longest`: one response runs to the maximum (the
+    cap exists because responses reach it: verl data.max_response_length, slime --rollout-max-response-len), the
+    others are the quantiles of an exponential distribution truncated at `longest` whose truncated mean makes the
+    whole set's mean `mean` (a modelling assumption: the user gives a mean and a maximum, and RL response lengths
+    are right-skewed). mean == longest: all equal."""
+    if longest <= mean or count == 1:
+        return np.full(count, float(longest if longest <= mean else mean))
+    rest_mean = max((mean * count - longest) / (count - 1), 1.0)
+    lo, hi = 1e-3 * rest_mean, 1e3 * longest
+    for _ in range(100):  # truncated mean theta * (1 - exp(-longest/theta)) rises with theta
+        theta = math.sqrt(lo * hi)
+        m = theta * (1.0 - math.exp(-longest / theta))
+        lo, hi = (theta, hi) if m < rest_mean else (lo, theta)
+    q = (np.arange(count - 1) + 0.5) / (count - 1)
+    rest = np.maximum(np.round(np.minimum(-theta * np.log1p(-q), float(longest))), 1.0)
+    return np.append(rest, float(longest))
+
+
+def _arrival_order(count: int) -> np.ndarray:
+    """A fixed interleaving of the sorted quantiles (a stride coprime to count), so that long and short responses
+    arrive mixed, as a shuffled batch does."""
+    stride = max(1, int(count * 0.618))
+    while math.gcd(stride, count) != 1:
+        stride += 1
+    return (np.arange(count) * stride) % count
+
+
+@dataclass(frozen=True)
+class RolloutTime:
+    seconds: float  # the whole batch, the long tail included
+    throughput_seconds: float  # the same tokens at the admitted batch, no drain (streamed / partial rollout)
+    batch: int  # concurrent sequences per engine the KV cache and max_num_seqs admit
+    kv_tokens: float  # per engine
+    drain_seconds: float  # time after the last response was admitted
+
+
+def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) -> RolloutTime:
+    """Continuous batching on one engine: responses are admitted while slots last (KV tokens / (prompt + mean
+    response) per engine, at most max_num_seqs), each running response emits one token per step, a finished one
+    frees its slot for the next (with its prefill); the rollout ends when the last response ends."""
+    per_engine = math.ceil(job.sequences / layout.engines)
+    kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
+    slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
+    if slots < 1:
+        return RolloutTime(math.inf, math.inf, 0, kv_tokens, 0.0)
+    # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
+    seconds, throughput, drain = _timeline(model, layout.model_copy(update={"gpu_memory_utilization": 0.5}), hw,
+                                           job, slots)
+    return RolloutTime(seconds=seconds, throughput_seconds=throughput, batch=slots, kv_tokens=kv_tokens,
+                       drain_seconds=drain)
+
+
+@lru_cache(maxsize=1024)
+def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
+    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots."""
+    per_engine = math.ceil(job.sequences / layout.engines)
+    sm = step_model(model, layout, hw, slots)
+    lengths = response_lengths(job.response_len, job.max_response_len, per_engine)[_arrival_order(per_engine)]
+    prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
+    t, step, queue, running = 0.0, 0.0, 0, 0
+    heap: list = []  # (step at which a response ends, step at which it started)
+    start_sum, last_admit, admitted = 0.0, 0.0, 0
+    while heap or queue < per_engine:
+        while queue < per_engine and running < slots:
+            heapq.heappush(heap, (step + lengths[queue], step))
+            start_sum += step
+            queue += 1
+            running += 1
+            admitted += 1
+        if admitted:
+            t += prefill_each * admitted
+            last_admit, admitted = t, 0
+        end = heap[0][0]
+        steps = end - step
+        if steps > 0:  # context of the running set at the middle of the interval: prompts + tokens so far
+            ctx = running * (job.prompt_len + step + steps / 2.0) - start_sum
+            t += steps * sm.time(running, ctx)
+            step = end
+        while heap and heap[0][0] <= step:
+            _, started = heapq.heappop(heap)
+            start_sum -= started
+            running -= 1
+    throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
+    return t, throughput, t - last_admit
+
+
+def _throughput_seconds(sm: StepModel, job: RLJob, lengths: np.ndarray, slots: int, prefill_each: float) -> float:
+    """The same tokens emitted at the full admitted batch throughout (no tail): what a streamed rollout with partial
+    rollouts (verl fully-async, slime --partial-rollout) pays per step in steady state."""
+    steps = float(lengths.sum()) / slots
+    ctx = slots * (job.prompt_len + job.response_len / 2.0)
+    return steps * sm.time(slots, ctx) + prefill_each * len(lengths)

@@ -1,0 +1,166 @@
+"""The inputs of an RL post-training plan: the job (`RLJob`), where rollout and training run (`Placement`) and the
+rollout engines' layout (`RolloutLayout`), with the parsers of their command-line text.
+
+Vocabulary (verl, slime): a step generates `samples` responses for each of `prompts` prompts (rollout), scores them
+(reward), computes log-probabilities under the reference and the current actor (ref, old_log_prob), moves the new
+weights from the training layout to the rollout layout (refit) and trains (train)."""
+from __future__ import annotations
+
+from typing import Dict, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoplan.errors import InputError
+
+Algo = Literal["grpo", "ppo"]
+Mode = Literal["on-policy", "one-step-off", "async"]
+Engine = Literal["vllm", "sglang"]
+Offload = Literal["none", "swap", "optimizer", "all"]
+
+ALGOS = ("grpo", "ppo")
+MODES = ("on-policy", "one-step-off", "async")
+ENGINES = ("vllm", "sglang")
+# Training-state offload: none (all resident); swap (verl param_offload + grad_offload + optimizer_offload: the states
+# go to the host while a colocated engine generates and come back to train, Adam on the GPU); optimizer (CPU Adam,
+# Megatron --optimizer-cpu-offload: optimizer states live on the host, the update runs there); all (CPU Adam and the
+# weights and gradients swapped as in `swap`, verl's DeepSeek-V3 recipe).
+OFFLOADS = ("none", "swap", "optimizer", "all")
+
+# Host RAM per node, GiB, of nodes whose datasheet states it: NVIDIA DGX H100 and DGX H200 have "2TB System Memory"
+# (NVIDIA DGX H100/H200 datasheets: 8x H100 80GB / 8x H200 141GB, 2x Intel Xeon 8480C, 2TB system memory). Other
+# nodes are built with anything from 0.5 to 4 TB, so there the user states it (--host-mem-gib).
+HOST_MEM_GIB = {"h100": 2048.0, "h200": 2048.0}
+
+
+class RLJob(BaseModel):
+    """What one RL step does."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    algo: Algo = Field(description="grpo (no critic) or ppo (a critic trained beside the actor).")
+    prompts: int = Field(gt=0, description="Prompts per step (verl data.train_batch_size, slime --rollout-batch-size).")
+    samples: int = Field(gt=0, description="Responses per prompt (verl rollout.n, slime --n-samples-per-prompt).")
+    prompt_len: int = Field(gt=0, description="Prompt length, tokens (mean).")
+    response_len: int = Field(gt=0, description="Mean response length, tokens.")
+    max_response_len: int = Field(gt=0, description="Longest response, tokens (verl data.max_response_length); "
+                                                    "equal to response_len: every response has the mean length.")
+    mode: Mode = Field("on-policy", description="on-policy, one-step-off (rollout of step n+1 overlaps training of "
+                                                "step n) or async (streamed rollout with partial rollouts).")
+    use_ref: bool = Field(True, description="A reference model's log-probabilities are computed (KL loss/penalty).")
+    mini_batches: int = Field(1, gt=0, description="Optimizer steps per RL step (prompts / ppo_mini_batch_size).")
+    host_mem_gib: float = Field(gt=0, description="Host RAM per node, GiB.")
+
+    @property
+    def sequences(self) -> int:
+        return self.prompts * self.samples
+
+    @property
+    def mean_seq_len(self) -> int:
+        return self.prompt_len + self.response_len
+
+
+class RolloutLayout(BaseModel):
+    """The rollout engines: `engines` copies of one engine of tp x dp GPUs; attention is split tp ways in each of
+    dp attention groups (SGLang --enable-dp-attention, vLLM data_parallel_size), the experts ep ways."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: Engine = "vllm"
+    tp: int = Field(1, gt=0)
+    dp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    engines: int = Field(1, gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=0.99)
+    cuda_graphs: bool = Field(True, description="Decode replays CUDA graphs (vLLM enforce_eager=False).")
+
+    @property
+    def gpus_per_engine(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_engine * self.engines
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"engine": self.engine, "tp": self.tp, "dp": self.dp, "ep": self.ep, "engines": self.engines,
+                "gpu_memory_utilization": self.gpu_memory_utilization, "cuda_graphs": self.cuda_graphs}
+
+
+class Placement(BaseModel):
+    """Colocated: training and rollout take turns on every GPU. Split: `train_gpus` train, the rest generate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["colocated", "split"]
+    gpus: int = Field(gt=0)
+    train_gpus: int = Field(gt=0)
+
+    @property
+    def rollout_gpus(self) -> int:
+        return self.gpus if self.kind == "colocated" else self.gpus - self.train_gpus
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"kind": self.kind, "train_gpus": self.train_gpus, "rollout_gpus": self.rollout_gpus}
+
+
+def parse_placement(text: str, gpus: int) -> Placement:
+    """--placement colocated | split:TRAIN_GPUS."""
+    t = text.strip().lower()
+    if t == "colocated":
+        return Placement(kind="colocated", gpus=gpus, train_gpus=gpus)
+    if t.startswith("split:"):
+        raw = t[len("split:"):]
+        if not raw.isdigit() or not 0 < int(raw) < gpus:
+            raise InputError(f"--placement {text!r}: TRAIN_GPUS must be a whole number between 1 and {gpus - 1} "
+                             f"(--gpus {gpus}); e.g. --placement split:{max(1, gpus // 2)}")
+        return Placement(kind="split", gpus=gpus, train_gpus=int(raw))
+    raise InputError(f"--placement {text!r} is not 'colocated' or 'split:TRAIN_GPUS'; e.g. --placement split:"
+                     f"{max(1, gpus // 2)}")
+
+
+_ROLLOUT_INT_KEYS = ("tp", "dp", "ep", "engines")
+
+
+def parse_rollout(text: str) -> Dict[str, object]:
+    """--rollout 'tp=..,dp=..,ep=..,engines=..,gpu_memory_utilization=..' (every key optional)."""
+    out: Dict[str, object] = {}
+    for item in (p.strip() for p in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep:
+            raise InputError(f"--rollout item {item!r} is not key=value; e.g. --rollout tp=4,engines=8")
+        if key in _ROLLOUT_INT_KEYS:
+            if not value.strip().isdigit() or int(value) < 1:
+                raise InputError(f"--rollout {key}={value!r} must be a positive whole number; e.g. {key}=2")
+            out[key] = int(value)
+        elif key == "gpu_memory_utilization":
+            try:
+                frac = float(value)
+            except ValueError:
+                frac = -1.0
+            if not 0.0 < frac <= 0.99:
+                raise InputError(f"--rollout gpu_memory_utilization={value!r} must be a fraction in (0, 0.99]; "
+                                 f"e.g. gpu_memory_utilization=0.6")
+            out[key] = frac
+        elif key == "cuda_graphs":
+            if value.strip().lower() not in ("true", "false"):
+                raise InputError(f"--rollout cuda_graphs={value!r} must be true or false")
+            out[key] = value.strip().lower() == "true"
+        else:
+            raise InputError(f"--rollout key {key!r} is unknown; valid: tp, dp, ep, engines, gpu_memory_utilization, "
+                             f"cuda_graphs")
+    return out
+
+
+def host_mem_default(gpu_id: str, given: Optional[float]) -> float:
+    """Host RAM per node, GiB: the user's, else the node datasheet's (HOST_MEM_GIB), else a one-line error."""
+    if given is not None:
+        if given <= 0:
+            raise InputError(f"--host-mem-gib={given} must be positive (host RAM per node, GiB; e.g. 2048)")
+        return float(given)
+    if gpu_id in HOST_MEM_GIB:
+        return HOST_MEM_GIB[gpu_id]
+    raise InputError(f"host RAM per node of {gpu_id} nodes is not known; pass --host-mem-gib (e.g. --host-mem-gib "
+                     f"2048 for 2 TB nodes)")

@@ -1,0 +1,117 @@
+"""The training-side phases of an RL step, priced by the training cost model (`autoplan.costmodel.estimate
+.evaluate`) on the training layout: the policy update (train), the log-probability passes of the actor
+(old_log_prob) and of the reference (ref), the critic's values and update for PPO, and the CPU optimizer and the
+offload swaps of a colocated step.
+
+A log-probability pass is a forward pass only: one third of the forward-backward compute (the backward pass costs
+twice the forward, Narayanan et al. 2021 sec. 3.2's 3x rule the cost model's FLOP counts follow), half of the
+per-micro-batch communication (forward and backward each run the same TP/CP/EP collectives and P2P sends), and one
+third of the pipeline bubble; no recompute, no gradient sync, no optimizer."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+
+from autoplan.cluster import ClusterSpec
+from autoplan.costmodel.estimate import Evaluation, evaluate
+from autoplan.costmodel.hardware import hardware_of
+from autoplan.costmodel.layout import layouts_from_strategies
+from autoplan.model import ModelSpec
+from autoplan.rl.spec import RLJob
+from autoplan.strategy import Strategy
+from autoplan.workload import Workload, make_workload
+
+# CPU Adam (Megatron --optimizer-cpu-offload, HybridDeviceOptimizer in megatron/core/optimizer/cpu_offloading/): the
+# update reads fp32 param, grad, m, v and writes param, m, v: 28 bytes of host DRAM traffic per parameter; a node
+# with two Xeon Platinum 8480+ has 2 sockets x 8 channels DDR5-4800 x 38.4 GB/s = 614 GB/s (Intel ARK), shared by its
+# ranks. The states themselves: fp32 master param, fp32 grad, m, v = 16 bytes per parameter on the host.
+CPU_ADAM_BYTES_PER_PARAM = 28
+HOST_DRAM_BYTES_PER_S = 614e9
+CPU_ADAM_STATE_BYTES_PER_PARAM = 16
+
+
+def workload_of(job: RLJob) -> Workload:
+    """Training sees every response packed with its prompt (verl use_dynamic_bsz, slime --use-dynamic-batch-size):
+    prompts x samples sequences of prompt + mean response tokens."""
+    return make_workload(job.mean_seq_len, job.sequences)
+
+
+@dataclass(frozen=True)
+class TrainPhases:
+    """Per training candidate (arrays): seconds of each training-side phase and the memory it needs."""
+
+    train: np.ndarray
+    log_prob: np.ndarray  # one forward pass of one model over the batch
+    cpu_adam: np.ndarray
+    peak_bytes: np.ndarray  # GPU, during the update (optimizer on the host when offloaded)
+    context_bytes: np.ndarray  # the training process's CUDA context and NCCL buffers, resident in every phase
+    weights_bytes: np.ndarray  # per GPU, bf16 weights of the peak rank
+    grads_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    params_per_gpu: np.ndarray
+    ev: Evaluation
+
+
+def price_training(model: ModelSpec, cluster: ClusterSpec, job: RLJob, strategies: Sequence[Strategy],
+                   offload: Sequence[str]) -> TrainPhases:
+    """Price every (strategy, offload) pair on `cluster` (the training pool)."""
+    wl = workload_of(job)
+    lay = layouts_from_strategies(list(strategies), cluster.num_gpus, gpu_id=cluster.gpu.id)
+    ev = evaluate(model, cluster, wl, lay)
+    tt = ev.time_terms
+    comm = tt["tp_comm"] + tt["cp_comm"] + tt["ep_comm"] + tt["pp_comm"]
+    log_prob = tt["compute"] / 3.0 + comm / 2.0 + tt["bubble"] / 3.0
+    per_update = tt["dp_comm"] + tt["optimizer"]
+    train = ev.step_time_s + (job.mini_batches - 1) * per_update
+    weights = ev.memory_terms["weights"]
+    params = weights / 2.0  # bf16 weights
+    off = np.array([o in ("optimizer", "all") for o in offload])
+    ranks_per_node = min(cluster.gpu.gpus_per_node, cluster.num_gpus)
+    adam = np.where(off, job.mini_batches * params * CPU_ADAM_BYTES_PER_PARAM * ranks_per_node
+                    / HOST_DRAM_BYTES_PER_S, 0.0)
+    train = np.where(off, train - job.mini_batches * tt["optimizer"], train)
+    peak = np.where(off, ev.peak_mem_bytes - ev.memory_terms["optimizer"], ev.peak_mem_bytes)
+    context = ev.memory_terms["cuda_context"] + ev.memory_terms["nccl"]
+    return TrainPhases(train=train, log_prob=log_prob, cpu_adam=adam, peak_bytes=peak, context_bytes=context,
+                       weights_bytes=weights,
+                       grads_bytes=ev.memory_terms["grads"], optimizer_bytes=ev.memory_terms["optimizer"],
+                       params_per_gpu=params, ev=ev)
+
+
+def swap_seconds(bytes_per_gpu: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
+    """Moving `bytes_per_gpu` to the host and back once (verl's param/grad offload around the rollout) over each
+    GPU's host link (GpuSpec.host_bandwidth_gbytes_per_s)."""
+    return 2.0 * bytes_per_gpu / hardware_of(cluster).host_bytes_per_s
+
+
+def candidate_strategies(model: ModelSpec, gpus: int, gpus_per_node: int) -> List[Strategy]:
+    """Training layouts the search tries: tp up to a node, pp dividing the layers (an uneven last stage when they
+    do not divide, as verl's DeepSeek recipe's LAST_LAYER), ep dividing the experts, cp 1, full recompute (what
+    verl's and slime's large-model recipes run) and selective recompute, distributed optimizer, micro batch 1."""
+    from autoplan.strategy import strategy_from_mapping
+
+    out: List[Strategy] = []
+    tps = [t for t in (1, 2, 4, 8) if t <= min(gpus_per_node, gpus) and model.num_attention_heads % t == 0]
+    pps = [p for p in (1, 2, 4, 6, 8, 12, 16) if p <= model.num_layers and gpus % p == 0]
+    eps = [1] if not model.is_moe else [e for e in (1, 2, 4, 8, 16, 32, 64) if model.num_experts % e == 0]
+    for tp in tps:
+        for pp in pps:
+            if gpus % (tp * pp):
+                continue
+            dp = gpus // (tp * pp)
+            for ep in eps:
+                if (dp * tp) % ep:  # experts span the data- and tensor-parallel ranks of a stage (etp=1)
+                    continue
+                for recompute in ("full", "selective"):
+                    values = {"tp": tp, "pp": pp, "ep": ep, "etp": 1, "cp": 1, "mbs": 1, "zero": 1,
+                              "sp": tp > 1, "recompute": recompute}
+                    if pp > 1 and model.num_layers % pp:
+                        base = model.num_layers // pp
+                        values["last_stage_layers"] = model.num_layers - (pp - 1) * base
+                    try:
+                        out.append(strategy_from_mapping(values))
+                    except (ValueError, TypeError):
+                        continue
+    return out

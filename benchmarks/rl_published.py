@@ -1,0 +1,249 @@
+"""`autoplan rl` against published RL post-training runs (verl, slime): every published step and phase time, host
+RAM figure and layout, with the prediction and its error; then the planner's own choice against the published
+layout on each run, and the time `autoplan rl` takes for Qwen3-30B-A3B GRPO on 32 H100.
+
+Run: python -m benchmarks.rl_published  (prints the table; committed output: benchmarks/results/rl_published_*.txt)
+
+Sources (verl @ b178a3cd, 2026-01-29; slime @ 624b824a):
+- V3: verl docs/perf/dpsk.md "Benchmark": DeepSeek 671b on 96 GPUs (H20 96GB, per the same page), mean response
+  length 1960, rollout 1050 s, GPU memory 66 GB, CPU memory 1500 GB, step 1700 s; layout from the page's table for
+  96 GPUs (TP 8, PP 12, EP 8, OFFLOAD_FRACTION 1, LAST_LAYER 6) and examples/grpo_trainer/
+  run_deepseek671b_math_megatron_96gb.sh (96 prompts x 8, max prompt 2048, max response 1204*8 = 9632, mini batch
+  32 prompts, KL loss on, param/grad/optimizer offload, CPU Adam, vLLM TP 32, gpu_memory_utilization 0.6,
+  enforce_eager True).
+- OSO: verl docs/advance/one_step_off.md "Experimental Results": Qwen2.5-Math-7B DAPO on 2 nodes x 8 H20, 12
+  training + 4 rollout GPUs; step / gen / generate_sequences / old_log_prob / update_actor per row; max response
+  FSDP2 20,480, Megatron 8,192; layouts from verl/experimental/one_step_off_policy/shell/dapo_7b_math_{fsdp2,
+  megatron}_{colocate,4_12}.sh (512 prompts, n 12 (16 for the Megatron colocate script), mini batch 32 prompts,
+  vLLM TP 2 at 0.8, FSDP2 Ulysses SP 4, Megatron TP 2 PP 2, colocated runs offload params/grads/optimizer).
+- FA: verl/experimental/fully_async_policy/README.md "Asynchronous Training on 7B Model": Qwen2.5-Math-7B DAPO on
+  H20, max response 28K, n 16, 512 prompts per step, mini batch 32; colocate sync on 32/64/128 GPUs vs
+  fully_async_policy 16:16, 32:32, 64:64 (staleness 0.5, partial rollout); vLLM TP 4 at 0.8, FSDP2 Ulysses 4
+  (verl/experimental/fully_async_policy/shell/dapo_7b_math_fsdp2_*_*.sh).
+- R1: slime docs/en/examples/deepseek-r1.md: 128 H100, colocated, TP 8 PP 4 CP 4 EP 32, last stage 13 layers, CPU
+  Adam, SGLang 64 GPUs per engine with EP 64 and DP-attention 8 at mem fraction 0.7, 128 prompts x 8, max
+  response 32,768, 4 optimizer steps per rollout; "Each node (8xH100) will occupy 1.4~1.5TB of host memory".
+- GLM: slime docs/en/examples/glm4.5-355B-A32B.md (the last revision before the GLM-4.7 rename, e8e4b648^):
+  64 H100, colocated, TP 8 PP 4 CP 2 EP 16, CPU Adam, SGLang 32 GPUs per engine, DP-attention 4, mem fraction
+  0.7, 128 prompts x 8, max response 32,768, 4 optimizer steps per rollout; no host-RAM figure is published: the
+  check is that it fits in a DGX H100's 2 TB.
+
+Assumed inputs (not published; fixed here before any comparison and used for every row of a run):
+- mean prompt length 256 tokens for the DAPO-Math-17k prompts of every run;
+- mean response length 2048 tokens for the Qwen2.5-Math-7B runs (OSO, FA) and 4096 for R1 and GLM (their pages
+  give no mean); V3's 1960 is published;
+- FSDP2 training priced as Megatron with the sequence split 4 ways (cp 4, the Ulysses SP degree) and parameters,
+  gradients and optimizer sharded (zero 3), as benchmarks/published.py models Megatron-FSDP;
+- H20 nodes hold 2 TB of host RAM (as a DGX H100); H100 nodes 2 TB (DGX H100 datasheet).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from autoplan.clusterio import load_cluster
+from autoplan.modelio import load_model
+from autoplan.rl.search import Fixed, search
+from autoplan.rl.spec import Placement, RLJob
+
+PROMPT_LEN = 256
+QWEN_MATH_RESPONSE = 2048
+LONG_RESPONSE = 4096
+HOST_GIB = 2048.0
+
+
+@dataclass
+class Run:
+    name: str
+    model: str
+    sets: Tuple[str, ...]
+    gpu: str
+    gpus: int
+    job: RLJob
+    fixed: Fixed
+    published: Dict[str, float]  # quantity -> published value (s, GiB, or a ratio)
+
+
+def _job(prompts, samples, resp, longest, mini, ref=True, mode="on-policy") -> RLJob:
+    return RLJob(algo="grpo", prompts=prompts, samples=samples, prompt_len=PROMPT_LEN, response_len=resp,
+                 max_response_len=longest, mode=mode, use_ref=ref, mini_batches=mini, host_mem_gib=HOST_GIB)
+
+
+def _fixed(train, offload, rollout, placement, engine="vllm") -> Fixed:
+    return Fixed(train=train, offload=offload, rollout=rollout, placement=placement, engine=engine)
+
+
+def _col(n):
+    return Placement(kind="colocated", gpus=n, train_gpus=n)
+
+
+def _split(n, t):
+    return Placement(kind="split", gpus=n, train_gpus=t)
+
+
+FSDP = {"tp": 1, "pp": 1, "cp": 4, "zero": 3, "ep": 1}
+MEG7B = {"tp": 2, "pp": 2, "ep": 1}
+MATH = ("qwen2.5-math-7b", ("max_position_embeddings=32768",))
+
+
+def runs() -> List[Run]:
+    gib = 1e9 / 2**30  # published GB -> GiB
+    out = [Run("V3 verl GRPO 96xH20", "deepseek-v3", ("mtp_num_layers=0",), "h20", 96,
+               _job(96, 8, 1960, 9632, 3),
+               _fixed({"tp": 8, "pp": 12, "ep": 8}, "all",
+                      {"tp": 32, "dp": 1, "ep": 1, "engines": 3, "gpu_memory_utilization": 0.6,
+                       "cuda_graphs": False}, _col(96)),
+               {"step_s": 1700, "rollout_s": 1050, "rollout_share": 1050 / 1700, "gpu_mem_gib": 66 * gib,
+                "host_gib_per_node": 1500 * gib})]
+    for label, longest, train, n_col in (("FSDP2", 20480, FSDP, 12), ("Megatron", 8192, MEG7B, 16)):
+        pub = {"FSDP2": ((749, 321, 88, 286), (520, 458, 108, 337)),
+               "Megatron": ((699, 207, 119, 344), (566, 501, 120, 347))}[label]
+        out.append(Run(f"OSO colocate {label} 16xH20", *MATH, "h20", 16,
+                       _job(512, n_col, QWEN_MATH_RESPONSE, longest, 16, ref=False),
+                       _fixed(train, "swap", {"tp": 2, "dp": 1, "ep": 1, "engines": 8,
+                                              "gpu_memory_utilization": 0.8}, _col(16)),
+                       dict(zip(("step_s", "rollout_s", "old_log_prob_s", "train_s"), pub[0]))))
+        out.append(Run(f"OSO one-step-off {label} 12+4xH20", *MATH, "h20", 16,
+                       _job(512, 12, QWEN_MATH_RESPONSE, longest, 16, ref=False, mode="one-step-off"),
+                       _fixed(train, "none", {"tp": 2, "dp": 1, "ep": 1, "engines": 2,
+                                              "gpu_memory_utilization": 0.8}, _split(16, 12)),
+                       dict(zip(("step_s", "rollout_s", "old_log_prob_s", "train_s"), pub[1]))))
+    fa = {32: ((790.10, 357.41, 107.71, 269.80), (294.77, 313.81)),
+          64: ((365.28, 150.72, 70.26, 133.41), (189.26, 156.98)),
+          128: ((356.30, 177.85, 53.92, 113.81), (150.63, 113.16))}
+    for n, (sync, asy) in fa.items():
+        out.append(Run(f"FA colocate sync {n}xH20", *MATH, "h20", n, _job(512, 16, QWEN_MATH_RESPONSE, 28672, 16,
+                                                                          ref=False),
+                       _fixed(FSDP, "swap", {"tp": 4, "dp": 1, "ep": 1, "engines": n // 4,
+                                             "gpu_memory_utilization": 0.8}, _col(n)),
+                       dict(zip(("step_s", "rollout_s", "old_log_prob_s", "train_s"), sync))))
+        out.append(Run(f"FA fully-async {n // 2}:{n // 2}xH20", *MATH, "h20", n,
+                       _job(512, 16, QWEN_MATH_RESPONSE, 28672, 16, ref=False, mode="async"),
+                       _fixed(FSDP, "none", {"tp": 4, "dp": 1, "ep": 1, "engines": n // 8,
+                                             "gpu_memory_utilization": 0.8}, _split(n, n // 2)),
+                       {"step_s": asy[0], "train_s": asy[1], "speedup_vs_sync": sync[0] / asy[0]}))
+    out.append(Run("R1 slime 128xH100", "deepseek-v3", ("mtp_num_layers=0",), "h100", 128,
+                   _job(128, 8, LONG_RESPONSE, 32768, 4),
+                   _fixed({"tp": 8, "pp": 4, "cp": 4, "ep": 32, "last_stage_layers": 13}, "all",
+                          {"tp": 8, "dp": 8, "ep": 64, "engines": 2, "gpu_memory_utilization": 0.7}, _col(128),
+                          engine="sglang"),
+                   {"host_gib_per_node": 1.5e12 / 2**30, "fits": 1.0}))
+    out.append(Run("GLM-4.5 slime 64xH100", "glm-4.5", (), "h100", 64, _job(128, 8, LONG_RESPONSE, 32768, 4),
+                   _fixed({"tp": 8, "pp": 4, "cp": 2, "ep": 16}, "all",
+                          {"tp": 8, "dp": 4, "ep": 32, "engines": 2, "gpu_memory_utilization": 0.7}, _col(64),
+                          engine="sglang"),
+                   {"fits": 1.0, "host_fits_2TB": 1.0}))
+    return out
+
+
+def predicted(plan, run: Run) -> Dict[str, float]:
+    e = plan.to_dict(run.job)["estimate"]
+    ph = e["phase_times_s"]
+    out = {"step_s": e["step_time_s"], "rollout_s": ph["rollout"], "old_log_prob_s": ph["old_log_prob"],
+           "train_s": ph["train"], "rollout_share": ph["rollout"] / e["step_time_s"],
+           "gpu_mem_gib": e["peak_mem_gib"], "host_gib_per_node": e["host_mem_gib"], "fits": float(e["fits"]),
+           "host_fits_2TB": float(e["host_mem_gib"] <= HOST_GIB)}
+    return out
+
+
+def main() -> int:
+    rows, choice_rows = [], []
+    sync_steps: Dict[int, float] = {}
+    for run in runs():
+        m = load_model(run.model, run.sets)
+        c = load_cluster(run.gpu, run.gpus)
+        (plan,), _ = search(m, c, run.job, run.fixed, top_k=1)
+        got = predicted(plan, run)
+        if run.name.startswith("FA colocate"):
+            sync_steps[run.gpus] = got["step_s"]
+        if "speedup_vs_sync" in run.published:
+            got["speedup_vs_sync"] = sync_steps[run.gpus] / got["step_s"]
+        for key, pub in run.published.items():
+            rows.append((run.name, key, pub, got[key]))
+        free = Fixed(engine=run.fixed.engine)
+        best, _ = search(m, c, run.job, free, top_k=1)
+        b = best[0]
+        choice_rows.append((run.name, plan.step_time_s, plan.fits, b.step_time_s, b.fits,
+                            f"{b.placement.kind}:{b.placement.train_gpus} tp{b.strategy.tp} pp{b.strategy.pp} "
+                            f"cp{b.strategy.cp} ep{b.strategy.ep} {b.offload} | {b.rollout.engine} "
+                            f"tp{b.rollout.tp} dp{b.rollout.dp} ep{b.rollout.ep} x{b.rollout.engines} "
+                            f"{b.rollout.gpu_memory_utilization}"))
+    print(f"autoplan rl vs published RL runs ({datetime.date.today()}); error = predicted / published - 1")
+    print(f"{'run':36} {'quantity':18} {'published':>10} {'predicted':>10} {'error':>8}")
+    within = 0
+    for name, key, pub, got in rows:
+        err = got / pub - 1.0
+        within += abs(err) <= 0.20
+        print(f"{name:36} {key:18} {pub:10.2f} {got:10.2f} {err:+8.1%}")
+    print(f"rows within 20%: {within} of {len(rows)}")
+    print()
+    print("planner's choice vs the published layout (predicted step time, s)")
+    print(f"{'run':36} {'published layout':>16} {'fits':>5} {'planner':>9} {'fits':>5}  planner's layout")
+    for name, pub_s, pub_fit, best_s, best_fit, label in choice_rows:
+        print(f"{name:36} {pub_s:16.1f} {str(pub_fit):>5} {best_s:9.1f} {str(best_fit):>5}  {label}")
+    print()
+    _decode()
+    print()
+    _sensitivity()
+    print()
+    _timing()
+    return 0
+
+
+def _decode() -> None:
+    """vLLM's published decode latencies (autoplan.rl.rollout.DECODE_FIGURES; the per-step overhead is their median
+    residual, so these rows are the fit's own data)."""
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.rl import rollout as R
+    from autoplan.rl.spec import RolloutLayout
+
+    print("decode: vLLM performance benchmark latency tests (32 in, 128 out, batch 8, H200), ms")
+    hw = hardware_of(load_cluster("h200", 8))
+    for name, tp, ms in R.DECODE_FIGURES:
+        m, lay = load_model(name, ()), RolloutLayout(tp=tp, engines=1)
+        sm = R.step_model(m, lay, hw, 8)
+        got = (sum(sm.time(8, 8 * (32 + i)) for i in range(128)) + R.prefill_seconds(m, lay, hw, 8 * 32)) * 1e3
+        print(f"  {name:14} tp{tp}  published {ms:8.1f}  predicted {got:8.1f}  {got / ms - 1:+7.1%}")
+
+
+def _sensitivity() -> None:
+    """The Qwen2.5-Math-7B runs publish no mean response length; their predicted step and phase times at other
+    assumed means show how much of each error that assumption can explain (the table above keeps 2048)."""
+    print("sensitivity of the Qwen2.5-Math-7B rows to the assumed mean response length (predicted step / rollout / "
+          "train, s)")
+    means = (512, 1024, 2048)
+    print(f"{'run':36} " + " ".join(f"{f'mean {r}':>22}" for r in means))
+    for run in runs():
+        if run.model != MATH[0]:
+            continue
+        m, c = load_model(run.model, run.sets), load_cluster(run.gpu, run.gpus)
+        cells = []
+        for mean in means:
+            job = run.job.model_copy(update={"response_len": mean})
+            (plan,), _ = search(m, c, job, run.fixed, top_k=1)
+            cells.append(f"{plan.step_time_s:7.0f}/{plan.phases['rollout']:6.0f}/{plan.phases['train']:6.0f}")
+        print(f"{run.name:36} " + " ".join(f"{x:>22}" for x in cells))
+
+
+def _timing() -> None:
+    """Wall time of the command (a fresh interpreter, as a user runs it) for Qwen3-30B-A3B GRPO on 32 H100."""
+    cmd = ["autoplan", "rl", "--model", "qwen3-30b-a3b", "--cluster", "h100", "--gpus", "32", "--algo", "grpo",
+           "--prompts", "256", "--samples", "8", "--prompt-len", "1024", "--response-len", "4096",
+           "--max-response-len", "16384", "--json"]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    best = json.loads(p.stdout)["plans"][0]["estimate"] if p.returncode == 0 else {}
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in best.get("phase_times_s", {}).items())
+    print(f"timing: {' '.join(cmd[1:])}")
+    print(f"  exit {p.returncode}, wall {wall:.2f} s (limit 10 s), best step {best.get('step_time_s', 0):.1f} s; "
+          f"phases (s): {phases}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""`autoplan rl`: the rollout engines' KV-cache and decode formulas, refit bytes, host RAM, step composition by mode,
+the verl/slime settings and the command line's bad-input answers."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autoplan.clusterio import load_cluster
+from autoplan.costmodel.hardware import GIB, hardware_of
+from autoplan.costmodel.params import count_parameters
+from autoplan.modelio import load_model
+from autoplan.rl import refit as F
+from autoplan.rl import rollout as R
+from autoplan.rl.search import Fixed, search
+from autoplan.rl.spec import Placement, RLJob, RolloutLayout, parse_placement, parse_rollout
+from autoplan.errors import InputError
+from tests.conftest import run_cli
+
+
+def _job(**kw):
+    base = dict(algo="grpo", prompts=64, samples=8, prompt_len=512, response_len=1024, max_response_len=4096,
+                host_mem_gib=2048.0)
+    return RLJob(**{**base, **kw})
+
+
+# ---- KV cache ------------------------------------------------------------------------------------------------------
+
+def _vllm_page_size_bytes(coef, block_size, num_kv_heads, head_size, dtype_size):
+    """vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes, as written there."""
+    return coef * block_size * num_kv_heads * head_size * dtype_size
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_kv_bytes_per_token_match_vllm_page_size_for_gqa(tp):
+    m = load_model("llama3-8b", ())  # 32 layers, 8 KV heads of 128
+    heads = max(1, m.num_query_groups // tp)  # vllm ModelConfig.get_num_kv_heads
+    block = 16
+    per_block = _vllm_page_size_bytes(2, block, heads, m.kv_channels, 2) * m.num_layers
+    assert R.kv_bytes_per_token(m, tp) == per_block / block
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_them():
+    m = load_model("qwen2.5-math-7b", ())  # 4 KV heads
+    assert R.kv_bytes_per_token(m, 8) == R.kv_bytes_per_token(m, 4)  # one head per rank either way
+    assert R.kv_bytes_per_token(m, 2) == 2 * R.kv_bytes_per_token(m, 4)
+
+
+def test_mla_kv_is_one_latent_per_token_on_every_tp_rank():
+    m = load_model("deepseek-v3", ("mtp_num_layers=0",))
+    latent = _vllm_page_size_bytes(1, 1, 1, m.kv_lora_rank + m.qk_pos_emb_head_dim, 2) * m.num_layers
+    assert latent == 61 * 576 * 2
+    assert R.kv_bytes_per_token(m, 1) == R.kv_bytes_per_token(m, 32) == latent
+
+
+def test_kv_capacity_is_requested_memory_less_weights_activation_and_context():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    vllm = RolloutLayout(engine="vllm", tp=2, engines=4, gpu_memory_utilization=0.7)
+    sgl = vllm.model_copy(update={"engine": "sglang"})
+    weights = R.engine_weights(m, vllm).total
+    # vLLM Worker.determine_available_memory: total * utilization - non-KV memory of the profiling run
+    expect = 0.7 * hw.capacity_bytes - weights - R.CUDA_CONTEXT_GIB * GIB - R.profile_activation_bytes(m, vllm)
+    assert R.kv_cache_bytes(m, vllm, hw) == pytest.approx(expect)
+    # SGLang profile_max_num_token: total * mem_fraction_static - weights - what was in use before
+    assert R.kv_cache_bytes(m, sgl, hw) == pytest.approx(0.7 * hw.capacity_bytes - weights - R.CUDA_CONTEXT_GIB * GIB)
+    # the weights halve with tp 2 (bf16, all sharded but norms)
+    params = count_parameters(m)[0]
+    assert params * 2 / 2 < weights < params * 2 / 2 * 1.001
+
+
+def test_the_kv_cache_decides_the_admitted_batch():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8, gpu_memory_utilization=0.5)
+    job = _job(prompts=1024, samples=8, prompt_len=2048, response_len=8192, max_response_len=8192)
+    sim = R.simulate(m, lay, hw, job)
+    assert sim.batch == int(R.kv_tokens_per_group(m, lay, hw) // (2048 + 8192)) < R.MAX_NUM_SEQS
+
+
+# ---- decode time ---------------------------------------------------------------------------------------------------
+
+def test_small_batch_decode_reads_every_weight_once():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8)
+    sm = R.step_model(m, lay, hw, 8)
+    weights = R.engine_weights(m, lay).total
+    assert sm.time(1, 0.0) == pytest.approx(weights / (hw.hbm_bytes_per_s * R.HBM_EFFICIENCY) + R.STEP_OVERHEAD_S)
+    # the KV cache of the context is read too
+    ctx = 4096
+    extra = ctx * R.kv_bytes_per_token(m, 1) / (hw.hbm_bytes_per_s * R.HBM_EFFICIENCY)
+    assert sm.time(1, ctx) == pytest.approx(sm.time(1, 0.0) + extra)
+
+
+def test_large_batch_decode_is_compute_bound():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8)
+    n = 4096
+    sm = R.step_model(m, lay, hw, n)
+    gemm = 2 * R.active_params_per_token(m) * n / (hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    assert sm.time(n, 0.0) == pytest.approx(gemm + R.STEP_OVERHEAD_S)
+
+
+def _latency_without_overhead(name, tp):
+    """A DECODE_FIGURES run (batch 8, 32 prompt tokens, 128 output tokens, H200) priced without the per-step
+    overhead."""
+    m = load_model(name, ())
+    hw = hardware_of(load_cluster("h200", 8))
+    lay = RolloutLayout(tp=tp, engines=1)
+    sm = R.step_model(m, lay, hw, 8, overhead=0.0)
+    return sum(sm.time(8, 8 * (32 + i)) for i in range(128)) + R.prefill_seconds(m, lay, hw, 8 * 32)
+
+
+def test_step_overhead_is_the_median_residual_of_the_published_decode_latencies():
+    residuals = sorted((ms / 1e3 - _latency_without_overhead(name, tp)) / 128 for name, tp, ms in R.DECODE_FIGURES)
+    assert all(r > 0 for r in residuals)  # the engine is slower than its HBM reads on every run
+    assert R.STEP_OVERHEAD_S == pytest.approx(residuals[1], abs=5e-6)
+
+
+@pytest.mark.parametrize("name, tp, ms", R.DECODE_FIGURES)
+def test_decode_latency_against_vllm_published_figures(name, tp, ms):
+    """With the overhead, each published latency is within 25% (the fit's own data: the spread of residuals)."""
+    predicted = _latency_without_overhead(name, tp) + 128 * R.STEP_OVERHEAD_S
+    assert predicted == pytest.approx(ms / 1e3, rel=0.25)
+
+
+def test_moe_decode_reads_only_the_experts_its_tokens_chose():
+    m = load_model("qwen3-30b-a3b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, dp=1, ep=1, engines=8)
+    sm = R.step_model(m, lay, hw, 2)
+    w = R.engine_weights(m, lay)
+    k, e = m.moe_router_topk, m.num_experts
+    assert sm.mem_fixed[1] == pytest.approx(w.dense + w.experts * k / e)
+    assert sm.mem_fixed[2] == pytest.approx(w.dense + w.experts * (1 - (1 - k / e) ** 2))
+
+
+def test_eager_decode_pays_kernel_launches():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    graphs = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 4)
+    eager = R.step_model(m, RolloutLayout(tp=1, engines=8, cuda_graphs=False), hw, 4)
+    assert eager.time(1, 0.0) - graphs.time(1, 0.0) == pytest.approx(
+        R.LAUNCH_S * m.num_layers * R.KERNELS_DENSE_LAYER)
+    assert R.cuda_graph_bytes(m, RolloutLayout(tp=1, engines=8, cuda_graphs=False)) == 0.0
+
+
+def test_response_lengths_keep_the_mean_and_the_maximum():
+    lengths = R.response_lengths(2000, 16384, 4096)
+    assert lengths.max() == 16384  # the longest response runs to the cap
+    assert lengths.mean() == pytest.approx(2000, rel=0.02)
+    assert np.all(R.response_lengths(1000, 1000, 10) == 1000)
+
+
+def test_a_long_tail_makes_the_rollout_drain():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8)
+    even = R.simulate(m, lay, hw, _job(prompts=256, response_len=2048, max_response_len=2048))
+    tail = R.simulate(m, lay, hw, _job(prompts=256, response_len=2048, max_response_len=16384))
+    assert tail.seconds > even.seconds
+    assert tail.throughput_seconds < tail.seconds
+
+
+# ---- refit ---------------------------------------------------------------------------------------------------------
+
+def test_refit_bytes_by_method():
+    m = load_model("qwen3-30b-a3b", ())
+    lay = RolloutLayout(tp=2, dp=2, ep=4, engines=8)
+    full = count_parameters(m)[0] * 2
+    assert F.refit_bytes(m, lay, "ipc", 1, 1, 8).per_rollout_gpu == full
+    b = F.refit_bytes(m, lay, "broadcast", 2, 4, 8)
+    assert b.per_rollout_gpu == full and b.per_train_gpu == full / 4
+    shard = F.refit_bytes(m, lay, "shard", 1, 1, 8)
+    assert shard.per_rollout_gpu == R.engine_weights(m, lay).total
+    # an engine's GPUs together hold at least the whole model (attention and dense parts repeat over dp)
+    assert shard.per_rollout_gpu * lay.gpus_per_engine >= full * 0.99
+    hw = hardware_of(load_cluster("h100", 32))
+    assert F.refit_seconds(m, lay, hw, "shard", 1, 1, 8, False) < F.refit_seconds(m, lay, hw, "broadcast", 1, 1, 8,
+                                                                                    False)
+
+
+# ---- search, memory and modes ------------------------------------------------------------------------------------
+
+def test_a_plan_needing_more_host_ram_than_the_nodes_have_does_not_fit():
+    m = load_model("qwen3-30b-a3b", ())
+    c = load_cluster("h100", 16)
+    fixed = Fixed(train={"tp": 1, "pp": 1, "ep": 8}, offload="all", placement=Placement(kind="colocated", gpus=16,
+                                                                                         train_gpus=16))
+    (roomy,), ok = search(m, c, _job(host_mem_gib=4096.0), fixed, top_k=1)
+    assert ok and roomy.fits and roomy.host_mem_gib > 64
+    (tight,), ok = search(m, c, _job(host_mem_gib=64.0), fixed, top_k=1)
+    assert not ok and not tight.fits and tight.host_mem_gib > 64
+
+
+def test_a_colocated_engine_shares_the_gpu_with_what_training_keeps():
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    rollout = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    plans = {off: search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload=off, placement=col,
+                                             rollout=rollout), top_k=1)[0][0] for off in ("all", "optimizer", "none")}
+    engine = R.rollout_gpu_bytes(m, RolloutLayout(**rollout), hw) / GIB
+    from autoplan.rl.train import price_training
+    strategy = plans["all"].strategy
+    context = float(price_training(m, c, _job(), [strategy], ["all"]).context_bytes[0]) / GIB
+    assert context > 0  # the training worker's CUDA context and NCCL buffers stay
+    assert plans["all"].memory_gib["rollout"] == pytest.approx(engine + context, rel=0.02)
+    assert plans["all"].memory_gib["rollout"] < plans["optimizer"].memory_gib["rollout"] < \
+        plans["none"].memory_gib["rollout"]
+
+
+def test_one_step_off_overlaps_rollout_with_training():
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    split = Placement(kind="split", gpus=16, train_gpus=8)
+    fixed = Fixed(train={"tp": 1, "pp": 1}, offload="none", placement=split,
+                  rollout={"tp": 1, "engines": 8, "gpu_memory_utilization": 0.8})
+    (on,), _ = search(m, c, _job(), fixed, top_k=1)
+    (off,), _ = search(m, c, _job(mode="one-step-off"), fixed, top_k=1)
+    p = off.phases
+    assert off.step_time_s == pytest.approx(max(p["rollout"], p["ref"] + p["old_log_prob"] + p["reward"]
+                                                + p["train"]) + p["refit"])
+    assert on.step_time_s == pytest.approx(sum(on.phases.values()))
+    assert off.step_time_s < on.step_time_s
+
+
+def test_ppo_prices_the_critic_it_is_given():
+    actor = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    fixed = Fixed(train={"tp": 2, "pp": 1}, offload="swap", placement=Placement(kind="colocated", gpus=16,
+                                                                                 train_gpus=16),
+                  rollout={"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6})
+    (grpo,), _ = search(actor, c, _job(), fixed, top_k=1)
+    (same,), _ = search(actor, c, _job(algo="ppo"), fixed, top_k=1)
+    (small,), _ = search(actor, c, _job(algo="ppo"), fixed, top_k=1, critic=load_model("qwen2.5-math-7b", ()))
+    assert grpo.phases["reward"] == 0.0
+    assert same.phases["reward"] == pytest.approx(same.phases["old_log_prob"])  # a critic of the actor's shape
+    assert same.phases["train"] > 1.9 * grpo.phases["train"]
+    assert 0.0 < small.phases["reward"] < same.phases["reward"]  # Qwen2.5-Math-7B is smaller than Llama-3-8B
+    assert small.host_mem_gib < same.host_mem_gib
+
+
+def test_parsers_refuse_bad_text():
+    assert parse_rollout("tp=2,engines=4,gpu_memory_utilization=0.6") == {"tp": 2, "engines": 4,
+                                                                         "gpu_memory_utilization": 0.6}
+    for bad in ("tp=0", "tp=x", "gpu_memory_utilization=1.5", "foo=1", "tp"):
+        with pytest.raises(InputError):
+            parse_rollout(bad)
+    assert parse_placement("split:8", 16).rollout_gpus == 8
+    for bad in ("split:0", "split:16", "split:x", "half"):
+        with pytest.raises(InputError):
+            parse_placement(bad, 16)
+
+
+# ---- command line ----------------------------------------------------------------------------------------------------
+
+BASE = ["rl", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "16", "--prompts", "64", "--samples", "8",
+        "--prompt-len", "512", "--response-len", "1024", "--max-response-len", "4096"]
+
+
+def test_cli_prices_a_given_layout_with_every_phase(capsys):
+    code, out, err = run_cli(BASE + ["--train-strategy", "tp=2,pp=1,offload=optimizer", "--rollout",
+                                     "tp=1,engines=16,gpu_memory_utilization=0.6", "--placement", "colocated",
+                                     "--json"], capsys)
+    assert code == 0, err
+    plan = json.loads(out)["plans"][0]
+    assert plan["train"]["tp"] == 2 and plan["train"]["offload"] == "optimizer"
+    assert plan["rollout"] == {"engine": "vllm", "tp": 1, "dp": 1, "ep": 1, "engines": 16,
+                               "gpu_memory_utilization": 0.6, "cuda_graphs": True}
+    est = plan["estimate"]
+    assert set(est["phase_times_s"]) >= {"rollout", "ref", "reward", "refit", "train"}
+    for key in ("step_time_s", "samples_per_s", "peak_mem_gib", "host_mem_gib", "fits"):
+        assert key in est
+    assert est["samples_per_s"] == pytest.approx(64 * 8 / est["step_time_s"])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--algo", "dpo"], "--algo"),
+    (["--mode", "sync"], "--mode"),
+    (["--placement", "split:99"], "TRAIN_GPUS"),
+    (["--rollout", "tp=3x"], "tp"),
+    (["--max-response-len", "100"], "--max-response-len"),
+    (["--emit", "verl"], "--out"),
+    (["--placement", "colocated", "--mode", "one-step-off"], "two GPU pools"),
+    (["--placement", "split:8", "--rollout", "tp=2,engines=8"], "engines"),
+    (["--train-strategy", "tp=3"], "divisible"),
+    (["--train-strategy", "offload=maybe"], "offload"),
+])
+def test_cli_bad_input_is_one_line_exit_2(capsys, extra, words):
+    code, out, err = run_cli(BASE + extra, capsys)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
+    assert out == ""
+
+
+def test_cli_a_given_training_layout_is_searched_over_the_placements_it_tiles(capsys):
+    code, out, err = run_cli(BASE + ["--train-strategy", "tp=2,pp=4", "--top", "20", "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert all(p["train"]["tp"] == 2 and p["train"]["pp"] == 4 for p in plans)
+    assert all(p["placement"]["train_gpus"] % 8 == 0 for p in plans)  # tp*pp = 8 tiles only these pools
+
+
+def test_cli_unknown_host_ram_is_asked_for(capsys):
+    code, _, err = run_cli(["rl", "--model", "llama3-8b", "--cluster", "a100-80g", "--gpus", "8", "--prompts", "8",
+                            "--samples", "4", "--prompt-len", "256", "--response-len", "256"], capsys)
+    assert code == 2 and "--host-mem-gib" in err
+
+
+def test_cli_emits_verl_and_slime_settings(tmp_path, capsys):
+    code, out, err = run_cli(BASE + ["--emit", "verl", "--out", str(tmp_path / "verl"), "--placement", "colocated",
+                                     "--json"], capsys)
+    assert code == 0, err
+    text = (tmp_path / "verl" / "verl_overrides.txt").read_text()
+    plan = json.loads(out)["plans"][0]
+    assert f"actor_rollout_ref.rollout.tensor_model_parallel_size={plan['rollout']['tp']}" in text
+    assert f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={plan['train']['tp']}" in text
+    assert "data.train_batch_size=64" in text and "actor_rollout_ref.rollout.n=8" in text
+    code, out, err = run_cli(BASE + ["--emit", "slime", "--out", str(tmp_path / "slime"), "--json"], capsys)
+    assert code == 0, err
+    args = (tmp_path / "slime" / "slime_args.txt").read_text().split("\n")
+    plan = json.loads(out)["plans"][0]
+    assert args[args.index("--rollout-num-gpus-per-engine") + 1] == str(plan["rollout"]["tp"] * plan["rollout"]["dp"])
+    assert ("--colocate" in args) == (plan["placement"]["kind"] == "colocated")
