@@ -237,6 +237,9 @@ def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
     """ModelSpec fields (without `name`) read from a Hugging Face config mapping; `where` names it in errors."""
     model_type = cfg.get("model_type")
     parser = PARSERS.get(model_type) if isinstance(model_type, str) else None
+    if parser is None and isinstance(cfg.get("vision_config"), Mapping):
+        raise InputError(f"{where}: model_type {model_type!r} is a vision-language model; plan it with `autoplan vlm "
+                         f"--model ...` (encoder and language model together)")
     if parser is None:
         raise InputError(f"{where}: model_type {model_type!r} is not supported; supported: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")

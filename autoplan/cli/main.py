@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "autoplan.cli.report",
     "autoplan.cli.calibrate",
     "autoplan.cli.rl",
+    "autoplan.cli.vlm",
 )
 
 

@@ -139,11 +139,16 @@ def rank_order(p: int, v: int, m: int, rank: int) -> List[Tuple[str, int, int]]:
     return ops
 
 
+def _of(times, j: int) -> float:
+    """A rank's seconds for micro-batch j: one figure for all, or one per micro-batch."""
+    return float(times[j]) if isinstance(times, (list, tuple, np.ndarray)) else float(times)
+
+
 def simulate(p: int, v: int, m: int, fwd: List[float], bwd: List[float]
              ) -> Dict[Tuple[str, int, int, int], Tuple[float, float]]:
     """(start, end) of every pass keyed (kind, rank, micro-batch, chunk): each rank runs `rank_order`, a pass
     starting when the rank is free and its dependency is done. `fwd[r]`, `bwd[r]`: one micro-batch's seconds on
-    rank r over all its chunks."""
+    rank r over all its chunks, or a sequence of them per micro-batch when micro-batches differ."""
     orders = [rank_order(p, v, m, r) for r in range(p)]
     done: Dict[Tuple[str, int, int], float] = {}  # (kind, micro-batch, virtual stage) -> end
     out: Dict[Tuple[str, int, int, int], Tuple[float, float]] = {}
@@ -156,9 +161,9 @@ def simulate(p: int, v: int, m: int, fwd: List[float], bwd: List[float]
                 kind, j, c = orders[r][pos[r]]
                 q = c * p + r  # virtual stage
                 if kind == "forward":
-                    dep, dur = (("forward", j, q - 1) if q > 0 else None), fwd[r] / v
+                    dep, dur = (("forward", j, q - 1) if q > 0 else None), _of(fwd[r], j) / v
                 else:
-                    dep, dur = (("backward", j, q + 1) if q < last else ("forward", j, q)), bwd[r] / v
+                    dep, dur = (("backward", j, q + 1) if q < last else ("forward", j, q)), _of(bwd[r], j) / v
                 if dep is not None and dep not in done:
                     break
                 start = max(free[r], done[dep] if dep else 0.0)
