@@ -118,9 +118,14 @@ def hostfile_text(plan: Plan) -> str:
     return f"# replace node0..node{len(slots) - 1} with your host names (launch.sh rewrites this under Slurm)\n{hosts}"
 
 
+# What a DeepSpeed training run needs of a plan: ds_hf_train.py trains the Hugging Face model as one module, so no
+# pipeline stages. `plan --emit deepspeed` searches with these fixed when it cannot write the winner.
+TRAINING_RUN_FIXED = {"pp": 1}
+
+
 def check_training_run(plan: Plan) -> None:
     """ds_hf_train.py trains a Hugging Face model as one module: no DeepSpeed pipeline stages."""
-    if plan.strategy.pp > 1:
+    if plan.strategy.pp != TRAINING_RUN_FIXED["pp"]:
         raise InputError(f"pp={plan.strategy.pp}: the DeepSpeed training run builds the Hugging Face model as one "
                          f"module and has no pipeline stages; plan with --fix pp=1, emit --probe (a measuring run "
                          f"on a stand-in model) or pass --train-script with your own PipelineModule script")

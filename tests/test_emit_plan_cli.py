@@ -62,3 +62,27 @@ def test_fp8_only_search_names_deepspeed_as_unable(tmp_path):
     assert (tmp_path / "megatron" / "megatron_args.txt").exists() and not (tmp_path / "deepspeed").exists()
     line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
     assert line and "nothing written" in line[0]
+
+
+def test_deepspeed_pipeline_winner_gets_the_best_plan_its_training_run_can_carry(tmp_path):
+    # ZeRO-1 for a 13B model on 8 x 80 GB: the DeepSpeed search's winner has pipeline stages, which the emitted
+    # training run (one Hugging Face module) cannot carry; --emit writes DeepSpeed's best plan with pp=1 instead,
+    # in its own folder with its own plan.json, and says so. --out's plan.json stays the winner.
+    args = ["--model", "llama2-13b", "--cluster", "a100-80g", "--gpus", "8", "--seq", "4096", "--engine", "deepspeed",
+            "--fix", "zero=1"]
+    out = plan_cli(*args, "--emit", "deepspeed", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    winner, emitted = read_plan(tmp_path / "plan.json"), read_plan(tmp_path / "deepspeed" / "plan.json")
+    assert winner.strategy.pp > 1 and emitted.strategy.pp == 1 and emitted.strategy.zero == 1
+    assert emitted.estimate.step_time_s >= winner.estimate.step_time_s
+    assert f"# strategy: {emitted.strategy.label()}" in (tmp_path / "deepspeed" / "launch.sh").read_text()
+    line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
+    assert line and f"its own best plan {emitted.strategy.label()}" in line[0] and "pipeline stages" in line[0]
+
+
+def test_a_fixed_pipeline_the_training_run_cannot_carry_is_named(tmp_path):
+    out = plan_cli("--model", "llama3-8b", "--gpus", "8", "--engine", "deepspeed", "--fix", "pp=2", "--emit", "deepspeed",
+                   "--out", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
+    assert line and "nothing written" in line[0] and "pp=2" in line[0]

@@ -105,12 +105,22 @@ def emit_error(plan: Plan, fmt: str) -> Optional[str]:
     return None
 
 
+def emit_fixed(fmt: str) -> Dict[str, object]:
+    """Strategy keys `fmt`'s emitted training files need fixed ({} when it writes every plan its engine runs)."""
+    if fmt == "deepspeed":
+        from autoplan.integrations.deepspeed import TRAINING_RUN_FIXED
+
+        return dict(TRAINING_RUN_FIXED)
+    return {}
+
+
 def search_emit_files(winner: Plan, formats: List[str], out_dir, engine_best: Callable[[str], Optional[Plan]],
                       probe: bool = False) -> Tuple[Dict[Path, str], List[str], List[str]]:
     """`plan --emit`: each format gets the search's winner when its engine runs it, else that engine's own best
-    plan (`engine_best(fmt)`: the same search with --engine fmt). Returns ({path: text} to write, one line per
-    format saying which plan it got, one line per format that got nothing). With several formats each goes to its
-    own subfolder with the plan.json it was emitted from."""
+    plan (`engine_best(fmt)`: the same search with --engine fmt and what its files need fixed). Returns ({path: text}
+    to write, one line per format saying which plan it got, one line per format that got nothing). With several
+    formats, or a plan other than the winner, each goes to its own subfolder with the plan.json it was emitted
+    from."""
     _check_formats(formats, "--emit")
     files: Dict[Path, str] = {}
     said: List[str] = []
@@ -127,9 +137,12 @@ def search_emit_files(winner: Plan, formats: List[str], out_dir, engine_best: Ca
                         f"not the winner {winner.strategy.label()}: {why_not}")
         else:
             said.append(f"{fmt}: the winner {plan.strategy.label()}")
-        folder = Path(out_dir) / fmt if len(formats) > 1 else Path(out_dir)
+        # A format that got another plan than the winner goes to its own subfolder too, with that plan's plan.json:
+        # --out's plan.json is the winner's.
+        own = len(formats) > 1 or plan is not winner
+        folder = Path(out_dir) / fmt if own else Path(out_dir)
         files.update(emitted_files(plan, [fmt], folder, probe=probe))
-        if len(formats) > 1:
+        if own:
             files[folder / "plan.json"] = plan.model_dump_json(indent=2)
     return files, said, missing
 

@@ -262,13 +262,22 @@ def _no_plan(result, problem, as_json):
 
 
 def _engine_best(problem, engine, solver, seed, prof, cluster):
-    """The best plan of the same search for another engine on the winner's cluster (with --objective cost, the
-    size it chose), or None: what `--emit` writes for that engine when it cannot run the winner."""
+    """The best plan of the same search for `engine` on the winner's cluster (with --objective cost, the size it
+    chose), with the keys its emitted files need fixed (`emit_fixed`), or None: what `--emit` writes for that
+    engine when it cannot write the winner."""
     from dataclasses import replace as dc_replace
 
-    if engine == problem.engine or (problem.precision == "fp8" and engine != "megatron"):
+    from autoplan.cli.emit import emit_fixed
+
+    needs = emit_fixed(engine)  # e.g. a DeepSpeed training run has no pipeline stages
+    if engine == problem.engine and not needs:
+        return None
+    if any(k in problem.fixed and problem.fixed[k] != v for k, v in needs.items()):
+        return None  # the user fixed what the emitted files cannot carry: the refusal says so
+    if problem.precision == "fp8" and engine != "megatron":
         return None  # that engine runs no FP8 GEMMs (solvers/space.py Problem): it has no plan of this search
-    r = _run(dc_replace(problem, engine=engine, cluster=cluster), solver, 1, seed, prof, quiet=True)
+    r = _run(dc_replace(problem, engine=engine, cluster=cluster, fixed={**problem.fixed, **needs}), solver, 1, seed,
+             prof, quiet=True)
     return r.plans[0] if r.plans else None
 
 
