@@ -20,7 +20,7 @@ from autoplan import switch_rules as SR
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
-from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
+from autoplan.costmodel.layout import Layouts, engine_columns, recipe_columns
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
@@ -501,18 +501,16 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
     col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout", "mbs", "fp8",
                     "sp", "zero", "rc", "block", "rl", "mods"), a.T))
     names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
+    fp8 = col["fp8"].astype(bool)
+    # The FP8 recipe as fixed, on the FP8 candidates; its effective columns come from the one place it is applied.
+    written = np.where(fp8, _one(problem.fixed.get("fp8_recipe")), None).astype(object)
     lay = Layouts(
         tp=col["tp"], pp=col["pp"], vpp=col["vpp"], cp=col["cp"], ep=col["ep"], etp=col["etp"], dp=col["dp"],
         mbs=col["mbs"], sp=col["sp"].astype(bool), zero=col["zero"], recompute=col["rc"],
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
-        fp8=col["fp8"].astype(bool),
-        first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
-        vocab_tp=np.full(n, problem.engine != "deepspeed"),
-        fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"),
-        fp4=col["fp8"].astype(bool) & (_effective_recipe(problem) == "nvfp4"),  # NVFP4 GEMMs when fixed so
-        **K.search_columns(col, problem.engine, n),  # the switches as the search sets them (autoplan/keys.py)
-        fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem),
-        quant_bytes=np.full(n, QUANTISED_BYTES[_effective_recipe(problem)]))
+        fp8=fp8, first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
+        fp8_recipe=written, **engine_columns(problem.engine, n), **recipe_columns(fp8, written, problem.cluster.gpu.id),
+        **K.search_columns(col, problem.engine, n))  # the switches as the search sets them (autoplan/keys.py)
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)
@@ -595,13 +593,11 @@ def _apply_switches(problem: Problem, lay: Layouts):
 
 
 def stamp_fixed(problem: Problem, strategy: Strategy) -> Strategy:
-    """`strategy` with the label keys the user fixed (fp8 format, FP8 recipe) on its FP8 GEMMs."""
-    update = {}
+    """`strategy` with the FP8 format the user fixed on its FP8 GEMMs (a label: the cost model prices every format
+    alike, so the grid holds FP8 as on or off)."""
     if strategy.uses_fp8 and "fp8" in problem.fixed and _fixed_value(problem, "fp8") != "none":
-        update["fp8"] = _fixed_value(problem, "fp8")
-    if strategy.uses_fp8 and "fp8_recipe" in problem.fixed and strategy.fp8_recipe is None:
-        update["fp8_recipe"] = _fixed_value(problem, "fp8_recipe")
-    return strategy.model_copy(update=update) if update else strategy
+        return strategy.model_copy(update={"fp8": _fixed_value(problem, "fp8")})
+    return strategy
 
 
 def legal_strategies(problem: Problem) -> List[Strategy]:

@@ -44,10 +44,10 @@ def test_a_switch_column_left_out_of_layouts_is_off():
         assert column.dtype == switch.dtype and not column.any()
 
 
-def test_the_readme_switch_table_is_the_generated_one():
+def test_the_readme_key_table_is_the_generated_one():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("<!-- switch table: python -m autoplan.keys -->\n")
-    block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of switch table -->")]
+    start = readme.index("<!-- key table: python -m autoplan.keys -->\n")
+    block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of key table -->")]
     assert block == K.key_table()
 
 
@@ -66,3 +66,52 @@ def test_each_switch_rule_reads_alike_for_a_batch_and_for_one_strategy(moe):
             batch = np.broadcast_to(np.asarray(rule.needs(moe, lay, value), bool), (len(lay),))
             one = [not rule.broken(moe, SR.strategy_view(s, engine), value) for s in strategies]
             assert list(batch) == one, (rule.key, engine)
+
+
+# A value other than the default for every key, as one strategy that carries all of them at once where they combine.
+_SET = {"tp": 2, "pp": 2, "vpp": 1, "cp": 2, "ep": 2, "etp": 2, "dp": 4, "mbs": 2, "sp": True, "zero": 0,
+        "recompute": "full", "recompute_method": "block", "recompute_layers": 3, "fp8": "hybrid",
+        "fp8_recipe": "blockwise", "first_stage_layers": 5, "last_stage_layers": 6,
+        "cuda_graph_modules": ("attn", "mlp")}
+_APART = [{"recompute": "selective", "recompute_modules": ("core_attn", "mlp")},
+          {"pp": 2, "account_for_embedding": True, "account_for_loss": True},
+          {"pp": 2, "vpp": 2, "pipeline_layout": "Et|t|t|tL"}]
+
+
+def test_every_strategy_key_is_declared_once_in_field_order():
+    assert tuple(Strategy.model_fields) == tuple(k.name for k in K.KEYS)
+    for key in K.KEYS:
+        field = Strategy.model_fields[key.name]
+        assert field.default == key.default and field.description == key.doc and key.role in K.ROLES
+
+
+@pytest.mark.parametrize("key", K.KEYS, ids=lambda k: k.name)
+def test_every_strategy_key_survives_layouts(key):
+    given = [s for s in [_SET] + _APART if key.name in s] or [{"tp": 2, "sp": True, "fp8": "hybrid",
+                                                               key.name: _on_value(key)}]
+    strategies = [Strategy(**values) for values in given]
+    lay = layouts_from_strategies(strategies + [Strategy()], 16)
+    for i, s in enumerate(strategies):
+        assert lay.strategy(i) == s.model_copy(update={"dp": s.dp or 16 // (s.tp * s.pp * s.cp)}), key.name
+    assert lay.strategy(len(strategies)) == Strategy(dp=16)
+
+
+def test_the_fixed_fp8_recipe_reaches_the_searched_plans_from_layouts(dense):
+    """The search's candidates carry the recipe as written: no plan needs it added back."""
+    from autoplan.solvers.space import Problem, enumerate_grid
+    from tests.conftest import cluster, workload
+
+    problem = Problem(dense, cluster(8), workload(), fixed={"fp8_recipe": ["tensorwise"], "tp": [2], "pp": [1]})
+    lay = enumerate_grid(problem).layouts
+    assert len(lay) and {lay.strategy(i).fp8_recipe for i in range(len(lay))} == {"tensorwise"}
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan"])
+def test_help_names_every_strategy_key(command, capsys):
+    from conftest import run_cli
+
+    code, out, _ = run_cli([command, "--help"], capsys)
+    text = " ".join(out.replace("\u2502", " ").split())  # the help panel's borders and wrapping taken out
+    assert code == 0
+    for key in K.KEYS:
+        assert f"{key.name} (" in text

@@ -9,6 +9,7 @@ import typer
 from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, load_inputs, print_json,
                                  read_strategy)
 from autoplan.cli.emit import emit_request
+from autoplan import keys as K
 from autoplan.numerics import PRECISION_HELP
 
 
@@ -29,7 +30,8 @@ def plan_cmd(
                                        "trying --gpus, --gpus/2, --gpus/4, ... (whole nodes)."),
     solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
                                                         "optuna, or brute-force."),
-    fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
+    fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8); "
+                                                                 f"keys: {K.help_text()}."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="No plans with key=value."),
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
                                               "ep-outside-domain, no-sp, non-pow2-mbs."),
