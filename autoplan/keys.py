@@ -27,6 +27,9 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # n
 # What a key is to a plan: `contract` keys are always written (the command-line contract), `detail` keys when set,
 # `split` and `switch` keys when not at their default (Strategy.to_dict).
 ROLES = ("contract", "detail", "split", "switch")
+# The engines a strategy is written for (a key's Megatron flags and DeepSpeed config key).
+Engine = Literal["megatron", "deepspeed"]
+ENGINES: Tuple[str, ...] = get_args(Engine)
 
 
 @dataclass(frozen=True)

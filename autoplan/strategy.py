@@ -14,6 +14,7 @@ from autoplan import cuda_graphs as G
 from autoplan import keys as K
 from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
+from autoplan.layout_string import layout_vpp
 
 Recompute, Fp8, Fp8Recipe = K.Recompute, K.Fp8, K.Fp8Recipe
 
@@ -54,6 +55,20 @@ class Strategy(BaseModel):
         __annotations__[_name] = _kind
         locals()[_name] = _field
     del _name, _kind, _field
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vpp_from_layout(cls, data: Any) -> Any:
+        """A layout string states the model chunks per rank: vpp = its stages / pp (layout_string.layout_vpp) when
+        vpp is not given; a vpp given beside it is checked against it (pipeline_split.layout_problem)."""
+        if isinstance(data, dict) and data.get("pipeline_layout") and data.get("vpp") is None:
+            try:
+                vpp = layout_vpp(str(data["pipeline_layout"]), int(data.get("pp") or 1))
+            except (TypeError, ValueError):
+                return data  # the layout's own rule names the bad symbol or pp
+            if vpp:
+                data = {**data, "vpp": vpp}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from autoplan import switch_rules as SR
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
+from autoplan.keys import ENGINES
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
@@ -578,9 +579,6 @@ RULES: Tuple[Rule, ...] = (
     _sequence, _sequence_parallel, _batch, _interleaved_schedule,
     _optimizer, _fp8, _recompute, _recompute_modules, _cuda_graphs,
 )
-
-
-ENGINES = ("megatron", "deepspeed")
 
 
 def first_broken_rule(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,

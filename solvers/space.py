@@ -27,7 +27,8 @@ from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
-from autoplan.validate import ENGINES, effective_fp8_recipe, interleaving_blocked, module_set_problem
+from autoplan.keys import ENGINES
+from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")

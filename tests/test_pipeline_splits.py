@@ -225,3 +225,13 @@ def test_vpp_is_read_from_a_layout_string():
     s, _ = complete_strategy(m, c, wl, parse_strategy_text("tp=2,pp=8,ep=64,pipeline_layout=Et|(tt|)*30,L"))
     assert (s.pp, s.vpp, s.pipeline_layout) == (8, 4, "Et|(tt|)*30,L")
     assert s.first_stage_layers is None and not s.account_for_embedding
+
+
+def test_a_layout_string_sets_vpp_when_vpp_is_left_out():
+    """vpp = the layout's stages / pp, derived in one place (layout_string.layout_vpp) by Strategy itself; a vpp
+    written beside the layout is kept as written, for the layout's rule to check."""
+    from autoplan.strategy import Strategy
+
+    assert Strategy(pp=2, pipeline_layout="Et|t|t|tL").vpp == 2
+    assert Strategy(pp=2, vpp=3, pipeline_layout="Et|t|t|tL").vpp == 3
+    assert Strategy(pp=3, pipeline_layout="Et|t|t|tL").vpp == 1  # 4 stages over pp=3: the layout's rule refuses it
