@@ -317,8 +317,9 @@ def run_comm_profile(req: CommRequest, out: Path) -> Optional[CommProfile]:
 
 
 def _print_fits(profile: CommProfile, out: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from autoplan.cli.console import console as make_console
 
     table = Table(title=f"{profile.backend} x{profile.world_size} ({profile.level})")
     for col in ("op", "alpha us", "step latency us", "busbw GB/s", "max fit err"):
@@ -326,7 +327,7 @@ def _print_fits(profile: CommProfile, out: Path) -> None:
     for f in profile.fits:
         table.add_row(f.op, f"{f.alpha_us:.1f}", f"{f.step_latency_us:.2f}", f"{f.busbw_gbytes_per_s:.2f}",
                       f"{f.max_rel_error:.0%}")
-    console = Console()
+    console = make_console()
     console.print(table)
     for note in profile.notes:
         console.print(f"note: {note}")
