@@ -6,9 +6,9 @@ ZeRO-1, 2, 3), recompute, fp8."""
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from autoplan import cuda_graphs as G
 from autoplan import keys as K
