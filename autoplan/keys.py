@@ -36,9 +36,9 @@ ENGINES: Tuple[str, ...] = get_args(Engine)
 class Key:
     """One strategy key. `kind`, `default`, `doc` and the bounds (`gt`, `ge`, `le`) make its `Strategy` field;
     `role` says when plan JSON writes it (ROLES). `column` is its `Layouts` column ('' = it has none of its own:
-    `layouts` says which column carries it) of `dtype`; `encode(strategy, row)` is the column's value (None: the
-    field as it is), `row` the per-strategy context `Layouts` is built with (num_gpus, engine, gpu_id, the pipeline
-    end ranks `ends`); `decode(layouts, i)` turns row i back into the field (None: the column cast to the field's
+    `layouts` says which column carries it) of `dtype`; `encode(strategy, row)` is the column's value, `row` the per-strategy context `Layouts` is built with (num_gpus, engine, gpu_id, the pipeline
+    end ranks `ends`), else `code(value)` of the field's value alone (a code or bit mask), else the field's value as it is;
+    `decode(layouts, i)` turns row i back into the field (None: the column cast to the field's
     type). `search(columns, engine)` is the column the search gives every candidate of a switch, from the grid's
     columns (`fp8`, `zero`, `sp`, bool/int arrays) and the engine (None: off, set only by `--fix`); `searched` says
     how the search sets the key, in words. `megatron` lists the flags the Megatron emitter writes for it,
@@ -67,6 +67,7 @@ class Key:
     column: Optional[str] = None  # None: named as the key
     layouts: str = ""  # the column's encoding in words, when it is not the value as it is
     required_column: bool = False  # every `Layouts` holds the column (else one left out is the default)
+    code: Optional[Callable[[Any], Any]] = None  # the column's value from the field's value alone (a code, a mask)
 
     def pydantic_field(self):
         """The pydantic field `Strategy` declares."""
@@ -78,7 +79,13 @@ class Key:
         return self.name if self.column is None else self.column
 
     def column_value(self, strategy, row=None) -> Any:
-        return getattr(strategy, self.name) if self.encode is None else self.encode(strategy, row)
+        if self.encode is not None:
+            return self.encode(strategy, row)
+        return self.coded(getattr(strategy, self.name))
+
+    def coded(self, value) -> Any:
+        """A value of the field as its column holds it (`code`; else as it is): what a rule over candidates reads."""
+        return value if self.code is None else self.code(value)
 
     def value(self, layouts, i: int) -> Any:
         if self.decode is not None:
@@ -172,24 +179,23 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     Key("recompute", Recompute, "none", "Activation recompute granularity.", "none, selective and full",
         megatron=("--recompute-granularity G",), deepspeed="pipeline.activation_checkpoint_interval",
         imported=("megatron", "deepspeed"), dtype=np.int64, required_column=True, role="contract", layouts="0 none, 1 selective, 2 full",
-        encode=lambda s, r: RECOMPUTE_CODES[s.recompute],
-        decode=lambda lay, i: RECOMPUTE_NAMES[int(lay.recompute[i])]),
+        code=RECOMPUTE_CODES.__getitem__, decode=lambda lay, i: RECOMPUTE_NAMES[int(lay.recompute[i])]),
     Key("recompute_method", Optional[Literal["uniform", "block"]], None, "For full recompute.",
         "uniform and block (full recompute)", megatron=("--recompute-method M",), imported=("megatron",),
         required_column=True, role="detail", column="recompute_block", layouts="true for block",
-        encode=lambda s, r: s.recompute_method == "block",
+        code=lambda method: method == "block",
         decode=lambda lay, i: ("block" if lay.recompute_block[i] else "uniform") if _full_only(lay, i) else None),
     Key("recompute_layers", Optional[int], None, "Full recompute: layers per pipeline rank (block) or per group.",
         "powers of two up to a chunk's layers (full recompute)", megatron=("--recompute-num-layers N",),
         imported=("megatron",), gt=0, dtype=np.int64, required_column=True, role="detail", layouts="0 when unset",
-        encode=lambda s, r: s.recompute_layers or 0,
+        code=lambda n: n or 0,
         decode=lambda lay, i: int(lay.recompute_layers[i]) if _full_only(lay, i) else None),
     Key("recompute_modules", Optional[Tuple[str, ...]], None,
         "Selective recompute: the modules rebuilt in backward (Megatron --recompute-modules: core_attn, layernorm, "
         "moe_act, mla_up_proj, mlp, moe, shared_experts); None = Megatron's default, core_attn.",
         "a ladder of module sets (selective recompute)", megatron=("--recompute-modules M...",),
         imported=("megatron",), dtype=np.int64, required_column=True, role="detail",
-        layouts="bit mask of autoplan/recompute.py MODULES", encode=lambda s, r: R.mask(s.recompute_modules),
+        layouts="bit mask of autoplan/recompute.py MODULES", code=R.mask,
         decode=_modules_value),
     Key("fp8", Fp8, "none", "FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.",
         "off unless --precision fp8 or fixed", megatron=("--fp8-format F",), imported=("megatron",),
@@ -240,7 +246,7 @@ LATE_KEYS: Tuple[Key, ...] = (
         "moe_router, moe_preprocess, mamba); their ops run without the host's per-op dispatch; None = no CUDA "
         "graphs.", "fixed only", megatron=("--cuda-graph-impl I", "--cuda-graph-modules M..."),
         imported=("megatron",), dtype=np.int64, role="detail", layouts="bit mask of autoplan/cuda_graphs.py MODULES",
-        encode=lambda s, r: G.mask(s.cuda_graph_modules),
+        code=G.mask,
         decode=lambda lay, i: G.names_of(int(lay.cuda_graph_modules[i])) or None),
 )
 

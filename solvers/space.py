@@ -542,25 +542,11 @@ def _delayed_fp8(problem: Problem) -> bool:
 
 
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
-# carry the value (the switch's rules in autoplan/switch_rules.py, which validate.py checks too; cuda_graph_modules'
-# own below) are left out, so no plan silently lacks a setting the user fixed. key -> (Layouts column, rows that may
-# carry value v).
-SWITCHES = {k.name: (k.name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))  # switch_rules.py
-            for k in K.SWITCHES}
-SWITCHES.update({
-    # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
-    # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
-    # offload; no moe recompute under a moe_router graph; no captured mlp/moe recompute with hidden dropout.
-    "cuda_graph_modules": ("cuda_graph_modules", lambda p, lay, v: (np.asarray(v) == 0) | (
-        ~lay.deepspeed & ((lay.recompute != 2) | (np.asarray(v) == G.BIT["full_iteration"]))
-        & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
-        & (lay.cpu_offload_layers == 0)
-        & ~((np.bitwise_and(v, G.BIT["moe_router"]) > 0) & (lay.recompute == 1) & R.has(lay.recompute_modules, "moe"))
-        & ~((p.model.hidden_dropout > 0) & (np.bitwise_and(v, G.mask(("full_iteration", "mlp", "moe"))) > 0)
-            & (lay.recompute == 1) & R.has(lay.recompute_modules, "mlp", "moe")))),
-})
-# Switches whose value is stored encoded in its Layouts column.
-ENCODED = {"cuda_graph_modules": G.mask}
+# carry the value (the key's rules in autoplan/switch_rules.py, which validate.py checks too; the model-wide rules of
+# a module set are refused up front, Problem) are left out, so no plan silently lacks a setting the user fixed.
+# key -> (Layouts column, rows that may carry value v).
+SWITCHES = {k.name: (k.column_name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))
+            for k in K.SWITCHES + (K.BY_KEY["cuda_graph_modules"],)}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
 LABELS = ("fp8", "fp8_recipe")
 
@@ -576,8 +562,8 @@ def _apply_switches(problem: Problem, lay: Layouts):
     for key, (col, allowed) in SWITCHES.items():
         if key not in problem.fixed:
             continue
-        if key in ENCODED:  # a tuple value (e.g. module names) is one value; a list holds alternatives
-            want = ENCODED[key](_one(problem.fixed[key]))
+        if K.BY_KEY[key].code is not None:  # a tuple value (e.g. module names) is one value; a list: alternatives
+            want = K.BY_KEY[key].coded(_one(problem.fixed[key]))
         else:
             want = _fixed_value(problem, key)
         dtype = getattr(lay, col).dtype

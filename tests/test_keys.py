@@ -115,3 +115,27 @@ def test_help_names_every_strategy_key(command, capsys):
     assert code == 0
     for key in K.KEYS:
         assert f"{key.name} (" in text
+
+
+def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
+    """CUDA-graph rules that read the rest of the strategy are written once (switch_rules.py): the search's mask and
+    validate's verdict on one strategy agree, for every module set, with and without hidden dropout."""
+    from autoplan import cuda_graphs as G
+    from autoplan import switch_rules as SR
+    from conftest import make_moe
+
+    strategies = [Strategy(recompute=rc, recompute_modules=mods, moe_a2a_overlap=a2a, cpu_offload_layers=off, ep=2)
+                  for rc, mods in (("none", None), ("full", None), ("selective", ("moe",)), ("selective", ("mlp",)),
+                                   ("selective", ("core_attn",)))
+                  for a2a in (False, True) for off in (0, 2)]
+    sets = [("full_iteration",), ("attn", "mlp"), ("attn", "moe_router", "moe_preprocess"), ("moe",)]
+    assert len(SR.BY_KEY["cuda_graph_modules"]) == 6
+    for model in (make_moe(), make_moe(hidden_dropout=0.1)):
+        for engine in ("megatron", "deepspeed"):
+            lay = layouts_from_strategies(strategies, 64, engine=engine)
+            for names in sets:
+                value = G.mask(names)
+                for rule in SR.BY_KEY["cuda_graph_modules"]:
+                    batch = np.broadcast_to(np.asarray(rule.needs(model, lay, value), bool), (len(lay),))
+                    one = [not rule.broken(model, SR.strategy_view(s, engine), value) for s in strategies]
+                    assert list(batch) == one, (names, engine, model.hidden_dropout)
