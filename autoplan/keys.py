@@ -68,6 +68,7 @@ class Key:
     layouts: str = ""  # the column's encoding in words, when it is not the value as it is
     required_column: bool = False  # every `Layouts` holds the column (else one left out is the default)
     code: Optional[Callable[[Any], Any]] = None  # the column's value from the field's value alone (a code, a mask)
+    megatron_only: bool = False  # DeepSpeed has no such switch: the rule book refuses it there (switch_rules.py)
 
     def pydantic_field(self):
         """The pydantic field `Strategy` declares."""
@@ -325,7 +326,7 @@ SWITCHES: Tuple[Switch, ...] = (
         "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
         "Megatron's per-expert bias loop and eager clamps; Megatron engine only."),
            searched="fixed only", megatron=("--use-transformer-engine-op-fuser",), passthrough=True,
-           imported=("megatron",)),
+           imported=("megatron",), megatron_only=True),
 )
 KEYS: Tuple[Key, ...] = LAYOUT_KEYS + SWITCHES + LATE_KEYS  # every strategy key, in `Strategy`'s field order
 BY_KEY: Dict[str, Key] = {k.name: k for k in KEYS}

@@ -96,9 +96,6 @@ RULES: Tuple[Rule, ...] = (
     # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te); the DeepSpeed
     # files write nothing for it, so only the search holds it to Megatron (no message: validate does not refuse it).
     Rule("te_cross_entropy", lambda m, v, x: ~v.deepspeed, None),
-    Rule("te_op_fuser", lambda m, v, x: ~v.deepspeed,
-         lambda c: "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
-                   "te_op_fuser=false or use engine megatron"),
     # CUDA graphs (value: a bit mask of autoplan/cuda_graphs.py MODULES; sources in validate._cuda_graphs, which
     # checks these between the rules that read the model alone): Megatron only; full recompute only under the
     # full-iteration graph; no CPU offloading; the all-to-all overlap excludes capturing the mlp/moe halves; moe
@@ -123,6 +120,19 @@ RULES: Tuple[Rule, ...] = (
          lambda c: f"hidden_dropout={c.model.hidden_dropout} forbids recomputing a captured mlp/moe block "
                    f"(cuda_graph_modules={_shown(c)}); drop mlp/moe from recompute_modules or the graph"),
 )
+
+
+def _megatron_only(key) -> Rule:
+    """The rule of a switch the registry declares `megatron_only`: DeepSpeed has none."""
+    return Rule(key.name, lambda m, v, x: ~v.deepspeed,
+                lambda c: f"{key.name}=true is Megatron's {key.megatron[0]}; DeepSpeed has none; set {key.name}=false "
+                          f"or use engine megatron")
+
+
+# Generated from the registry (autoplan/keys.py `megatron_only`), e.g. te_op_fuser, a Megatron TransformerConfig
+# switch (TransformerEngine's op fuser).
+MEGATRON_ONLY: Tuple[Rule, ...] = tuple(_megatron_only(k) for k in K.SWITCHES if k.megatron_only)
+RULES = RULES + MEGATRON_ONLY
 BY_KEY: Dict[str, Tuple[Rule, ...]] = {}
 for _rule in RULES:
     BY_KEY[_rule.key] = BY_KEY.get(_rule.key, ()) + (_rule,)
@@ -148,3 +158,8 @@ def check(case, key: str, index: int, on=None):
     value = K.BY_KEY[key].coded(value)  # as the column holds it (a module set as its bit mask)
     rule = BY_KEY[key][index]
     return rule.broken(case.model, strategy_view(case.strategy, case.engine), value), lambda: rule.message(case)
+
+
+def megatron_only_checks(case) -> tuple:
+    """`check` of every MEGATRON_ONLY rule, for validate's rule list."""
+    return tuple(check(case, rule.key, BY_KEY[rule.key].index(rule)) for rule in MEGATRON_ONLY)

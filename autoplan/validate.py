@@ -385,8 +385,8 @@ def _optimizer(c: Case) -> Optional[str]:
         SR.check(c, "adam_bf16_states", 0),
         # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
         SR.check(c, "fused_weighted_squared_relu", 0),
-        # use_transformer_engine_op_fuser is a Megatron TransformerConfig switch (TransformerEngine's op fuser).
-        SR.check(c, "te_op_fuser", 0),
+        # The switches DeepSpeed has none of (autoplan/keys.py megatron_only), e.g. te_op_fuser.
+        *SR.megatron_only_checks(c),
     ))
 
 

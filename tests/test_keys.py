@@ -139,3 +139,21 @@ def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
                     batch = np.broadcast_to(np.asarray(rule.needs(model, lay, value), bool), (len(lay),))
                     one = [not rule.broken(model, SR.strategy_view(s, engine), value) for s in strategies]
                     assert list(batch) == one, (names, engine, model.hidden_dropout)
+
+
+@pytest.mark.parametrize("switch", [k for k in K.SWITCHES if k.megatron_only], ids=lambda k: k.name)
+def test_a_megatron_only_switch_is_refused_by_name_on_deepspeed_and_left_out_of_its_search(switch, moe):
+    """The registry's `megatron_only` is the whole declaration: validate names the switch and its flag under
+    DeepSpeed, and the search's rows for DeepSpeed cannot carry it."""
+    from autoplan import switch_rules as SR
+    from autoplan.validate import first_broken_rule
+    from conftest import cluster, workload
+
+    s = Strategy(**{switch.name: True})
+    assert first_broken_rule(moe, cluster(8), workload(), s, engine="deepspeed") == (
+        f"{switch.name}=true is Megatron's {switch.megatron[0]}; DeepSpeed has none; set {switch.name}=false or use "
+        f"engine megatron")
+    assert first_broken_rule(moe, cluster(8), workload(), s, engine="megatron") is None
+    for engine, kept in (("megatron", True), ("deepspeed", False)):
+        lay = layouts_from_strategies([Strategy()], 8, engine=engine)
+        assert SR.allowed(switch.name, moe, lay, True).tolist() == [kept]
