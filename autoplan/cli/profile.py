@@ -120,6 +120,23 @@ def _print_summary(profile, path: Path) -> None:
     out.print(f"wrote {path} ({len(profile.layers)} layer entries, {len(profile.gemms)} GEMM shapes)")
 
 
+def _print_fits(profile, out: Path) -> None:
+    """The communication profile's fits, printed by the rank that wrote the file."""
+    from rich.table import Table
+
+    table = Table(title=f"{profile.backend} x{profile.world_size} ({profile.level})")
+    for col in ("op", "alpha us", "step latency us", "busbw GB/s", "max fit err"):
+        table.add_column(col, justify="right")
+    for f in profile.fits:
+        table.add_row(f.op, f"{f.alpha_us:.1f}", f"{f.step_latency_us:.2f}", f"{f.busbw_gbytes_per_s:.2f}",
+                      f"{f.max_rel_error:.0%}")
+    out_console = console()
+    out_console.print(table)
+    for note in profile.notes:
+        out_console.print(f"note: {note}")
+    out_console.print(f"wrote {out}; GpuSpec overrides: {profile.gpu_overrides}")
+
+
 def profile_comm_command(
     max_size: str = typer.Option("1G", "--max-size", help="Largest message, e.g. 1G on GPU, 4M on CPU."),
     min_size: str = typer.Option("1K", "--min-size", help="Smallest message."),
@@ -143,7 +160,9 @@ def profile_comm_command(
                       min_bytes=parse_size(min_size, "--min-size"), max_bytes=parse_size(max_size, "--max-size"),
                       repeats=repeats, warmup=warmup, level=level, link_gbytes_per_s=link_gbytes_per_s,
                       backend=backend)
-    run_comm_profile(req, out)
+    profile = run_comm_profile(req, out)
+    if profile is not None:  # the rank that wrote the file
+        _print_fits(profile, out)
 
 
 def register(app: typer.Typer) -> None:
