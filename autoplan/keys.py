@@ -221,7 +221,7 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     Key("account_for_embedding", bool, False, "The embedding counts as one layer in the pipeline split (Megatron "
                                               "--account-for-embedding-in-pipeline-split): the first virtual stage "
                                               "builds one decoder layer fewer.",
-        "where an even split needs it", megatron=("--account-for-embedding-in-pipeline-split",),
+        "where an even split needs it", megatron=("--account-for-embedding-in-pipeline-split",), passthrough=True,
         imported=("megatron",), dtype=np.int64, role="split", column="account",
         layouts="bit 1 (bit 2: account_for_loss)",
         encode=lambda s, r: int(s.account_for_embedding) + 2 * int(s.account_for_loss),
@@ -229,8 +229,8 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     Key("account_for_loss", bool, False, "The loss counts as one layer in the pipeline split (Megatron "
                                          "--account-for-loss-in-pipeline-split): the last virtual stage builds one "
                                          "decoder layer fewer.",
-        "where an even split needs it", megatron=("--account-for-loss-in-pipeline-split",), imported=("megatron",),
-        role="split", column="", layouts="`account` bit 2", decode=lambda lay, i: bool(lay.account[i] & 2)),
+        "where an even split needs it", megatron=("--account-for-loss-in-pipeline-split",), passthrough=True,
+        imported=("megatron",), role="split", column="", layouts="`account` bit 2", decode=lambda lay, i: bool(lay.account[i] & 2)),
     Key("pipeline_layout", Optional[str], None, "Layers of every virtual pipeline stage (Megatron "
                                                 "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': E embedding, "
                                                 "t decoder layer, m MTP layer, L loss, | between stages); sets vpp = "
@@ -375,15 +375,19 @@ def search_columns(columns: Columns, engine: str, n: int) -> Dict[str, np.ndarra
     return {k.name: k.grid(columns, engine, n) for k in SWITCHES}
 
 
-def megatron_passthrough(strategy) -> list:
-    """The plain Megatron flags of the switches that are on (`Switch.passthrough`), in registry order."""
-    return [arg for k in SWITCHES if k.passthrough and getattr(strategy, k.name)
+def megatron_passthrough(strategy, keys: Optional[Tuple[str, ...]] = None) -> list:
+    """The plain Megatron flags of the keys that are on (`Key.passthrough`), in registry order: the switches', or
+    those of `keys`."""
+    chosen = SWITCHES if keys is None else tuple(BY_KEY[k] for k in keys)
+    return [arg for k in chosen if k.passthrough and getattr(strategy, k.name)
             for flag in k.megatron for arg in flag.split()]
 
 
-def imported_passthrough(flags: Mapping[str, Any]) -> Dict[str, bool]:
-    """The plain-flag switches a parsed Megatron command line turns on (`flags` holds names without dashes)."""
-    return {k.name: True for k in SWITCHES
+def imported_passthrough(flags: Mapping[str, Any], keys: Optional[Tuple[str, ...]] = None) -> Dict[str, bool]:
+    """The plain-flag keys a parsed Megatron command line turns on (`flags` holds names without dashes): the
+    switches', or those of `keys`."""
+    chosen = SWITCHES if keys is None else tuple(BY_KEY[k] for k in keys)
+    return {k.name: True for k in chosen
             if k.passthrough and all(f.split()[0].lstrip("-") in flags for f in k.megatron)}
 
 

@@ -277,10 +277,7 @@ def _pipeline_split(f: Dict[str, Optional[str]], pp: int) -> Dict[str, Any]:
             raise InputError(f"--pipeline-model-parallel-layout {layout!r}: its stage count is not a multiple of "
                              f"pp={pp}; fix the layout or pp")
         out.update(pipeline_layout=layout, vpp=vpp)
-    if "account-for-embedding-in-pipeline-split" in f:
-        out["account_for_embedding"] = True
-    if "account-for-loss-in-pipeline-split" in f:
-        out["account_for_loss"] = True
+    out.update(K.imported_passthrough(f, K.names("split")))  # the account-for flags (autoplan/keys.py)
     return out
 
 

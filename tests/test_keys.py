@@ -157,3 +157,18 @@ def test_a_megatron_only_switch_is_refused_by_name_on_deepspeed_and_left_out_of_
     for engine, kept in (("megatron", True), ("deepspeed", False)):
         lay = layouts_from_strategies([Strategy()], 8, engine=engine)
         assert SR.allowed(switch.name, moe, lay, True).tolist() == [kept]
+
+
+@pytest.mark.parametrize("key", [k for k in K.KEYS if k.passthrough], ids=lambda k: k.name)
+def test_every_plain_flag_key_is_emitted_and_read_back_by_megatron(key):
+    """A key the registry marks `passthrough` is written as its flags by the Megatron emitter and read back from
+    them by the Megatron importer, with no code of its own in either."""
+    from autoplan.integrations import importers
+    from autoplan.integrations.megatron import megatron_args
+    from engine_checks.plans import LLAMA_8B, make_plan
+
+    both = {k: True for k in K.names("split")} if key.role == "split" else {}  # 32 layers + 2 split over pp=2
+    plan = make_plan(LLAMA_8B, 16, 4096, 64, tp=2, pp=2, sp=True, **{**both, key.name: True})
+    args = megatron_args(plan)
+    assert all(f.split()[0] in args for f in key.megatron)
+    assert importers.from_megatron_args(" ".join(args)).strategy.get(key.name) is True
