@@ -36,16 +36,18 @@ ENGINES: Tuple[str, ...] = get_args(Engine)
 class Key:
     """One strategy key. `kind`, `default`, `doc` and the bounds (`gt`, `ge`, `le`) make its `Strategy` field;
     `role` says when plan JSON writes it (ROLES). `column` is its `Layouts` column ('' = it has none of its own:
-    `layouts` says which column carries it) of `dtype`; `encode(strategy, row)` is the column's value, `row` the per-strategy context `Layouts` is built with (num_gpus, engine, gpu_id, the pipeline
-    end ranks `ends`), else `code(value)` of the field's value alone (a code or bit mask), else the field's value as it is;
-    `decode(layouts, i)` turns row i back into the field (None: the column cast to the field's
-    type). `search(columns, engine)` is the column the search gives every candidate of a switch, from the grid's
-    columns (`fp8`, `zero`, `sp`, bool/int arrays) and the engine (None: off, set only by `--fix`); `searched` says
-    how the search sets the key, in words. `megatron` lists the flags the Megatron emitter writes for it,
-    `passthrough` that it writes exactly those when the key is on, with no other condition, and the Megatron
-    importer reads them back as the key (both generated from here); `deepspeed` is the DeepSpeed config key that
-    carries it ('' = DeepSpeed refuses it or writes nothing for it); `imported` names the importers that read it.
-    The engine rules a switch must meet are in autoplan/switch_rules.py."""
+    `layouts` says which column carries it) of `dtype`; `encode(strategy, row)` is the column's value, `row` the
+    per-strategy context `Layouts` is built with (num_gpus, the pipeline end ranks `ends`), else `code(value)` of
+    the field's value alone (a code or bit mask), else the field's value as it is; `decode(layouts, i)` turns row i
+    back into the field (None: the column cast to the field's type). `search(columns, engine)` is the column the
+    search gives every candidate of a switch, from the grid's columns (`fp8`, `zero`, `sp`, bool/int arrays) and the
+    engine (None: off, set only by `--fix`); `searched` says how the search sets the key, in words. `megatron`
+    lists the flags the Megatron emitter writes for it, `passthrough` that it writes exactly those when the key is
+    on, with no other condition, and the Megatron importer reads them back as the key (both generated from here);
+    `deepspeed` is the DeepSpeed config key that carries it ('' = DeepSpeed refuses it or writes nothing for it);
+    `imported` names the importers that read it; `parse` reads its command-line text where that is not a plain
+    integer, boolean or word. The engine rules a switch must meet are in autoplan/switch_rules.py; `megatron_only`
+    generates one there."""
 
     name: str
     kind: Any  # the field's annotation
@@ -69,6 +71,9 @@ class Key:
     required_column: bool = False  # every `Layouts` holds the column (else one left out is the default)
     code: Optional[Callable[[Any], Any]] = None  # the column's value from the field's value alone (a code, a mask)
     megatron_only: bool = False  # DeepSpeed has no such switch: the rule book refuses it there (switch_rules.py)
+    # The value of command-line or file text (stripped) or of a list, for keys whose text is not a plain integer,
+    # boolean or lower-case word (strategy.coerce_strategy_value); None: by the field's type.
+    parse: Optional[Callable[[Any], Any]] = None
 
     def pydantic_field(self):
         """The pydantic field `Strategy` declares."""
@@ -116,6 +121,31 @@ def _tp_overlap_value(layouts, i: int) -> Optional[bool]:
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+BOOL_TRUE = {"true", "1", "yes", "on"}
+BOOL_FALSE = {"false", "0", "no", "off"}
+
+
+def _fp8_text(text: str) -> str:
+    """fp8=true is the hybrid format, fp8=false none."""
+    low = text.lower() if isinstance(text, str) else text
+    return "hybrid" if low in BOOL_TRUE else "none" if low in BOOL_FALSE else low
+
+
+def _recompute_text(text: str) -> str:
+    low = text.lower() if isinstance(text, str) else text
+    return "none" if low in BOOL_FALSE else low
+
+
+def _module_names(text, off=frozenset()):
+    """core_attn+moe_act (',' separates strategy keys; '/' also joins), or a list of names; a word of `off`: None."""
+    if isinstance(text, (list, tuple)):
+        return tuple(str(n).strip().lower() for n in text)
+    if not isinstance(text, str):
+        return text
+    low = text.lower()
+    if low in off:
+        return None
+    return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
 
 
 def _int(name: str, doc: str, searched: str, megatron: Tuple[str, ...], deepspeed: str = "",
@@ -165,12 +195,14 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     _int("etp", "Tensor-parallel degree of expert layers.", "every legal degree (MoE)",
          ("--expert-tensor-parallel-size N",), imported=("megatron",)),
     Key("dp", Optional[int], None, "Data-parallel degree; derived when None.", "derived: GPUs / (tp*pp*cp)",
-        imported=("megatron", "deepspeed"), gt=0, dtype=np.int64, required_column=True, role="detail", layouts="GPUs / (tp*pp*cp) "
+        imported=("megatron", "deepspeed"), gt=0, dtype=np.int64, required_column=True, role="detail",
+        layouts="GPUs / (tp*pp*cp) "
         "when unset", encode=lambda s, r: s.dp or max(1, r.num_gpus // (s.tp * s.pp * s.cp))),
     _int("mbs", "Micro-batch size, sequences.", "powers of two that divide the batch (--allow non-pow2-mbs: all)",
          ("--micro-batch-size N",), "train_micro_batch_size_per_gpu"),
     Key("sp", bool, False, "Sequence parallelism (needs tp > 1).", "on with tp>1 (--allow no-sp: both)",
-        megatron=("--sequence-parallel",), imported=("megatron",), required_column=True, role="contract", layouts="false at tp=1",
+        megatron=("--sequence-parallel",), imported=("megatron",), required_column=True, role="contract",
+        layouts="false at tp=1",
         encode=lambda s, r: s.sp and s.tp > 1),
     Key("zero", int, 1, "0 = DDP, 1 = distributed optimizer / ZeRO-1, 2 = +grads, 3 = +params.",
         "every level the engine runs", megatron=("--use-distributed-optimizer", "--use-megatron-fsdp",
@@ -179,7 +211,9 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
         required_column=True, role="contract"),
     Key("recompute", Recompute, "none", "Activation recompute granularity.", "none, selective and full",
         megatron=("--recompute-granularity G",), deepspeed="pipeline.activation_checkpoint_interval",
-        imported=("megatron", "deepspeed"), dtype=np.int64, required_column=True, role="contract", layouts="0 none, 1 selective, 2 full",
+        parse=_recompute_text,
+        imported=("megatron", "deepspeed"), dtype=np.int64, required_column=True, role="contract",
+        layouts="0 none, 1 selective, 2 full",
         code=RECOMPUTE_CODES.__getitem__, decode=lambda lay, i: RECOMPUTE_NAMES[int(lay.recompute[i])]),
     Key("recompute_method", Optional[Literal["uniform", "block"]], None, "For full recompute.",
         "uniform and block (full recompute)", megatron=("--recompute-method M",), imported=("megatron",),
@@ -196,11 +230,12 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
         "moe_act, mla_up_proj, mlp, moe, shared_experts); None = Megatron's default, core_attn.",
         "a ladder of module sets (selective recompute)", megatron=("--recompute-modules M...",),
         imported=("megatron",), dtype=np.int64, required_column=True, role="detail",
-        layouts="bit mask of autoplan/recompute.py MODULES", code=R.mask,
+        layouts="bit mask of autoplan/recompute.py MODULES", code=R.mask, parse=_module_names,
         decode=_modules_value),
     Key("fp8", Fp8, "none", "FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.",
         "off unless --precision fp8 or fixed", megatron=("--fp8-format F",), imported=("megatron",),
-        required_column=True, role="contract", layouts="true for FP8 GEMMs (the format is a label the cost model prices alike)",
+        required_column=True, role="contract", parse=_fp8_text,
+        layouts="true for FP8 GEMMs (the format is a label the cost model prices alike)",
         encode=lambda s, r: s.uses_fp8, decode=lambda lay, i: "hybrid" if lay.fp8[i] else "none"),
     Key("fp8_recipe", Optional[Fp8Recipe], None, "FP8 scaling recipe; default per GPU.", "fixed only (numerics)",
         megatron=("--fp8-recipe R", "--fp4-format e2m1 --fp4-recipe nvfp4"), imported=("megatron",),
@@ -230,13 +265,15 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
                                          "--account-for-loss-in-pipeline-split): the last virtual stage builds one "
                                          "decoder layer fewer.",
         "where an even split needs it", megatron=("--account-for-loss-in-pipeline-split",), passthrough=True,
-        imported=("megatron",), role="split", column="", layouts="`account` bit 2", decode=lambda lay, i: bool(lay.account[i] & 2)),
+        imported=("megatron",), role="split", column="", layouts="`account` bit 2",
+        decode=lambda lay, i: bool(lay.account[i] & 2)),
     Key("pipeline_layout", Optional[str], None, "Layers of every virtual pipeline stage (Megatron "
                                                 "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': E embedding, "
                                                 "t decoder layer, m MTP layer, L loss, | between stages); sets vpp = "
                                                 "stages / pp.",
         "balanced layouts where the model needs one (MTP)", megatron=("--pipeline-model-parallel-layout S",),
         imported=("megatron",), dtype=object, role="detail", column="layout",
+        parse=lambda text: text,  # case matters: E, t, m, L
         layouts="the string, None = none", decode=lambda lay, i: lay.layout[i]),
 )
 # The keys after the switches.
@@ -247,7 +284,7 @@ LATE_KEYS: Tuple[Key, ...] = (
         "moe_router, moe_preprocess, mamba); their ops run without the host's per-op dispatch; None = no CUDA "
         "graphs.", "fixed only", megatron=("--cuda-graph-impl I", "--cuda-graph-modules M..."),
         imported=("megatron",), dtype=np.int64, role="detail", layouts="bit mask of autoplan/cuda_graphs.py MODULES",
-        code=G.mask,
+        code=G.mask, parse=lambda text: _module_names(text, BOOL_FALSE | {"none"}),
         decode=lambda lay, i: G.names_of(int(lay.cuda_graph_modules[i])) or None),
 )
 

@@ -178,18 +178,19 @@ class Strategy(BaseModel):
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-_BOOL_TRUE = {"true", "1", "yes", "on"}
-_BOOL_FALSE = {"false", "0", "no", "off"}
 _INT_KEYS = K.keys_of_kind(int, Optional[int])
 _BOOL_KEYS = K.keys_of_kind(bool, Optional[bool])
+_LIST_KEYS = K.keys_of_kind(Optional[Tuple[str, ...]])  # module sets: a file may give a list
 ALL_KEYS = tuple(Strategy.model_fields)
 
 
 def coerce_strategy_value(key: str, raw: Any) -> Any:
-    """Turn a command-line or file value into the field's type; one-line InputError when it cannot."""
+    """Turn a command-line or file value into the field's type (a key's own `parse` in autoplan/keys.py where its
+    text is not a plain integer, boolean or word); one-line InputError when it cannot."""
     if key not in Strategy.model_fields:
         raise InputError(f"unknown strategy key {key!r}{did_you_mean(key, ALL_KEYS)}; "
                          f"valid keys: {', '.join(ALL_KEYS)}")
+    parse = K.BY_KEY[key].parse
     if isinstance(raw, str):
         text = raw.strip()
         low = text.lower()
@@ -199,27 +200,14 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
             except ValueError:
                 raise InputError(f"strategy key {key} must be an integer, got {text!r}") from None
         if key in _BOOL_KEYS:
-            if low in _BOOL_TRUE:
+            if low in K.BOOL_TRUE:
                 return True
-            if low in _BOOL_FALSE:
+            if low in K.BOOL_FALSE:
                 return False
             raise InputError(f"strategy key {key} must be true or false, got {text!r}")
-        if key == "fp8":
-            if low in _BOOL_TRUE:
-                return "hybrid"
-            if low in _BOOL_FALSE:
-                return "none"
-        if key == "recompute" and low in _BOOL_FALSE:
-            return "none"
-        if key == "pipeline_layout":  # case matters: E, t, m, L
-            return text
-        if key in ("recompute_modules", "cuda_graph_modules"):  # core_attn+moe_act (',' separates strategy keys)
-            if key == "cuda_graph_modules" and low in _BOOL_FALSE | {"none"}:
-                return None
-            return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
-        return low
-    if key in ("recompute_modules", "cuda_graph_modules") and isinstance(raw, (list, tuple)):
-        return tuple(str(n).strip().lower() for n in raw)
+        return parse(text) if parse is not None else low
+    if key in _LIST_KEYS and isinstance(raw, (list, tuple)):
+        return parse(raw)
     return raw
 
 
