@@ -96,6 +96,7 @@ def strategy_text(s) -> str:
     return ",".join(f"{k}={str(v).lower()}" for k, v in items.items())
 
 
+@pytest.mark.slow
 def test_calibration_changes_plan_ranking_in_the_direction_of_its_runs(tmp_path):
     # A: the priors' best plan; B: TRUTH's best plan. Both measured on the TRUTH cluster: the runs say B is faster.
     h100 = load_cluster("h100", 8)
@@ -160,6 +161,7 @@ def megatron_log(step_s: float, max_alloc_mib: float, iters: int = 10) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 def test_megatron_logs_built_from_the_engine_format_strings(tmp_path):
     from autoplan.integrations.importers import from_megatron_args
 

@@ -111,6 +111,7 @@ def test_plan_deepspeed_engine_only_returns_what_deepspeed_runs():
         assert deepspeed_unsupported(Strategy(**p["strategy"]), model) is None
 
 
+@pytest.mark.slow
 def test_plan_cost_objective_tries_smaller_clusters():
     rc, out, err = run("plan", *BASE, "--objective", "cost", "--top", "5", "--json")
     assert rc == 0, err

@@ -127,6 +127,7 @@ FUZZ = settings(max_examples=30, derandomize=True, database=None, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(case=configs(), gpus=st.sampled_from(GPUS), command=st.sampled_from(["plan", "estimate"]))
 def test_fuzzed_model_configs(tmp_path, bound_s, case, gpus, command):
@@ -138,6 +139,7 @@ def test_fuzzed_model_configs(tmp_path, bound_s, case, gpus, command):
     check(*timed(bound_s, argv), argv)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(text=strategies_text, gpus=st.sampled_from(GPUS))
 def test_fuzzed_strategy_strings(bound_s, text, gpus):

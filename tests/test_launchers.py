@@ -83,6 +83,7 @@ def test_local_two_ranks_ok(tmp_path):
     assert "rank=0 world=2" in log and "rank=1 world=2" in log
 
 
+@pytest.mark.slow
 def test_local_failure_kills_waiting_peer(tmp_path):
     out = launch("local", _request(tmp_path, "fail"), tmp_path / "run.log", timeout_s=600)
     assert out.returncode == 3 and not out.timed_out
@@ -93,6 +94,7 @@ def test_local_failure_kills_waiting_peer(tmp_path):
     assert _pids(tmp_path) and not any(_alive(p) for p in _pids(tmp_path))
 
 
+@pytest.mark.slow
 def test_local_hang_killed_with_grandchildren(tmp_path):
     # Long enough for both ranks and their children to start on this machine, now (load-scaled).
     out = launch("local", _request(tmp_path, "hang"), tmp_path / "run.log", timeout_s=deadline_s(2))
@@ -164,6 +166,7 @@ def test_torchrun_command_single_and_multi_node():
         torchrun_command(req.model_copy(update={"nnodes": 2}))
 
 
+@pytest.mark.slow
 def test_torchrun_runs_two_ranks(tmp_path):
     out = launch("torchrun", _request(tmp_path, "ok"), tmp_path / "run.log", timeout_s=120)
     assert out.returncode == 0, (tmp_path / "run.log").read_text()
@@ -187,6 +190,7 @@ def fake_slurm(tmp_path, monkeypatch):
     return tmp_path / "slurm"
 
 
+@pytest.mark.slow
 def test_slurm_completed(tmp_path, fake_slurm):
     from autoplan.integrations import launchers
 
@@ -206,6 +210,7 @@ def test_slurm_failed_job(tmp_path, fake_slurm):
     assert out.job_state == "FAILED" and out.returncode == 1 and not out.timed_out
 
 
+@pytest.mark.slow
 def test_slurm_timeout_scancels(tmp_path, fake_slurm):
     from autoplan.integrations import launchers
 

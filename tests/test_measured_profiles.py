@@ -126,6 +126,7 @@ def test_comm_profile_is_taken_by_profile_and_changes_the_links(tmp_path, tiny):
     assert any(path in n for n in resolved.notes)
 
 
+@pytest.mark.slow
 def test_comm_profile_in_estimate_plan_and_cluster(tmp_path, capsys):
     path = comm_profile(tmp_path, alpha_us=40.0, busbw=20.0)  # a slow link: TP communication grows
     base = ["--model", "llama3-8b", "--gpus", "8", "--seq", "4096", "--gbs", "16", "--strategy",

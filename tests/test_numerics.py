@@ -108,6 +108,7 @@ def test_precision_fp8_needs_fp8_hardware():
         Problem(m, load_cluster("a100-80g", 16), wl, precision="fp8")
 
 
+@pytest.mark.slow
 def test_plan_cli_precision_and_table_marks_fp8():
     rc, out, err = run("plan", *BASE, "--solver", "enumerate", "--top", "3", "--json")
     assert rc == 0, err

@@ -100,6 +100,7 @@ def test_megatron_probe_failure_reports_error_line(tmp_path, fake_megatron, monk
     assert res.status == "failed" and res.error == "AssertionError: something broke"
 
 
+@pytest.mark.slow
 def test_megatron_probe_hang_is_killed(tmp_path, fake_megatron, monkeypatch):
     monkeypatch.setenv("FAKE_MEGATRON_LOG", str(LOGS / "megatron_issue756_mixtral.log"))
     monkeypatch.setenv("FAKE_MEGATRON_HANG", "1")

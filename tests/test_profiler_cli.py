@@ -26,6 +26,7 @@ def run(args, capsys):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_profile_writes_a_loadable_profile(tmp_path, capsys):
     out = tmp_path / "p.json"
     code, stdout, _ = run(["profile", *TINY, "--tp", "1,2", "--mbs", "1", "--seq", "32,64", "--device", "cpu",

@@ -66,6 +66,7 @@ def test_outside_torchrun_is_an_input_error(monkeypatch, tmp_path):
         run_comm_profile(CommRequest(), tmp_path / "c.json")
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_under_torchrun(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "comm.json"

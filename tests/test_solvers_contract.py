@@ -12,6 +12,8 @@ from autoplan.validate import validate
 from conftest import cluster, make_dense, make_moe, workload
 
 SOLVERS = ["enumerate", "cpsat", "optuna", "brute-force"]
+# Optuna's trials take seconds each: its cases run with the slow tests.
+SOLVER_CASES = [pytest.param(s, marks=pytest.mark.slow) if s == "optuna" else s for s in SOLVERS]
 
 
 def small_problems():
@@ -22,7 +24,7 @@ def small_problems():
     ]
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("solver", SOLVER_CASES)
 @pytest.mark.parametrize("pi", range(3))
 def test_returns_feasible_plans_best_first(solver, pi):
     problem = small_problems()[pi]
@@ -47,6 +49,7 @@ def test_matches_brute_force(solver, pi):
         assert got.plans[0].estimate.step_time_s == pytest.approx(oracle.plans[0].estimate.step_time_s, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_optuna_finds_near_optimum_on_small_space():
     problem = small_problems()[0]
     oracle = solve(problem, "brute-force", top_k=1).plans[0].estimate.step_time_s
@@ -54,7 +57,7 @@ def test_optuna_finds_near_optimum_on_small_space():
     assert got <= oracle * 1.05
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("solver", SOLVER_CASES)
 def test_deterministic_for_a_seed(solver):
     problem = small_problems()[1]
     a = solve(problem, solver, top_k=3, seed=7)
@@ -70,7 +73,7 @@ def test_respects_time_budget(solver):
     assert time.perf_counter() - t < 20.0  # budget bounds the search; enumeration baseline of cpsat is extra
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("solver", SOLVER_CASES)
 def test_reports_infeasibility_with_reasons(solver):
     huge = make_dense(num_layers=96, hidden_size=12288, ffn_hidden_size=49152, num_attention_heads=96,
                       num_query_groups=96, kv_channels=128)

@@ -157,6 +157,7 @@ def test_tune_stopped_during_a_probe_then_resumed(tmp_path, sig):
     assert ("stopped before the probe ended" in reason) if sig == signal.SIGKILL else ("interrupted" in reason)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_tune_with_unreadable_storage_is_bad_input(tmp_path, damage):
     db = tmp_path / "study.db"
