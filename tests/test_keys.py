@@ -99,7 +99,7 @@ def test_every_strategy_key_survives_layouts(key):
 def test_the_fixed_fp8_recipe_reaches_the_searched_plans_from_layouts(dense):
     """The search's candidates carry the recipe as written: no plan needs it added back."""
     from autoplan.solvers.space import Problem, enumerate_grid
-    from tests.conftest import cluster, workload
+    from conftest import cluster, workload
 
     problem = Problem(dense, cluster(8), workload(), fixed={"fp8_recipe": ["tensorwise"], "tp": [2], "pp": [1]})
     lay = enumerate_grid(problem).layouts
