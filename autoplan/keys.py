@@ -456,7 +456,7 @@ def _layouts_words(key: Key) -> str:
 
 
 def key_table() -> str:
-    """The README's table of strategy keys (tests/test_keys.py holds the README to it)."""
+    """The README's table of strategy keys (tests/unit/test_keys.py holds the README to it)."""
     rows = ["| key | type | default | search | Layouts | Megatron | DeepSpeed | imported from | meaning |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for k in KEYS:

@@ -31,7 +31,7 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
-# (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
+# (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/unit/test_import_megatron.py checks
 # that the emitter writes nothing outside these two sets, so an emitted switch is never lost on the way back.
 READ_FLAGS = frozenset({
     "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",

@@ -1,4 +1,4 @@
-"""Tuning study logic with the probe replaced by a stand-in (real probes: tests/test_tune_cli.py)."""
+"""Tuning study logic with the probe replaced by a stand-in (real probes: tests/integration/test_tune_cli.py)."""
 import threading
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from autoplan.tuning.candidates import build_candidates
 from autoplan.tuning.study import parse_faults, run_tune
 from autoplan.workload import Workload
 
-TINY = Path(__file__).parent / "data" / "tiny.json"
+TINY = Path(__file__).parents[1] / "data" / "tiny.json"
 SLOWDOWN = 3.0  # the stand-in 'measures' 3x the predicted step time
 
 

@@ -12,7 +12,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("autoplan", "solvers", "integrations", "profiles", "benchmarks")
 
 

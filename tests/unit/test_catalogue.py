@@ -72,7 +72,7 @@ PUBLISHED = {
     "mixtral-8x22b": Published("141", "39"),
     # DeepSeek-V3 Technical Report (arXiv:2412.19437), abstract: 671B total, 37B activated per token, MTP excluded.
     # HF model card: 685B = 671B main model + 14B MTP module (its own copy of embedding and head, which the
-    # catalogue's MTP depth shares); the 37B active is the main model's: tests/test_mtp_gpt.py checks it.
+    # catalogue's MTP depth shares); the 37B active is the main model's: tests/unit/test_mtp_gpt.py checks it.
     "deepseek-v3": Published("685"),
     # Kimi-K2 model card (github.com/MoonshotAI/Kimi-K2 README, "Model Summary"): 1T total, 32B activated.
     "kimi-k2": Published("1E3", "32", NO_INPUT_EMBEDDING),  # coarse total: "1T" pins only 0.5T-1.5T

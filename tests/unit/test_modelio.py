@@ -12,7 +12,7 @@ from autoplan.errors import InputError
 from autoplan.hf_config import SUPPORTED_MODEL_TYPES
 from autoplan.modelio import from_hf_config, load_model
 
-HF = Path(__file__).parent / "data" / "hf_configs"
+HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
 
 def one_line_error(excinfo) -> str:

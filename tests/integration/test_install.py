@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = ("autoplan", "solvers", "integrations")
 # Probed with importlib.util.find_spec before use; never installed by pip here (ships with NVIDIA's GPU images).
 OPTIONAL_PROBED = {"transformer_engine"}

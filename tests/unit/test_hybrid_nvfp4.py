@@ -14,7 +14,7 @@ from autoplan.modelio import load_model
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
 
-MODELS = Path(__file__).resolve().parent.parent / "benchmarks" / "models"
+MODELS = Path(__file__).resolve().parents[2] / "benchmarks" / "models"
 TINY = dict(name="tiny-hybrid", hidden_size=256, ffn_hidden_size=512, num_attention_heads=4, num_query_groups=2,
             kv_channels=64, vocab_size=1000, max_position_embeddings=4096, activation="gelu",
             mamba_num_heads=8, mamba_head_dim=32, mamba_state_dim=16, mamba_num_groups=2)

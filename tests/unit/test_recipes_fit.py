@@ -17,6 +17,6 @@ def test_only_known_recipes_are_predicted_not_to_fit():
 
 
 def test_no_memory_credit_in_benchmarks():
-    root = Path(__file__).resolve().parent.parent / "benchmarks"
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
     offenders = [p.name for p in root.glob("*.py") if "memory_credit" in p.read_text()]
     assert not offenders

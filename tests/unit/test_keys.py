@@ -45,7 +45,7 @@ def test_a_switch_column_left_out_of_layouts_is_off():
 
 
 def test_the_readme_key_table_is_the_generated_one():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("<!-- key table: python -m autoplan.keys -->\n")
     block = readme[readme.index("\n", start) + 1:readme.index("<!-- end of key table -->")]
     assert block == K.key_table()

@@ -107,7 +107,7 @@ def test_injected_hang_is_stopped_by_timeout(tmp_path):
     plan = make_plan(TINY, 2, 32, 4, zero=1, mbs=1)
     with pytest.raises(subprocess.TimeoutExpired) as hung:
         # Long enough for torchrun and two DeepSpeed ranks to reach the hang on this machine, now (the ops are built
-        # by the tests above; a tiny probe takes up to 8 start-ups, tests/test_tune_cli.py).
+        # by the tests above; a tiny probe takes up to 8 start-ups, tests/integration/test_tune_cli.py).
         run_emitted(tmp_path, plan, iters=2, env_extra={"AUTOPLAN_FAULT": "hang"}, timeout=deadline_s(16))
     assert "AUTOPLAN_FAULT=hang: rank 0 sleeping" in hung.value.output
     assert "AUTOPLAN_ITER" not in hung.value.output

@@ -13,8 +13,8 @@ from autoplan.integrations.megatron import emit_megatron
 from engine_checks.plans import GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE, golden_plans, make_plan
 
 pytestmark = pytest.mark.slow  # the engines' own checks, each in a subprocess
-CHECKS = Path(__file__).parent / "engine_checks"
-ROOT = Path(__file__).parent.parent
+CHECKS = Path(__file__).parents[1] / "engine_checks"
+ROOT = Path(__file__).parents[2]
 
 
 def run_check(script, pairs):

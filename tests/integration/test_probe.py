@@ -22,7 +22,7 @@ from autoplan.strategy import Strategy
 from autoplan.workload import Workload
 from conftest import deadline_s
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 LOGS = HERE / "fixtures" / "logs"
 
 FAKE_PRETRAIN = textwrap.dedent("""

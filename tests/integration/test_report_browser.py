@@ -150,7 +150,7 @@ def test_compare_page(plan_files, tmp_path, deadline_s):
 
 
 def test_tune_report(tmp_path, deadline_s, monkeypatch):
-    """`tune --report` on a study whose probes are a stand-in measuring 3x the prediction (tests/test_tune_study.py)."""
+    """`tune --report` on a study whose probes are a stand-in measuring 3x the prediction (tests/unit/test_tune_study.py)."""
     from test_tune_study import TINY, FakeProbe
 
     from autoplan.tuning import study as study_mod

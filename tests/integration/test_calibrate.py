@@ -22,7 +22,7 @@ from autoplan.modelio import load_model
 from autoplan.strategy import parse_strategy_text
 from autoplan.workload import Workload
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 LOGS = HERE / "fixtures" / "logs"
 TRUTH = {"kernel_overhead_s": 2.4e-4, "gemm_half_dim": 600.0}
 COLUMNS = ["model", "cluster", "gpus", "seq", "gbs", "strategy", "step_time_s", "peak_mem_gib"]
@@ -237,7 +237,7 @@ def test_log_of_an_emitted_cpu_probe(tmp_path):
 
 def test_probe_folder_is_a_run(tmp_path, monkeypatch):
     from autoplan.integrations.probe import run_probe
-    from tests.test_probe import FAKE_PRETRAIN, tiny_plan
+    from tests.integration.test_probe import FAKE_PRETRAIN, tiny_plan
 
     root = tmp_path / "Megatron-LM"
     root.mkdir()

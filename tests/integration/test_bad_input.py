@@ -233,7 +233,7 @@ def test_truncated_or_corrupted_plan_json_is_one_line(tmp_path, capsys):
 
 
 def test_truncated_or_corrupted_profile_json_is_one_line(tmp_path, capsys):
-    shipped = Path(__file__).resolve().parents[1] / "profiles" / "measured" / "h200-llama3-8b.json"
+    shipped = Path(__file__).resolve().parents[2] / "profiles" / "measured" / "h200-llama3-8b.json"
     data = shipped.read_bytes()
     cut = [data[:n] for n in (0, 10, len(data) // 2, len(data) - 2)]
     flipped = [data[:n] + b"\xff" + data[n + 1:] for n in (5, len(data) // 2)]  # a corrupted byte

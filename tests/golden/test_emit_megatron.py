@@ -14,7 +14,7 @@ from engine_checks.golden import check_golden
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
                                  make_plan)
 
-VERIFIED = Path(__file__).parent / "engine_checks" / "megatron_args_verified.txt"
+VERIFIED = Path(__file__).parents[1] / "engine_checks" / "megatron_args_verified.txt"
 MEGATRON_CASES = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
 
 

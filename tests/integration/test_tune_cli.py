@@ -14,7 +14,7 @@ import pytest
 from conftest import deadline_s
 from test_probe import FAKE_PRETRAIN
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 TINY = HERE / "data" / "tiny.json"
 LOGS = HERE / "fixtures" / "logs"
 

@@ -130,7 +130,7 @@ def test_plan_says_up_front_when_megatron_cannot_express_the_model():
     the emitter would give is said at plan time."""
     from pathlib import Path
 
-    config = Path(__file__).parent / "data" / "hf_configs" / "gemma2_9b.json"
+    config = Path(__file__).parents[1] / "data" / "hf_configs" / "gemma2_9b.json"
     rc, out, err = run("plan", "--model", str(config), "--cluster", "h100", "--gpus", "8", "--seq", "4096", "--gbs",
                        "64", "--top", "1", "--json")
     assert rc == 0, err

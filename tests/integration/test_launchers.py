@@ -14,7 +14,7 @@ from autoplan.errors import InputError
 from autoplan.integrations.launchers import LaunchRequest, launch, torchrun_command
 from conftest import deadline_s
 
-FAKE_BIN = Path(__file__).parent / "fixtures" / "bin"
+FAKE_BIN = Path(__file__).parents[1] / "fixtures" / "bin"
 
 PROGRAM = textwrap.dedent("""
     import os, socket, subprocess, sys, time

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", "node_modules", ".venv", "venv", "build", "dist"}
 # A parent-relative path into a folder outside the repository, or an absolute path under a workstation's root.
 OUTSIDE = re.compile(r"\.\./shared/|/work/[A-Za-z0-9_.-]+|\bshared/reference/")

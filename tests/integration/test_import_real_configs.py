@@ -10,9 +10,9 @@ from autoplan.cli.main import build_app
 from autoplan.integrations.importers import DEEPSPEED_FIXED, from_deepspeed_config, from_megatron_args
 from autoplan.modelio import load_model
 
-DATA = Path(__file__).parent / "data" / "real_configs"
+DATA = Path(__file__).parents[1] / "data" / "real_configs"
 APP = build_app()
-GPT2 = str(Path(__file__).parent / "data" / "hf_configs" / "gpt2.json")
+GPT2 = str(Path(__file__).parents[1] / "data" / "hf_configs" / "gpt2.json")
 
 # file: (estimate options the file cannot give, model fields read, strategy keys read, (seq, gbs, launcher world))
 MEGATRON = {

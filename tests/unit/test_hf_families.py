@@ -10,7 +10,7 @@ from autoplan.costmodel.params import count_parameters
 from autoplan.errors import InputError
 from autoplan.modelio import from_hf_config, load_model
 
-HF = Path(__file__).parent / "data" / "hf_configs"
+HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
 
 def fields(spec, *names):

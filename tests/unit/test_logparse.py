@@ -6,7 +6,7 @@ import pytest
 from autoplan.integrations.logparse import (parse_deepspeed_log, parse_ds_train_log, parse_log,
                                             parse_megatron_log)
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 
 
 def _read(name: str) -> str:

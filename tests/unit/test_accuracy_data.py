@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `benchmarks` lives at the repository root, outside the installed package
 
 from benchmarks.published import (DATA, DIM_COLUMNS, dominates, exclusion_reason, load_runs, read_rows,  # noqa: E402
