@@ -1,5 +1,5 @@
-"""The switch registry (autoplan/keys.py): every switch reaches Strategy, Layouts and back, and the search's grid,
-from its one declaration."""
+"""The strategy key registry (autoplan/keys.py): every key reaches Strategy, Layouts and back, the search's grid,
+the rule book, the Megatron flags, --help and the README from its one declaration."""
 from pathlib import Path
 
 import numpy as np
