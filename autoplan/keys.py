@@ -10,28 +10,47 @@ and the README's table of switches (`key_table`) are read from here. A switch is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Literal, Mapping, Optional, Tuple, Union, get_args, get_origin
 
 import numpy as np
 from pydantic import Field
 
+from autoplan import cuda_graphs as G
+from autoplan import recompute as R
+
 Columns = Mapping[str, np.ndarray]
 
 
+Recompute = Literal["none", "selective", "full"]
+Fp8 = Literal["none", "hybrid", "e4m3"]
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # nvfp4: FP4 GEMMs (--fp4-format)
+# What a key is to a plan: `contract` keys are always written (the command-line contract), `detail` keys when set,
+# `split` and `switch` keys when not at their default (Strategy.to_dict).
+ROLES = ("contract", "detail", "split", "switch")
+# The engines a strategy is written for (a key's Megatron flags and DeepSpeed config key).
+Engine = Literal["megatron", "deepspeed"]
+ENGINES: Tuple[str, ...] = get_args(Engine)
+
+
 @dataclass(frozen=True)
-class Switch:
-    """One strategy switch. `encode(strategy)` is its `Layouts` column value (None: the field as it is);
-    `decode(layouts, i)` turns row i's column back into the field (None: the column cast to `kind`);
-    `search(columns, engine)` is the column the search gives every candidate, from the grid's columns (`fp8`,
-    `zero`, `sp`, bool/int arrays) and the engine (None: off, set only by `--fix`); `searched` says so in words.
-    `megatron` lists the flags the Megatron emitter writes when the switch is on, `passthrough` that it writes
-    exactly those, with no other condition, and the Megatron importer reads them back as the switch (both
-    generated from here); `deepspeed` is the DeepSpeed config key that carries it ('' = DeepSpeed refuses it or
-    writes nothing for it); `imported` names the importers that read it.
-    The engine rules a switch must meet are in autoplan/switch_rules.py."""
+class Key:
+    """One strategy key. `kind`, `default`, `doc` and the bounds (`gt`, `ge`, `le`) make its `Strategy` field;
+    `role` says when plan JSON writes it (ROLES). `column` is its `Layouts` column ('' = it has none of its own:
+    `layouts` says which column carries it) of `dtype`; `encode(strategy, row)` is the column's value, `row` the
+    per-strategy context `Layouts` is built with (num_gpus, the pipeline end ranks `ends`), else `code(value)` of
+    the field's value alone (a code or bit mask), else the field's value as it is; `decode(layouts, i)` turns row i
+    back into the field (None: the column cast to the field's type). `search(columns, engine)` is the column the
+    search gives every candidate of a switch, from the grid's columns (`fp8`, `zero`, `sp`, bool/int arrays) and the
+    engine (None: off, set only by `--fix`); `searched` says how the search sets the key, in words. `megatron`
+    lists the flags the Megatron emitter writes for it, `passthrough` that it writes exactly those when the key is
+    on, with no other condition, and the Megatron importer reads them back as the key (both generated from here);
+    `deepspeed` is the DeepSpeed config key that carries it ('' = DeepSpeed refuses it or writes nothing for it);
+    `imported` names the importers that read it; `parse` reads its command-line text where that is not a plain
+    integer, boolean or word. The engine rules a switch must meet are in autoplan/switch_rules.py; `megatron_only`
+    generates one there."""
 
     name: str
-    kind: Any  # the field's annotation: bool, int or Optional[bool]
+    kind: Any  # the field's annotation
     default: Any
     doc: str
     searched: str
@@ -40,22 +59,44 @@ class Switch:
     deepspeed: str = ""
     imported: Tuple[str, ...] = ()
     ge: Optional[int] = None
-    encode: Optional[Callable[[Any], Any]] = None
+    encode: Optional[Callable[[Any, Any], Any]] = None
     decode: Optional[Callable[[Any, int], Any]] = None
     search: Optional[Callable[[Columns, str], np.ndarray]] = None
     dtype: Any = bool
+    role: str = "switch"
+    gt: Optional[int] = None
+    le: Optional[int] = None
+    column: Optional[str] = None  # None: named as the key
+    layouts: str = ""  # the column's encoding in words, when it is not the value as it is
+    required_column: bool = False  # every `Layouts` holds the column (else one left out is the default)
+    code: Optional[Callable[[Any], Any]] = None  # the column's value from the field's value alone (a code, a mask)
+    megatron_only: bool = False  # DeepSpeed has no such switch: the rule book refuses it there (switch_rules.py)
+    # The value of command-line or file text (stripped) or of a list, for keys whose text is not a plain integer,
+    # boolean or lower-case word (strategy.coerce_strategy_value); None: by the field's type.
+    parse: Optional[Callable[[Any], Any]] = None
 
     def pydantic_field(self):
         """The pydantic field `Strategy` declares."""
-        return Field(self.default, description=self.doc, **({} if self.ge is None else {"ge": self.ge}))
+        bounds = {b: getattr(self, b) for b in ("gt", "ge", "le") if getattr(self, b) is not None}
+        return Field(self.default, description=self.doc, **bounds)
 
-    def column(self, strategy) -> Any:
-        return getattr(strategy, self.name) if self.encode is None else self.encode(strategy)
+    @property
+    def column_name(self) -> str:
+        return self.name if self.column is None else self.column
+
+    def column_value(self, strategy, row=None) -> Any:
+        if self.encode is not None:
+            return self.encode(strategy, row)
+        return self.coded(getattr(strategy, self.name))
+
+    def coded(self, value) -> Any:
+        """A value of the field as its column holds it (`code`; else as it is): what a rule over candidates reads."""
+        return value if self.code is None else self.code(value)
 
     def value(self, layouts, i: int) -> Any:
         if self.decode is not None:
             return self.decode(layouts, i)
-        raw = getattr(layouts, self.name)[i]
+        raw = getattr(layouts, self.column_name)[i]
         return int(raw) if self.dtype is np.int64 else bool(raw)
 
     def grid(self, columns: Columns, engine: str, n: int) -> np.ndarray:
@@ -63,6 +104,9 @@ class Switch:
         if self.search is None:
             return np.zeros(n, self.dtype)
         return np.broadcast_to(np.asarray(self.search(columns, engine), self.dtype), (n,)).copy()
+
+
+Switch = Key  # a key of role "switch"
 
 
 def _megatron_only(columns: Columns, engine: str) -> np.ndarray:
@@ -73,6 +117,176 @@ def _tp_overlap_value(layouts, i: int) -> Optional[bool]:
     """None (follow sp) when the column equals the row's sp, else the column."""
     on = bool(layouts.tp_comm_overlap[i])
     return None if on == bool(layouts.sp[i]) else on
+
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+BOOL_TRUE = {"true", "1", "yes", "on"}
+BOOL_FALSE = {"false", "0", "no", "off"}
+
+
+def _fp8_text(text: str) -> str:
+    """fp8=true is the hybrid format, fp8=false none."""
+    low = text.lower() if isinstance(text, str) else text
+    return "hybrid" if low in BOOL_TRUE else "none" if low in BOOL_FALSE else low
+
+
+def _recompute_text(text: str) -> str:
+    low = text.lower() if isinstance(text, str) else text
+    return "none" if low in BOOL_FALSE else low
+
+
+def _module_names(text, off=frozenset()):
+    """core_attn+moe_act (',' separates strategy keys; '/' also joins), or a list of names; a word of `off`: None."""
+    if isinstance(text, (list, tuple)):
+        return tuple(str(n).strip().lower() for n in text)
+    if not isinstance(text, str):
+        return text
+    low = text.lower()
+    if low in off:
+        return None
+    return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
+
+
+def _int(name: str, doc: str, searched: str, megatron: Tuple[str, ...], deepspeed: str = "",
+         imported: Tuple[str, ...] = ("megatron", "deepspeed"), **kw) -> Key:
+    """A positive integer degree or size, a contract key."""
+    return Key(name, int, 1, doc, searched, megatron=megatron, deepspeed=deepspeed, imported=imported, gt=0,
+               dtype=np.int64, role="contract", required_column=True, **kw)
+
+
+def _full_only(layouts, i: int) -> bool:
+    return int(layouts.recompute[i]) == RECOMPUTE_CODES["full"]
+
+
+def _decoder_split(layouts, i: int) -> bool:
+    """Whether row i's first/last are --decoder-first/last-pipeline-num-layers (not a layout's or account_for_*'s
+    end ranks)."""
+    return layouts.layout[i] is None and not layouts.account[i]
+
+
+def _end(layouts, i: int, column: str) -> Optional[int]:
+    value = getattr(layouts, column)[i]
+    return int(value) if value >= 0 and _decoder_split(layouts, i) else None
+
+
+def _modules_value(layouts, i: int):
+    """Strategy.recompute_modules for a row: None for Megatron's default set (and when not selective)."""
+    bits = int(layouts.recompute_modules[i])
+    if int(layouts.recompute[i]) != RECOMPUTE_CODES["selective"] or bits == R.mask(R.DEFAULT):
+        return None
+    return R.names_of(bits)
+
+
+# The keys before the switches, in `Strategy`'s field order (tp..pipeline_layout).
+LAYOUT_KEYS: Tuple[Key, ...] = (
+    _int("tp", "Tensor-parallel degree; 1 = off.", "TP degrees inside the NVLink domain (--allow "
+         "tp-outside-domain: all)", ("--tensor-model-parallel-size N",), "tensor_parallel.autotp_size"),
+    _int("pp", "Pipeline-parallel stages; 1 = off.", "every legal degree", ("--pipeline-model-parallel-size N",),
+         "pipeline.stages"),
+    _int("vpp", "Model chunks per pipeline rank (interleaved 1F1B); 1 = no interleaving.",
+         "every legal chunk count (from pipeline_layout when one is given)",
+         ("--num-virtual-stages-per-pipeline-rank N",), imported=("megatron",)),
+    _int("cp", "Context-parallel degree (sequence split for attention); 1 = off.", "every legal degree",
+         ("--context-parallel-size N",), imported=("megatron",)),
+    _int("ep", "Expert-parallel degree (inside dp*cp, MoE parallel folding); 1 = off.",
+         "every legal degree (MoE), EP*ETP inside the NVLink domain (--allow ep-outside-domain: all)",
+         ("--expert-model-parallel-size N",), imported=("megatron",)),
+    _int("etp", "Tensor-parallel degree of expert layers.", "every legal degree (MoE)",
+         ("--expert-tensor-parallel-size N",), imported=("megatron",)),
+    Key("dp", Optional[int], None, "Data-parallel degree; derived when None.", "derived: GPUs / (tp*pp*cp)",
+        imported=("megatron", "deepspeed"), gt=0, dtype=np.int64, required_column=True, role="detail",
+        layouts="GPUs / (tp*pp*cp) "
+        "when unset", encode=lambda s, r: s.dp or max(1, r.num_gpus // (s.tp * s.pp * s.cp))),
+    _int("mbs", "Micro-batch size, sequences.", "powers of two that divide the batch (--allow non-pow2-mbs: all)",
+         ("--micro-batch-size N",), "train_micro_batch_size_per_gpu"),
+    Key("sp", bool, False, "Sequence parallelism (needs tp > 1).", "on with tp>1 (--allow no-sp: both)",
+        megatron=("--sequence-parallel",), imported=("megatron",), required_column=True, role="contract",
+        layouts="false at tp=1",
+        encode=lambda s, r: s.sp and s.tp > 1),
+    Key("zero", int, 1, "0 = DDP, 1 = distributed optimizer / ZeRO-1, 2 = +grads, 3 = +params.",
+        "every level the engine runs", megatron=("--use-distributed-optimizer", "--use-megatron-fsdp",
+                                                   "--data-parallel-sharding-strategy S"),
+        deepspeed="zero_optimization.stage", imported=("megatron", "deepspeed"), ge=0, le=3, dtype=np.int64,
+        required_column=True, role="contract"),
+    Key("recompute", Recompute, "none", "Activation recompute granularity.", "none, selective and full",
+        megatron=("--recompute-granularity G",), deepspeed="pipeline.activation_checkpoint_interval",
+        parse=_recompute_text,
+        imported=("megatron", "deepspeed"), dtype=np.int64, required_column=True, role="contract",
+        layouts="0 none, 1 selective, 2 full",
+        code=RECOMPUTE_CODES.__getitem__, decode=lambda lay, i: RECOMPUTE_NAMES[int(lay.recompute[i])]),
+    Key("recompute_method", Optional[Literal["uniform", "block"]], None, "For full recompute.",
+        "uniform and block (full recompute)", megatron=("--recompute-method M",), imported=("megatron",),
+        required_column=True, role="detail", column="recompute_block", layouts="true for block",
+        code=lambda method: method == "block",
+        decode=lambda lay, i: ("block" if lay.recompute_block[i] else "uniform") if _full_only(lay, i) else None),
+    Key("recompute_layers", Optional[int], None, "Full recompute: layers per pipeline rank (block) or per group.",
+        "powers of two up to a chunk's layers (full recompute)", megatron=("--recompute-num-layers N",),
+        imported=("megatron",), gt=0, dtype=np.int64, required_column=True, role="detail", layouts="0 when unset",
+        code=lambda n: n or 0,
+        decode=lambda lay, i: int(lay.recompute_layers[i]) if _full_only(lay, i) else None),
+    Key("recompute_modules", Optional[Tuple[str, ...]], None,
+        "Selective recompute: the modules rebuilt in backward (Megatron --recompute-modules: core_attn, layernorm, "
+        "moe_act, mla_up_proj, mlp, moe, shared_experts); None = Megatron's default, core_attn.",
+        "a ladder of module sets (selective recompute)", megatron=("--recompute-modules M...",),
+        imported=("megatron",), dtype=np.int64, required_column=True, role="detail",
+        layouts="bit mask of autoplan/recompute.py MODULES", code=R.mask, parse=_module_names,
+        decode=_modules_value),
+    Key("fp8", Fp8, "none", "FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.",
+        "off unless --precision fp8 or fixed", megatron=("--fp8-format F",), imported=("megatron",),
+        required_column=True, role="contract", parse=_fp8_text,
+        layouts="true for FP8 GEMMs (the format is a label the cost model prices alike)",
+        encode=lambda s, r: s.uses_fp8, decode=lambda lay, i: "hybrid" if lay.fp8[i] else "none"),
+    Key("fp8_recipe", Optional[Fp8Recipe], None, "FP8 scaling recipe; default per GPU.", "fixed only (numerics)",
+        megatron=("--fp8-recipe R", "--fp4-format e2m1 --fp4-recipe nvfp4"), imported=("megatron",),
+        dtype=object, role="detail", layouts="the recipe as written (None on non-FP8 rows); the effective "
+        "recipe's `fp4`, `fp8_delayed` and `quant_bytes` columns beside it (costmodel/layout.py recipe_columns)",
+        encode=lambda s, r: s.fp8_recipe if s.uses_fp8 else None,
+        decode=lambda lay, i: lay.fp8_recipe[i] if lay.fp8[i] else None),
+    Key("first_stage_layers", Optional[int], None, "Layers on the first pipeline stage (uneven).",
+        "even split and the CP-SAT refinement's uneven ends", megatron=("--decoder-first-pipeline-num-layers N",),
+        imported=("megatron",), ge=0, dtype=np.int64, required_column=True, role="detail", column="first",
+        layouts="the first rank's layers (also a layout's), -1 = even",
+        encode=lambda s, r: r.ends[0], decode=lambda lay, i: _end(lay, i, "first")),
+    Key("last_stage_layers", Optional[int], None, "Layers on the last pipeline stage (uneven).",
+        "even split and the CP-SAT refinement's uneven ends", megatron=("--decoder-last-pipeline-num-layers N",),
+        imported=("megatron",), ge=0, dtype=np.int64, required_column=True, role="detail", column="last",
+        layouts="the last rank's layers (also a layout's), -1 = even",
+        encode=lambda s, r: r.ends[1], decode=lambda lay, i: _end(lay, i, "last")),
+    Key("account_for_embedding", bool, False, "The embedding counts as one layer in the pipeline split (Megatron "
+                                              "--account-for-embedding-in-pipeline-split): the first virtual stage "
+                                              "builds one decoder layer fewer.",
+        "where an even split needs it", megatron=("--account-for-embedding-in-pipeline-split",), passthrough=True,
+        imported=("megatron",), dtype=np.int64, role="split", column="account",
+        layouts="bit 1 (bit 2: account_for_loss)",
+        encode=lambda s, r: int(s.account_for_embedding) + 2 * int(s.account_for_loss),
+        decode=lambda lay, i: bool(lay.account[i] & 1)),
+    Key("account_for_loss", bool, False, "The loss counts as one layer in the pipeline split (Megatron "
+                                         "--account-for-loss-in-pipeline-split): the last virtual stage builds one "
+                                         "decoder layer fewer.",
+        "where an even split needs it", megatron=("--account-for-loss-in-pipeline-split",), passthrough=True,
+        imported=("megatron",), role="split", column="", layouts="`account` bit 2",
+        decode=lambda lay, i: bool(lay.account[i] & 2)),
+    Key("pipeline_layout", Optional[str], None, "Layers of every virtual pipeline stage (Megatron "
+                                                "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': E embedding, "
+                                                "t decoder layer, m MTP layer, L loss, | between stages); sets vpp = "
+                                                "stages / pp.",
+        "balanced layouts where the model needs one (MTP)", megatron=("--pipeline-model-parallel-layout S",),
+        imported=("megatron",), dtype=object, role="detail", column="layout",
+        parse=lambda text: text,  # case matters: E, t, m, L
+        layouts="the string, None = none", decode=lambda lay, i: lay.layout[i]),
+)
+# The keys after the switches.
+LATE_KEYS: Tuple[Key, ...] = (
+    Key("cuda_graph_modules", Optional[Tuple[str, ...]], None,
+        "Parts of the step replayed from CUDA graphs: full_iteration (Megatron --cuda-graph-impl full_iteration, "
+        "alone) or per-layer modules (--cuda-graph-impl transformer_engine --cuda-graph-modules: attn, mlp, moe, "
+        "moe_router, moe_preprocess, mamba); their ops run without the host's per-op dispatch; None = no CUDA "
+        "graphs.", "fixed only", megatron=("--cuda-graph-impl I", "--cuda-graph-modules M..."),
+        imported=("megatron",), dtype=np.int64, role="detail", layouts="bit mask of autoplan/cuda_graphs.py MODULES",
+        code=G.mask, parse=lambda text: _module_names(text, BOOL_FALSE | {"none"}),
+        decode=lambda lay, i: G.names_of(int(lay.cuda_graph_modules[i])) or None),
+)
 
 
 # The order is the order `Strategy.to_dict` writes the switches in (plan and estimate JSON).
@@ -87,7 +301,7 @@ SWITCHES: Tuple[Switch, ...] = (
     Switch("tp_comm_overlap", Optional[bool], None, "Overlap TP communication with GEMMs (userbuffers); None = on "
                                                     "exactly when sp is on.",
            searched="on with sp", megatron=("--tp-comm-overlap",), imported=("megatron",),
-           encode=lambda s: s.tp_overlap_on and s.sp and s.tp > 1, decode=_tp_overlap_value,
+           encode=lambda s, r: s.tp_overlap_on and s.sp and s.tp > 1, decode=_tp_overlap_value,
            search=lambda c, e: c["sp"]),
     Switch("moe_a2a_overlap", bool, False, "Overlap MoE all-to-all with compute (1F1B a2a overlap).",
            searched="fixed only", megatron=("--overlap-moe-expert-parallel-comm",), imported=("megatron",)),
@@ -103,7 +317,7 @@ SWITCHES: Tuple[Switch, ...] = (
            # and an FP8 parameter gather, the GEMMs unchanged (Megatron-Bridge's FP8 recipes all set
            # fp8_param_gather).
            searched="on with fp8 and zero>=1 (Megatron)", megatron=("--fp8-param-gather",), imported=("megatron",),
-           encode=lambda s: s.fp8_param and s.uses_fp8,
+           encode=lambda s, r: s.fp8_param and s.uses_fp8,
            search=lambda c, e: c["fp8"].astype(bool) & (c["zero"] >= 1) & (e != "deepspeed")),
     Switch("cpu_offload_layers", int, 0, "Decoder layers whose saved activations are offloaded to host memory "
                                          "(Megatron --cpu-offloading-num-layers), layers; 0 = off; needs pp=1.",
@@ -149,27 +363,48 @@ SWITCHES: Tuple[Switch, ...] = (
         "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
         "Megatron's per-expert bias loop and eager clamps; Megatron engine only."),
            searched="fixed only", megatron=("--use-transformer-engine-op-fuser",), passthrough=True,
-           imported=("megatron",)),
+           imported=("megatron",), megatron_only=True),
 )
-BY_NAME: Dict[str, Switch] = {k.name: k for k in SWITCHES}
-NAMES: Tuple[str, ...] = tuple(BY_NAME)
+KEYS: Tuple[Key, ...] = LAYOUT_KEYS + SWITCHES + LATE_KEYS  # every strategy key, in `Strategy`'s field order
+BY_KEY: Dict[str, Key] = {k.name: k for k in KEYS}
+BY_NAME: Dict[str, Key] = {k.name: k for k in SWITCHES}
+NAMES: Tuple[str, ...] = tuple(BY_NAME)  # the switches
 INT_NAMES = frozenset(k.name for k in SWITCHES if k.dtype is np.int64)
 BOOL_NAMES = frozenset(NAMES) - INT_NAMES
 
 
+def names(role: str) -> Tuple[str, ...]:
+    """The keys of one role (ROLES), in field order."""
+    return tuple(k.name for k in KEYS if k.role == role)
+
+
+def keys_of_kind(*kinds) -> frozenset:
+    """The keys whose field is of one of `kinds` (e.g. int, Optional[int])."""
+    return frozenset(k.name for k in KEYS if k.kind in kinds)
+
+
 def strategy_fields() -> Dict[str, Tuple[Any, Any]]:
     """name -> (annotation, pydantic field), for `Strategy`'s class body."""
-    return {k.name: (k.kind, k.pydantic_field()) for k in SWITCHES}
+    return {k.name: (k.kind, k.pydantic_field()) for k in KEYS}
 
 
-def columns_of(strategies) -> Dict[str, np.ndarray]:
-    """The `Layouts` switch columns of a list of strategies."""
-    return {k.name: np.array([k.column(s) for s in strategies], dtype=k.dtype) for k in SWITCHES}
+def column_keys() -> Tuple[Key, ...]:
+    """The keys that own a `Layouts` column."""
+    return tuple(k for k in KEYS if k.column != "")
 
 
-def values_of(layouts, i: int) -> Dict[str, Any]:
-    """Row i's switch columns as `Strategy` fields."""
-    return {k.name: k.value(layouts, i) for k in SWITCHES}
+def columns_of(strategies, rows=None) -> Dict[str, np.ndarray]:
+    """The `Layouts` key columns of a list of strategies; `rows` holds each one's context (see `Key`), needed by
+    the keys whose encoding reads it (dp, the pipeline end ranks); without it, the switch columns only."""
+    owned = column_keys() if rows is not None else SWITCHES
+    rows = rows if rows is not None else [None] * len(strategies)
+    return {k.column_name: np.array([k.column_value(s, r) for s, r in zip(strategies, rows)], dtype=k.dtype)
+            for k in owned}
+
+
+def values_of(layouts, i: int, keys=None) -> Dict[str, Any]:
+    """Row i's key columns as `Strategy` fields (every key; `keys` to read some only)."""
+    return {k.name: k.value(layouts, i) for k in (KEYS if keys is None else keys)}
 
 
 def search_columns(columns: Columns, engine: str, n: int) -> Dict[str, np.ndarray]:
@@ -177,15 +412,19 @@ def search_columns(columns: Columns, engine: str, n: int) -> Dict[str, np.ndarra
     return {k.name: k.grid(columns, engine, n) for k in SWITCHES}
 
 
-def megatron_passthrough(strategy) -> list:
-    """The plain Megatron flags of the switches that are on (`Switch.passthrough`), in registry order."""
-    return [arg for k in SWITCHES if k.passthrough and getattr(strategy, k.name)
+def megatron_passthrough(strategy, keys: Optional[Tuple[str, ...]] = None) -> list:
+    """The plain Megatron flags of the keys that are on (`Key.passthrough`), in registry order: the switches', or
+    those of `keys`."""
+    chosen = SWITCHES if keys is None else tuple(BY_KEY[k] for k in keys)
+    return [arg for k in chosen if k.passthrough and getattr(strategy, k.name)
             for flag in k.megatron for arg in flag.split()]
 
 
-def imported_passthrough(flags: Mapping[str, Any]) -> Dict[str, bool]:
-    """The plain-flag switches a parsed Megatron command line turns on (`flags` holds names without dashes)."""
-    return {k.name: True for k in SWITCHES
+def imported_passthrough(flags: Mapping[str, Any], keys: Optional[Tuple[str, ...]] = None) -> Dict[str, bool]:
+    """The plain-flag keys a parsed Megatron command line turns on (`flags` holds names without dashes): the
+    switches', or those of `keys`."""
+    chosen = SWITCHES if keys is None else tuple(BY_KEY[k] for k in keys)
+    return {k.name: True for k in chosen
             if k.passthrough and all(f.split()[0].lstrip("-") in flags for f in k.megatron)}
 
 
@@ -193,18 +432,46 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def type_words(key: Key) -> str:
+    """The key's type and legal values in words (the README table, --help)."""
+    kind, unset = key.kind, ""
+    if get_origin(kind) is Union:  # Optional[x]
+        kind, unset = next(a for a in get_args(kind) if a is not type(None)), " or unset"
+    if get_origin(kind) is Literal:
+        words = "|".join(get_args(kind))
+    elif get_origin(kind) is tuple:
+        words = "module names joined by +"
+    else:
+        words = kind.__name__
+        low = key.gt + 1 if key.gt is not None else key.ge
+        if low is not None:
+            words += f" {low}..{key.le}" if key.le is not None else f" >= {low}"
+    return words + unset
+
+
+def _layouts_words(key: Key) -> str:
+    if key.column == "":
+        return key.layouts
+    return f"`{key.column_name}`" + (f": {key.layouts}" if key.layouts else "")
+
+
 def key_table() -> str:
-    """The README's table of strategy switches (tests/test_keys.py holds the README to it)."""
-    rows = ["| key | type | default | search | Megatron | DeepSpeed | imported from | meaning |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for k in SWITCHES:
-        kind = {bool: "bool", int: "int"}.get(k.kind, "bool or unset")
+    """The README's table of strategy keys (tests/unit/test_keys.py holds the README to it)."""
+    rows = ["| key | type | default | search | Layouts | Megatron | DeepSpeed | imported from | meaning |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for k in KEYS:
         default = "unset" if k.default is None else str(k.default).lower()
         megatron = ", ".join(f"`{f}`" for f in k.megatron) or "none"
         deepspeed = f"`{k.deepspeed}`" if k.deepspeed else "none"
-        rows.append(f"| `{k.name}` | {kind} | {default} | {_cell(k.searched)} | {_cell(megatron)} | "
-                    f"{_cell(deepspeed)} | {', '.join(k.imported) or 'none'} | {_cell(k.doc)} |")
+        rows.append(f"| `{k.name}` | {_cell(type_words(k))} | {default} | {_cell(k.searched)} | "
+                    f"{_cell(_layouts_words(k))} | {_cell(megatron)} | {_cell(deepspeed)} | "
+                    f"{', '.join(k.imported) or 'none'} | {_cell(k.doc)} |")
     return "\n".join(rows) + "\n"
+
+
+def help_text() -> str:
+    """The strategy keys for --help: each key with its type."""
+    return "; ".join(f"{k.name} ({type_words(k)})" for k in KEYS)
 
 
 if __name__ == "__main__":  # python -m autoplan.keys: the README's table

@@ -21,32 +21,13 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
+from autoplan.layout_string import LAYOUT_SYMBOLS, layout_vpp, parse_layout  # the grammar and vpp = stages / pp
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
 from autoplan.valid_values import stage_layer_counts
 
-LAYOUT_SYMBOLS = {"E": "embedding", "t": "decoder layer", "m": "MTP layer", "L": "loss"}
-
 
 # ---- layout strings ------------------------------------------------------------------------------------------
-
-def parse_layout(text: str) -> List[str]:
-    """[PL] parse_str_to_list: the virtual stages of a layout string, each as its symbols ('Ett', 'tt', ...).
-    Commas are cosmetic; '(x)*n' and 'x*n' repeat. Raises ValueError naming an unknown symbol."""
-    flat = text.replace(",", "").replace(" ", "")
-    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), flat)
-    bad = sorted(set(flat) - set(LAYOUT_SYMBOLS) - {"|"})
-    if bad:
-        raise ValueError(f"symbol {bad[0]!r} is not a layer ({', '.join(f'{k} {v}' for k, v in LAYOUT_SYMBOLS.items())})")
-    return flat.split("|")
-
-
-def layout_vpp(text: str, pp: int) -> Optional[int]:
-    """Model chunks per rank a layout string implies ([V] stages / pp), or None when pp does not divide them."""
-    stages = len(parse_layout(text))
-    return stages // pp if stages % pp == 0 else None
-
 
 def layout_rank_stages(text: str, pp: int) -> List[List[str]]:
     """[PL] the virtual stages of each rank: rank r holds stages r, r + pp, r + 2 pp, ..."""
@@ -68,11 +49,12 @@ def layout_problem(text: str, pp: int, vpp: int, num_layers: int, mtp_layers: in
     except ValueError as e:
         return f"pipeline_layout={text!r}: {e}"
     flat = "".join(stages)
-    if len(stages) % pp:
+    implied = layout_vpp(text, pp)
+    if implied is None:
         return f"pipeline_layout has {len(stages)} virtual stages, which pp={pp} does not divide"
-    if vpp != len(stages) // pp:
-        return (f"pipeline_layout has {len(stages)} virtual stages = pp*{len(stages) // pp}, but vpp={vpp}; "
-                f"use vpp={len(stages) // pp} or drop vpp")
+    if vpp != implied:
+        return (f"pipeline_layout has {len(stages)} virtual stages = pp*{implied}, but vpp={vpp}; "
+                f"use vpp={implied} or drop vpp")
     checks = (
         (not flat.startswith("E") or flat.count("E") != 1, "must start with the embedding E, once"),
         (not flat.endswith("L") or flat.count("L") != 1, "must end with the loss L, once"),

@@ -6,25 +6,24 @@ ZeRO-1, 2, 3), recompute, fp8."""
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Literal, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from autoplan import cuda_graphs as G
 from autoplan import keys as K
 from autoplan import recompute as R
 from autoplan.errors import InputError, did_you_mean
+from autoplan.layout_string import layout_vpp
 
-Recompute = Literal["none", "selective", "full"]
-Fp8 = Literal["none", "hybrid", "e4m3"]
-Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"]  # nvfp4: FP4 GEMMs (--fp4-format)
+Recompute, Fp8, Fp8Recipe = K.Recompute, K.Fp8, K.Fp8Recipe
 
-# Keys that are part of the command-line contract, and the extras that plan output may carry.
-CONTRACT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "sp", "zero", "recompute", "fp8")
-DETAIL_KEYS = ("dp", "recompute_method", "recompute_layers", "recompute_modules", "fp8_recipe", "first_stage_layers",
-               "last_stage_layers", "pipeline_layout", "cuda_graph_modules")
+# Keys that are part of the command-line contract, and the extras that plan output may carry (autoplan/keys.py
+# `role`).
+CONTRACT_KEYS = K.names("contract")
+DETAIL_KEYS = K.names("detail")
 # Megatron's other ways to split the layers over pipeline ranks (autoplan/pipeline_split.py); shown when set.
-SPLIT_SWITCHES = ("account_for_embedding", "account_for_loss")
+SPLIT_SWITCHES = K.names("split")
 # Every key that sets how the layers are split over pipeline ranks.
 SPLIT_KEYS = ("first_stage_layers", "last_stage_layers") + SPLIT_SWITCHES + ("pipeline_layout",)
 OVERLAP_KEYS = K.NAMES  # the switches (autoplan/keys.py)
@@ -48,49 +47,28 @@ class Strategy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(1, gt=0, description="Tensor-parallel degree; 1 = off.")
-    pp: int = Field(1, gt=0, description="Pipeline-parallel stages; 1 = off.")
-    vpp: int = Field(1, gt=0, description="Model chunks per pipeline rank (interleaved 1F1B); 1 = no interleaving.")
-    cp: int = Field(1, gt=0, description="Context-parallel degree (sequence split for attention); 1 = off.")
-    ep: int = Field(1, gt=0, description="Expert-parallel degree (inside dp*cp, MoE parallel folding); 1 = off.")
-    etp: int = Field(1, gt=0, description="Tensor-parallel degree of expert layers.")
-    dp: Optional[int] = Field(None, gt=0, description="Data-parallel degree; derived when None.")
-    mbs: int = Field(1, gt=0, description="Micro-batch size, sequences.")
-    sp: bool = Field(False, description="Sequence parallelism (needs tp > 1).")
-    zero: int = Field(1, ge=0, le=3, description="0 = DDP, 1 = distributed optimizer / ZeRO-1, 2 = +grads, 3 = +params.")
-    recompute: Recompute = Field("none", description="Activation recompute granularity.")
-    recompute_method: Optional[Literal["uniform", "block"]] = Field(None, description="For full recompute.")
-    recompute_layers: Optional[int] = Field(None, gt=0,
-                                            description="Full recompute: layers per pipeline rank (block) or per group.")
-    recompute_modules: Optional[Tuple[str, ...]] = Field(
-        None, description="Selective recompute: the modules rebuilt in backward (Megatron --recompute-modules: "
-                          "core_attn, layernorm, moe_act, mla_up_proj, mlp, moe, shared_experts); None = "
-                          "Megatron's default, core_attn.")
-    fp8: Fp8 = Field("none", description="FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.")
-    fp8_recipe: Optional[Fp8Recipe] = Field(None, description="FP8 scaling recipe; default per GPU.")
-    first_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the first pipeline stage (uneven).")
-    last_stage_layers: Optional[int] = Field(None, ge=0, description="Layers on the last pipeline stage (uneven).")
-    account_for_embedding: bool = Field(False, description="The embedding counts as one layer in the pipeline split "
-                                                           "(Megatron --account-for-embedding-in-pipeline-split): "
-                                                           "the first virtual stage builds one decoder layer fewer.")
-    account_for_loss: bool = Field(False, description="The loss counts as one layer in the pipeline split (Megatron "
-                                                      "--account-for-loss-in-pipeline-split): the last virtual stage "
-                                                      "builds one decoder layer fewer.")
-    pipeline_layout: Optional[str] = Field(None, description="Layers of every virtual pipeline stage (Megatron "
-                                                             "--pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30L': "
-                                                             "E embedding, t decoder layer, m MTP layer, L loss, | "
-                                                             "between stages); sets vpp = stages / pp.")
-    # The switches, declared in autoplan/keys.py (type, default, doc, and what each becomes in Layouts, the search,
-    # the emitters and the importers); the class body is a plain namespace, so they are added to it here.
+    # Every key is declared in autoplan/keys.py (type, bounds, default, doc, and what it becomes in Layouts, the
+    # search, the emitters and the importers); the class body is a plain namespace, so the fields are added to it
+    # here, in the registry's order.
+    __annotations__ = {}
     for _name, (_kind, _field) in K.strategy_fields().items():
         __annotations__[_name] = _kind
         locals()[_name] = _field
     del _name, _kind, _field
-    cuda_graph_modules: Optional[Tuple[str, ...]] = Field(
-        None, description="Parts of the step replayed from CUDA graphs: full_iteration (Megatron --cuda-graph-impl "
-                          "full_iteration, alone) or per-layer modules (--cuda-graph-impl transformer_engine "
-                          "--cuda-graph-modules: attn, mlp, moe, moe_router, moe_preprocess, mamba); their ops run "
-                          "without the host's per-op dispatch; None = no CUDA graphs.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vpp_from_layout(cls, data: Any) -> Any:
+        """A layout string states the model chunks per rank: vpp = its stages / pp (layout_string.layout_vpp) when
+        vpp is not given; a vpp given beside it is checked against it (pipeline_split.layout_problem)."""
+        if isinstance(data, dict) and data.get("pipeline_layout") and data.get("vpp") is None:
+            try:
+                vpp = layout_vpp(str(data["pipeline_layout"]), int(data.get("pp") or 1))
+            except (TypeError, ValueError):
+                return data  # the layout's own rule names the bad symbol or pp
+            if vpp:
+                data = {**data, "vpp": vpp}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -200,19 +178,19 @@ class Strategy(BaseModel):
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-_BOOL_TRUE = {"true", "1", "yes", "on"}
-_BOOL_FALSE = {"false", "0", "no", "off"}
-_INT_KEYS = {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_layers", "first_stage_layers",
-             "last_stage_layers"} | K.INT_NAMES
-_BOOL_KEYS = {"sp"} | K.BOOL_NAMES | set(SPLIT_SWITCHES)
+_INT_KEYS = K.keys_of_kind(int, Optional[int])
+_BOOL_KEYS = K.keys_of_kind(bool, Optional[bool])
+_LIST_KEYS = K.keys_of_kind(Optional[Tuple[str, ...]])  # module sets: a file may give a list
 ALL_KEYS = tuple(Strategy.model_fields)
 
 
 def coerce_strategy_value(key: str, raw: Any) -> Any:
-    """Turn a command-line or file value into the field's type; one-line InputError when it cannot."""
+    """Turn a command-line or file value into the field's type (a key's own `parse` in autoplan/keys.py where its
+    text is not a plain integer, boolean or word); one-line InputError when it cannot."""
     if key not in Strategy.model_fields:
         raise InputError(f"unknown strategy key {key!r}{did_you_mean(key, ALL_KEYS)}; "
                          f"valid keys: {', '.join(ALL_KEYS)}")
+    parse = K.BY_KEY[key].parse
     if isinstance(raw, str):
         text = raw.strip()
         low = text.lower()
@@ -222,27 +200,14 @@ def coerce_strategy_value(key: str, raw: Any) -> Any:
             except ValueError:
                 raise InputError(f"strategy key {key} must be an integer, got {text!r}") from None
         if key in _BOOL_KEYS:
-            if low in _BOOL_TRUE:
+            if low in K.BOOL_TRUE:
                 return True
-            if low in _BOOL_FALSE:
+            if low in K.BOOL_FALSE:
                 return False
             raise InputError(f"strategy key {key} must be true or false, got {text!r}")
-        if key == "fp8":
-            if low in _BOOL_TRUE:
-                return "hybrid"
-            if low in _BOOL_FALSE:
-                return "none"
-        if key == "recompute" and low in _BOOL_FALSE:
-            return "none"
-        if key == "pipeline_layout":  # case matters: E, t, m, L
-            return text
-        if key in ("recompute_modules", "cuda_graph_modules"):  # core_attn+moe_act (',' separates strategy keys)
-            if key == "cuda_graph_modules" and low in _BOOL_FALSE | {"none"}:
-                return None
-            return tuple(n.strip() for n in low.replace("/", "+").split("+") if n.strip())
-        return low
-    if key in ("recompute_modules", "cuda_graph_modules") and isinstance(raw, (list, tuple)):
-        return tuple(str(n).strip().lower() for n in raw)
+        return parse(text) if parse is not None else low
+    if key in _LIST_KEYS and isinstance(raw, (list, tuple)):
+        return parse(raw)
     return raw
 
 

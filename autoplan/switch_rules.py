@@ -12,7 +12,11 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+from autoplan import cuda_graphs as G
+from autoplan import keys as K
+from autoplan import recompute as R
+
+RECOMPUTE_CODES = K.RECOMPUTE_CODES
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,19 @@ def strategy_view(s, engine: str) -> SimpleNamespace:
                            zero=np.int64(s.zero), sp=np.bool_(s.sp), fp8=np.bool_(s.uses_fp8),
                            recompute=np.int64(RECOMPUTE_CODES[s.recompute]),
                            overlap_grad_reduce=np.bool_(s.overlap_grad_reduce),
+                           recompute_modules=np.int64(R.mask(s.recompute_modules)),
+                           moe_a2a_overlap=np.bool_(s.moe_a2a_overlap),
+                           cpu_offload_layers=np.int64(s.cpu_offload_layers),
                            deepspeed=np.bool_(engine == "deepspeed"))
+
+
+def _graphs(value, *names: str):
+    """Whether a cuda_graph_modules bit mask captures any of `names`."""
+    return np.bitwise_and(value, G.mask(names)) > 0
+
+
+def _shown(case) -> str:
+    return "+".join(case.strategy.cuda_graph_modules or ())
 
 
 def _moe_ep(key: str) -> Rule:
@@ -80,10 +96,43 @@ RULES: Tuple[Rule, ...] = (
     # TransformerEngine's fused cross entropy is a Megatron switch (--cross-entropy-fusion-impl te); the DeepSpeed
     # files write nothing for it, so only the search holds it to Megatron (no message: validate does not refuse it).
     Rule("te_cross_entropy", lambda m, v, x: ~v.deepspeed, None),
-    Rule("te_op_fuser", lambda m, v, x: ~v.deepspeed,
-         lambda c: "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
-                   "te_op_fuser=false or use engine megatron"),
+    # CUDA graphs (value: a bit mask of autoplan/cuda_graphs.py MODULES; sources in validate._cuda_graphs, which
+    # checks these between the rules that read the model alone): Megatron only; full recompute only under the
+    # full-iteration graph; no CPU offloading; the all-to-all overlap excludes capturing the mlp/moe halves; moe
+    # recompute excludes a moe_router graph; with hidden dropout no captured mlp/moe block is recomputed.
+    Rule("cuda_graph_modules", lambda m, v, x: ~v.deepspeed,
+         lambda c: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
+    Rule("cuda_graph_modules", lambda m, v, x: (v.recompute != 2) | (np.asarray(x) == G.BIT["full_iteration"]),
+         lambda c: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
+                   "use full_iteration or selective recompute"),
+    Rule("cuda_graph_modules", lambda m, v, x: v.cpu_offload_layers == 0,
+         lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} cannot be combined with CUDA graphs "
+                   f"(cuda_graph_modules={_shown(c)}); set cpu_offload_layers=0 or drop cuda_graph_modules"),
+    Rule("cuda_graph_modules", lambda m, v, x: ~(v.moe_a2a_overlap & _graphs(x, "mlp", "moe")),
+         lambda c: "cuda_graph_modules mlp/moe cannot be combined with moe_a2a_overlap=true; "
+                   "capture attn+moe_router+moe_preprocess or set moe_a2a_overlap=false"),
+    Rule("cuda_graph_modules", lambda m, v, x: ~(_graphs(x, "moe_router") & (v.recompute == 1)
+                                                 & R.has(v.recompute_modules, "moe")),
+         lambda c: "recompute module moe cannot be combined with cuda_graph_modules moe_router; recompute moe_act "
+                   "or drop moe_router"),
+    Rule("cuda_graph_modules", lambda m, v, x: ~((m.hidden_dropout > 0) & _graphs(x, "full_iteration", "mlp", "moe")
+                                                 & (v.recompute == 1) & R.has(v.recompute_modules, "mlp", "moe")),
+         lambda c: f"hidden_dropout={c.model.hidden_dropout} forbids recomputing a captured mlp/moe block "
+                   f"(cuda_graph_modules={_shown(c)}); drop mlp/moe from recompute_modules or the graph"),
 )
+
+
+def _megatron_only(key) -> Rule:
+    """The rule of a switch the registry declares `megatron_only`: DeepSpeed has none."""
+    return Rule(key.name, lambda m, v, x: ~v.deepspeed,
+                lambda c: f"{key.name}=true is Megatron's {key.megatron[0]}; DeepSpeed has none; set {key.name}=false "
+                          f"or use engine megatron")
+
+
+# Generated from the registry (autoplan/keys.py `megatron_only`), e.g. te_op_fuser, a Megatron TransformerConfig
+# switch (TransformerEngine's op fuser).
+MEGATRON_ONLY: Tuple[Rule, ...] = tuple(_megatron_only(k) for k in K.SWITCHES if k.megatron_only)
+RULES = RULES + MEGATRON_ONLY
 BY_KEY: Dict[str, Tuple[Rule, ...]] = {}
 for _rule in RULES:
     BY_KEY[_rule.key] = BY_KEY.get(_rule.key, ()) + (_rule,)
@@ -106,5 +155,11 @@ def check(case, key: str, index: int, on=None):
     value = getattr(case.strategy, key)
     if not (bool(value) if on is None else on):
         return False, None
+    value = K.BY_KEY[key].coded(value)  # as the column holds it (a module set as its bit mask)
     rule = BY_KEY[key][index]
     return rule.broken(case.model, strategy_view(case.strategy, case.engine), value), lambda: rule.message(case)
+
+
+def megatron_only_checks(case) -> tuple:
+    """`check` of every MEGATRON_ONLY rule, for validate's rule list."""
+    return tuple(check(case, rule.key, BY_KEY[rule.key].index(rule)) for rule in MEGATRON_ONLY)

@@ -26,6 +26,7 @@ from autoplan import switch_rules as SR
 from autoplan import valid_values as vv
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
+from autoplan.keys import ENGINES
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
@@ -384,8 +385,8 @@ def _optimizer(c: Case) -> Optional[str]:
         SR.check(c, "adam_bf16_states", 0),
         # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
         SR.check(c, "fused_weighted_squared_relu", 0),
-        # use_transformer_engine_op_fuser is a Megatron TransformerConfig switch (TransformerEngine's op fuser).
-        SR.check(c, "te_op_fuser", 0),
+        # The switches DeepSpeed has none of (autoplan/keys.py megatron_only), e.g. te_op_fuser.
+        *SR.megatron_only_checks(c),
     ))
 
 
@@ -505,18 +506,20 @@ def _cuda_graphs(c: Case) -> Optional[str]:
     """[TC]/[V] Megatron's CUDA-graph rules (transformer_config.py `__post_init__` and arguments.py
     `validate_args` at the verified commit): moe/moe_router need an MoE model, mlp a dense layer; moe needs
     drop-and-pad MoE (autoplan prices dropless routing only); moe and moe_router exclude each other; moe_preprocess
-    needs moe_router; mamba needs Mamba layers; full recompute needs the full-iteration graph; no CPU offloading;
-    the 1F1B all-to-all overlap excludes capturing the moe/mlp halves; moe recompute excludes a moe_router graph;
-    hidden dropout excludes recomputing a captured mlp/moe block;
-    DeepSpeed has no CUDA-graph capture of the training step in the emitted configs."""
+    needs moe_router; mamba needs Mamba layers. The rules that read the rest of the strategy are written once in
+    autoplan/switch_rules.py (the search applies the same ones to its candidates): DeepSpeed has no CUDA-graph
+    capture of the training step in the emitted configs; full recompute needs the full-iteration graph; no CPU
+    offloading (transformer_config.py: refused under every impl at megatron-core 0.16.1 and under the per-layer
+    impls at the verified Megatron-LM commit); the 1F1B all-to-all overlap excludes capturing the moe/mlp halves;
+    "moe recompute is not supported with moe_router CUDA graph"; with hidden dropout a captured MLP / MoE half
+    cannot be recomputed in its graph."""
     m, s = c.model, c.strategy
     mods = s.cuda_graph_modules or ()
     if not mods:
         return None
     has_dense = m.layer_count("-") > 0 if m.is_hybrid else m.num_dense_layers > 0
     return _first((
-        (c.engine == "deepspeed",
-         lambda: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
+        SR.check(c, "cuda_graph_modules", 0),
         (any(n in mods for n in ("moe", "moe_router")) and not m.is_moe,
          lambda: f"cuda_graph_modules moe/moe_router need an MoE model ({m.name} is dense); use attn and mlp"),
         ("mlp" in mods and not has_dense,
@@ -529,28 +532,7 @@ def _cuda_graphs(c: Case) -> Optional[str]:
          lambda: "cuda_graph_modules moe_preprocess needs moe_router; add moe_router"),
         ("mamba" in mods and not (m.is_hybrid and m.layer_count("M")),
          lambda: f"cuda_graph_modules mamba needs Mamba layers ({m.name} has none); drop it"),
-        (s.recompute == "full" and not G.is_full_iteration(mods),
-         lambda: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
-                 "use full_iteration or selective recompute"),
-        # transformer_config.py: CPU offloading is refused under every impl at megatron-core 0.16.1 and under the
-        # per-layer impls at the verified Megatron-LM commit.
-        (s.cpu_offload_layers > 0,
-         lambda: f"cpu_offload_layers={s.cpu_offload_layers} cannot be combined with CUDA graphs "
-                 f"(cuda_graph_modules={'+'.join(mods)}); set cpu_offload_layers=0 or drop cuda_graph_modules"),
-        (s.moe_a2a_overlap and any(n in mods for n in ("mlp", "moe")),
-         lambda: "cuda_graph_modules mlp/moe cannot be combined with moe_a2a_overlap=true; "
-                 "capture attn+moe_router+moe_preprocess or set moe_a2a_overlap=false"),
-        # transformer_config.py: "moe recompute is not supported with moe_router CUDA graph".
-        ("moe_router" in mods and s.recompute == "selective" and "moe" in (s.recompute_modules or ()),
-         lambda: "recompute module moe cannot be combined with cuda_graph_modules moe_router; recompute moe_act "
-                 "or drop moe_router"),
-        # transformer_config.py: with hidden dropout a captured MLP / MoE half cannot be recomputed in its graph.
-        (m.hidden_dropout > 0 and s.recompute == "selective"
-         and any(n in (s.recompute_modules or ()) for n in ("mlp", "moe"))
-         and any(n in mods for n in ("full_iteration", "mlp", "moe")),
-         lambda: f"hidden_dropout={m.hidden_dropout} forbids recomputing a captured mlp/moe block "
-                 f"(cuda_graph_modules={'+'.join(mods)}); drop mlp/moe from recompute_modules or the graph"),
-    ))
+    ) + tuple(SR.check(c, "cuda_graph_modules", i) for i in range(1, len(SR.BY_KEY["cuda_graph_modules"]))))
 
 
 def module_set_problem(model: ModelSpec, cluster: ClusterSpec, workload: Workload, key: str, value,
@@ -578,9 +560,6 @@ RULES: Tuple[Rule, ...] = (
     _sequence, _sequence_parallel, _batch, _interleaved_schedule,
     _optimizer, _fp8, _recompute, _recompute_modules, _cuda_graphs,
 )
-
-
-ENGINES = ("megatron", "deepspeed")
 
 
 def first_broken_rule(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy, *,

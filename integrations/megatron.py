@@ -328,10 +328,7 @@ def _parallel_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
     if s.pipeline_layout:
         a += ["--pipeline-model-parallel-layout", s.pipeline_layout]
-    if s.account_for_embedding:
-        a += ["--account-for-embedding-in-pipeline-split"]
-    if s.account_for_loss:
-        a += ["--account-for-loss-in-pipeline-split"]
+    a += K.megatron_passthrough(s, K.names("split"))  # the account-for flags (autoplan/keys.py)
     if s.first_stage_layers is not None:
         a += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
     if s.last_stage_layers is not None:

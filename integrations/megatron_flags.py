@@ -32,7 +32,7 @@ FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a
     "moe-router-enable-expert-bias", "squared-relu",
 })
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
-# (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/test_import_megatron.py checks
+# (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/unit/test_import_megatron.py checks
 # that the emitter writes nothing outside these two sets, so an emitted switch is never lost on the way back.
 READ_FLAGS = frozenset({
     "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
@@ -318,10 +318,7 @@ def _pipeline_split(f: Dict[str, Optional[str]], pp: int) -> Dict[str, Any]:
             raise InputError(f"--pipeline-model-parallel-layout {layout!r}: its stage count is not a multiple of "
                              f"pp={pp}; fix the layout or pp")
         out.update(pipeline_layout=layout, vpp=vpp)
-    if "account-for-embedding-in-pipeline-split" in f:
-        out["account_for_embedding"] = True
-    if "account-for-loss-in-pipeline-split" in f:
-        out["account_for_loss"] = True
+    out.update(K.imported_passthrough(f, K.names("split")))  # the account-for flags (autoplan/keys.py)
     return out
 
 

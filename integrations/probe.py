@@ -33,13 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoplan import fileio
 from autoplan.errors import InputError, ProbeFailure
+from autoplan.keys import ENGINES, Engine
 from autoplan.integrations import extlocks
 from autoplan.integrations.launchers import LaunchOutcome, LaunchRequest, LauncherName, launch, run_group
 from autoplan.integrations.logparse import LogFormat, ParsedLog, parse_log
 from autoplan.results import Plan
 
-Engine = Literal["megatron", "deepspeed"]
-ENGINES = ("megatron", "deepspeed")
 ProbeStatus = Literal["ok", "oom", "failed", "hung"]
 DEFAULT_ITERS = 10
 DEFAULT_WARMUP = 2

@@ -1,10 +1,12 @@
 """Search policy: how `--fix` / `--exclude` reach the search (`search_constraints`), which rule to name when they
 leave no legal candidate (`why_nothing_is_legal`), and the cost objective's search over cluster sizes
-(`run_over_sizes`). The command line (autoplan/cli/plan.py) parses the options and prints; this is what they mean."""
+(`run_over_sizes`), the fixed FP8 labels' check on the winner (`check_fixed_labels`), why a search returned no plan
+(`no_plan_reason`) and the best plan for another engine (`engine_best`). The command line (autoplan/cli/plan.py)
+parses the options and prints; this is what they mean."""
 from __future__ import annotations
 
 from dataclasses import replace as dc_replace
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 from autoplan.errors import InputError
 from autoplan.strategy import SPLIT_KEYS
@@ -163,3 +165,82 @@ def run_over_sizes(problem, run: Callable, solver: str, top: int):
     return SolveResult(plans=plans[:top], solver=f"{solver} (cost over {len(counts)} sizes)",
                        space_size=space, evaluated=evaluated, feasible=feasible, wall_s=wall, infeasible=rejected,
                        smallest_peak_gib=smallest)
+
+
+def check_fixed_labels(problem, result) -> None:
+    """The FP8 format and recipe the user fixed are stamped on plans the cost model priced alike; a plan they make
+    illegal (e.g. fp8_recipe=mxfp8 before Blackwell) is refused with validate's rule."""
+    from autoplan.solvers.space import LABELS
+    from autoplan.validate import validate
+
+    given = [k for k in LABELS if k in problem.fixed]
+    if not given or not result.plans:
+        return
+    try:
+        validate(problem.model, problem.cluster, problem.workload, result.plans[0].strategy)
+    except InputError as e:
+        fixed = ", ".join(f"--fix {k}={problem.fixed[k][0]}" for k in given)
+        raise InputError(f"{fixed}: {e}") from None
+
+
+def engine_refuses_model(problem):
+    """The engine's reason when it cannot run the model under any strategy (checked on the plainest one: no tp, pp,
+    cp, ep, fp8 or recompute), or None."""
+    if problem.engine != "deepspeed":
+        return None
+    from autoplan.integrations.engines import deepspeed_unsupported
+    from autoplan.strategy import Strategy
+
+    return deepspeed_unsupported(Strategy(), problem.model)
+
+
+def no_plan_reason(result, problem) -> str:
+    """Why a search returned no plan, in one line: the rule a --fix breaks (raised as an InputError: bad input),
+    the engine's refusal of the model, an empty layout space, or the memory the smallest candidate needs, with
+    what to try."""
+    from autoplan.solvers.space import fp8_choices
+
+    need = result.smallest_peak_gib
+    cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
+    n = problem.cluster.num_gpus
+    if result.space_size == 0 and problem.fixed:
+        reason = why_nothing_is_legal(problem)
+        if reason:
+            raise InputError(reason)
+    model_refusal = engine_refuses_model(problem) if result.space_size == 0 else None
+    if model_refusal:
+        msg = f"no {problem.engine} plan for {problem.model.name}: {model_refusal}"
+    elif result.space_size == 0:
+        msg = (f"no legal strategy for {problem.model.name} on {n} x {problem.cluster.gpu.id} with seq "
+               f"{problem.workload.seq_len}, gbs {problem.workload.global_batch_size}"
+               f"{' and the given --fix/--exclude' if problem.fixed or problem.excluded else ''}; "
+               f"check that gbs is divisible by the data-parallel size, or relax --fix")
+    else:
+        # Model states shrink about linearly with more GPUs (ZeRO / pipeline sharding): scale to the need.
+        want = n * 2
+        while need is not None and want < n * need / cap and want < n * 1024:
+            want *= 2
+        hints = [f"try >= {want} GPUs"]
+        if problem.cluster.gpu.has_dtype("fp8") and problem.engine == "megatron" and "fp8" not in problem.fixed \
+                and not any(fp8_choices(problem)):
+            hints.append("--precision fp8 (FP8 GEMMs change the numerics)")
+        if problem.mem_headroom:
+            hints.append("a smaller --mem-headroom")
+        msg = (f"no strategy fits: the smallest needs {need:.1f} GiB per GPU on {n} GPUs "
+               f"(capacity {cap:.1f} GiB); {' or '.join(hints)}")
+    return msg
+
+
+def engine_best(problem, engine: str, cluster, run: Callable, needs: Optional[Dict[str, object]] = None):
+    """The best plan of the same search for `engine` on the winner's cluster (with --objective cost, the size it
+    chose), searched by `run(problem)` with `needs` (keys the engine's emitted files need fixed) added to the
+    fixed keys, or None: what `--emit` writes for that engine when it cannot write the winner."""
+    needs = needs or {}
+    if engine == problem.engine and not needs:
+        return None
+    if any(k in problem.fixed and problem.fixed[k] != v for k, v in needs.items()):
+        return None  # the user fixed what the emitted files cannot carry: the emitter's refusal says so
+    if problem.precision == "fp8" and engine != "megatron":
+        return None  # that engine runs no FP8 GEMMs (solvers/space.py Problem): it has no plan of this search
+    r = run(dc_replace(problem, engine=engine, cluster=cluster, fixed={**problem.fixed, **needs}))
+    return r.plans[0] if r.plans else None

@@ -20,14 +20,15 @@ from autoplan import switch_rules as SR
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
 from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION, Calibration
-from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
+from autoplan.costmodel.layout import Layouts, engine_columns, recipe_columns
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
-from autoplan.validate import ENGINES, effective_fp8_recipe, interleaving_blocked, module_set_problem
+from autoplan.keys import ENGINES
+from autoplan.validate import effective_fp8_recipe, interleaving_blocked, module_set_problem
 from autoplan.workload import Workload
 
 ALLOW_CHOICES = ("tp-outside-domain", "ep-outside-domain", "no-sp", "non-pow2-mbs")
@@ -528,18 +529,16 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
     col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout", "mbs", "fp8",
                     "sp", "zero", "rc", "block", "rl", "mods"), a.T))
     names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
+    fp8 = col["fp8"].astype(bool)
+    # The FP8 recipe as fixed, on the FP8 candidates; its effective columns come from the one place it is applied.
+    written = np.where(fp8, _one(problem.fixed.get("fp8_recipe")), None).astype(object)
     lay = Layouts(
         tp=col["tp"], pp=col["pp"], vpp=col["vpp"], cp=col["cp"], ep=col["ep"], etp=col["etp"], dp=col["dp"],
         mbs=col["mbs"], sp=col["sp"].astype(bool), zero=col["zero"], recompute=col["rc"],
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
-        fp8=col["fp8"].astype(bool),
-        first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
-        vocab_tp=np.full(n, problem.engine != "deepspeed"),
-        fused_permute=np.full(n, problem.engine != "deepspeed"), deepspeed=np.full(n, problem.engine == "deepspeed"),
-        fp4=col["fp8"].astype(bool) & (_effective_recipe(problem) == "nvfp4"),  # NVFP4 GEMMs when fixed so
-        **K.search_columns(col, problem.engine, n),  # the switches as the search sets them (autoplan/keys.py)
-        fp8_delayed=col["fp8"].astype(bool) & _delayed_fp8(problem),
-        quant_bytes=np.full(n, QUANTISED_BYTES[_effective_recipe(problem)]))
+        fp8=fp8, first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
+        fp8_recipe=written, **engine_columns(problem.engine, n), **recipe_columns(fp8, written, problem.cluster.gpu.id),
+        **K.search_columns(col, problem.engine, n))  # the switches as the search sets them (autoplan/keys.py)
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)
@@ -570,25 +569,11 @@ def _delayed_fp8(problem: Problem) -> bool:
 
 
 # Switches the search does not vary: `--fix key=value` sets them on every candidate, and candidates that cannot
-# carry the value (the switch's rules in autoplan/switch_rules.py, which validate.py checks too; cuda_graph_modules'
-# own below) are left out, so no plan silently lacks a setting the user fixed. key -> (Layouts column, rows that may
-# carry value v).
-SWITCHES = {k.name: (k.name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))  # switch_rules.py
-            for k in K.SWITCHES}
-SWITCHES.update({
-    # CUDA graphs (validate._cuda_graphs; the model-wide rules are refused up front, Problem): Megatron only; full
-    # recompute only under the full-iteration graph; the all-to-all overlap excludes the mlp/moe halves; no CPU
-    # offload; no moe recompute under a moe_router graph; no captured mlp/moe recompute with hidden dropout.
-    "cuda_graph_modules": ("cuda_graph_modules", lambda p, lay, v: (np.asarray(v) == 0) | (
-        ~lay.deepspeed & ((lay.recompute != 2) | (np.asarray(v) == G.BIT["full_iteration"]))
-        & ~(lay.moe_a2a_overlap & (np.bitwise_and(v, G.mask(("mlp", "moe"))) > 0))
-        & (lay.cpu_offload_layers == 0)
-        & ~((np.bitwise_and(v, G.BIT["moe_router"]) > 0) & (lay.recompute == 1) & R.has(lay.recompute_modules, "moe"))
-        & ~((p.model.hidden_dropout > 0) & (np.bitwise_and(v, G.mask(("full_iteration", "mlp", "moe"))) > 0)
-            & (lay.recompute == 1) & R.has(lay.recompute_modules, "mlp", "moe")))),
-})
-# Switches whose value is stored encoded in its Layouts column.
-ENCODED = {"cuda_graph_modules": G.mask}
+# carry the value (the key's rules in autoplan/switch_rules.py, which validate.py checks too; the model-wide rules of
+# a module set are refused up front, Problem) are left out, so no plan silently lacks a setting the user fixed.
+# key -> (Layouts column, rows that may carry value v).
+SWITCHES = {k.name: (k.column_name, lambda p, lay, v, key=k.name: SR.allowed(key, p.model, lay, v))
+            for k in K.SWITCHES + (K.BY_KEY["cuda_graph_modules"],)}
 # Keys that only label a candidate (the cost model prices them alike): stamped on every plan by `stamp_fixed`.
 LABELS = ("fp8", "fp8_recipe")
 
@@ -604,8 +589,8 @@ def _apply_switches(problem: Problem, lay: Layouts):
     for key, (col, allowed) in SWITCHES.items():
         if key not in problem.fixed:
             continue
-        if key in ENCODED:  # a tuple value (e.g. module names) is one value; a list holds alternatives
-            want = ENCODED[key](_one(problem.fixed[key]))
+        if K.BY_KEY[key].code is not None:  # a tuple value (e.g. module names) is one value; a list: alternatives
+            want = K.BY_KEY[key].coded(_one(problem.fixed[key]))
         else:
             want = _fixed_value(problem, key)
         dtype = getattr(lay, col).dtype
@@ -622,13 +607,11 @@ def _apply_switches(problem: Problem, lay: Layouts):
 
 
 def stamp_fixed(problem: Problem, strategy: Strategy) -> Strategy:
-    """`strategy` with the label keys the user fixed (fp8 format, FP8 recipe) on its FP8 GEMMs."""
-    update = {}
+    """`strategy` with the FP8 format the user fixed on its FP8 GEMMs (a label: the cost model prices every format
+    alike, so the grid holds FP8 as on or off)."""
     if strategy.uses_fp8 and "fp8" in problem.fixed and _fixed_value(problem, "fp8") != "none":
-        update["fp8"] = _fixed_value(problem, "fp8")
-    if strategy.uses_fp8 and "fp8_recipe" in problem.fixed and strategy.fp8_recipe is None:
-        update["fp8_recipe"] = _fixed_value(problem, "fp8_recipe")
-    return strategy.model_copy(update=update) if update else strategy
+        return strategy.model_copy(update={"fp8": _fixed_value(problem, "fp8")})
+    return strategy
 
 
 def legal_strategies(problem: Problem) -> List[Strategy]:

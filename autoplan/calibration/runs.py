@@ -24,13 +24,13 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
+from autoplan.keys import ENGINES
 from autoplan.model import ModelSpec
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload
 
 REQUIRED_COLUMNS = ("model", "cluster", "gpus", "seq", "gbs", "strategy", "step_time_s")
 OPTIONAL_COLUMNS = ("peak_mem_gib", "engine")
-ENGINES = ("megatron", "deepspeed")
 # Two measurements of one setup further apart than this cannot both be right: run-to-run variation of a training
 # step on a healthy cluster is a few percent (the probes' own step times after warm-up spread by less than 10%,
 # tests/fixtures/logs/megatron_ling_v2_pretrain.log), so a 25% gap means one of the rows describes another setup.

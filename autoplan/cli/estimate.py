@@ -5,6 +5,7 @@ from typing import List, Optional
 
 import typer
 
+from autoplan import keys as K
 from autoplan.cli.common import load_inputs, print_json, read_strategy, warn_workload
 
 
@@ -22,7 +23,8 @@ def estimate_cmd(
     gbs: Optional[int] = typer.Option(None, "--gbs", help="Global batch, sequences (default 128 as for plan; "
                                       "with --from-megatron it replaces the script's, noted, or fills a fragment's)."),
     mbs: Optional[int] = typer.Option(None, "--mbs", help="Micro batch, sequences (fills a ds_config's \"auto\")."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help="'tp=8,pp=4,...' or a YAML/JSON file; "
+                                                                           f"keys: {K.help_text()}."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
                                           "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
     from_megatron: Optional[str] = typer.Option(None, "--from-megatron", help="Megatron-LM args or script."),

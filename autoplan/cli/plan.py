@@ -9,6 +9,7 @@ import typer
 from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, load_inputs, print_json,
                                  read_strategy)
 from autoplan.cli.emit import emit_request
+from autoplan import keys as K
 from autoplan.numerics import PRECISION_HELP
 
 
@@ -29,7 +30,8 @@ def plan_cmd(
                                        "trying --gpus, --gpus/2, --gpus/4, ... (whole nodes)."),
     solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
                                                         "optuna, or brute-force."),
-    fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
+    fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8); "
+                                                                 f"keys: {K.help_text()}."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="No plans with key=value."),
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
                                               "ep-outside-domain, no-sp, non-pow2-mbs."),
@@ -52,7 +54,7 @@ def plan_cmd(
 ) -> None:
     """Find the fastest strategies that fit in memory."""
     from autoplan.errors import InputError
-    from autoplan.solvers.policy import search_constraints
+    from autoplan.solvers.policy import check_fixed_labels, search_constraints
     from autoplan.solvers.space import Problem, parse_constraints
 
     if objective not in ("throughput", "cost"):
@@ -74,7 +76,7 @@ def plan_cmd(
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
         result = _run(problem, solver, top, seed, prof, quiet=as_json)
-    _check_labels(problem, result)
+    check_fixed_labels(problem, result)
     _engine_model_note(problem)
     base_plan = _baseline(problem, baseline, baseline_from_megatron, prof)
     if not result.plans:
@@ -112,23 +114,6 @@ def _engine_model_note(problem) -> None:
     if problem_text:
         print(f"note: the plans are priced, but `emit --format megatron` will refuse them: {problem_text}",
               file=sys.stderr)
-
-
-def _check_labels(problem, result) -> None:
-    """The FP8 format and recipe the user fixed are stamped on plans the cost model priced alike; a plan they make
-    illegal (e.g. fp8_recipe=mxfp8 before Blackwell) is refused with validate's rule."""
-    from autoplan.errors import InputError
-    from autoplan.solvers.space import LABELS
-    from autoplan.validate import validate
-
-    given = [k for k in LABELS if k in problem.fixed]
-    if not given or not result.plans:
-        return
-    try:
-        validate(problem.model, problem.cluster, problem.workload, result.plans[0].strategy)
-    except InputError as e:
-        fixed = ", ".join(f"--fix {k}={problem.fixed[k][0]}" for k in given)
-        raise InputError(f"{fixed}: {e}") from None
 
 
 def _profiles(spec, model, cluster, quiet):
@@ -172,6 +157,27 @@ def _run(problem, solver, top, seed, prof, quiet):
             state["bar"].stop()
 
 
+def _no_plan(result, problem, as_json):
+    import sys
+
+    from autoplan.solvers.policy import no_plan_reason
+
+    msg = no_plan_reason(result, problem)
+    if as_json:
+        print_json({"plans": [], "error": msg, "search": _search_summary(result)})
+    print(f"autoplan: {msg}", file=sys.stderr)
+
+
+def _engine_best(problem, engine, solver, seed, prof, cluster):
+    """What `--emit` writes for an engine whose files cannot carry the winner (solvers/policy.py engine_best), with
+    what those files need fixed (cli/emit.py emit_fixed: e.g. a DeepSpeed training run has no pipeline stages)."""
+    from autoplan.cli.emit import emit_fixed
+    from autoplan.solvers.policy import engine_best
+
+    return engine_best(problem, engine, cluster, lambda sub: _run(sub, solver, 1, seed, prof, quiet=True),
+                       emit_fixed(engine))
+
+
 def _run_cost(problem, solver, top, seed, prof, quiet):
     """--objective cost: the search over several cluster sizes (solvers/policy.py), each with the progress bar."""
     from autoplan.solvers.policy import run_over_sizes
@@ -207,78 +213,6 @@ def _baseline(problem, text, from_megatron, prof):
 def _search_summary(result) -> dict:
     return {"solver": result.solver, "space_size": result.space_size, "evaluated": result.evaluated,
             "feasible": result.feasible, "wall_s": round(result.wall_s, 3), "rejected": result.infeasible}
-
-
-def _engine_refuses_model(problem):
-    """The engine's reason when it cannot run the model under any strategy (checked on the plainest one: no tp, pp,
-    cp, ep, fp8 or recompute), or None."""
-    if problem.engine != "deepspeed":
-        return None
-    from autoplan.integrations.engines import deepspeed_unsupported
-    from autoplan.strategy import Strategy
-
-    return deepspeed_unsupported(Strategy(), problem.model)
-
-
-def _no_plan(result, problem, as_json):
-    import sys
-
-    from autoplan.solvers.policy import why_nothing_is_legal
-    from autoplan.solvers.space import fp8_choices
-
-    need = result.smallest_peak_gib
-    cap = problem.cluster.gpu.hbm_gib * (1 - problem.mem_headroom)
-    n = problem.cluster.num_gpus
-    if result.space_size == 0 and problem.fixed:
-        reason = why_nothing_is_legal(problem)
-        if reason:
-            from autoplan.errors import InputError
-
-            raise InputError(reason)
-    model_refusal = _engine_refuses_model(problem) if result.space_size == 0 else None
-    if model_refusal:
-        msg = f"no {problem.engine} plan for {problem.model.name}: {model_refusal}"
-    elif result.space_size == 0:
-        msg = (f"no legal strategy for {problem.model.name} on {n} x {problem.cluster.gpu.id} with seq "
-               f"{problem.workload.seq_len}, gbs {problem.workload.global_batch_size}"
-               f"{' and the given --fix/--exclude' if problem.fixed or problem.excluded else ''}; "
-               f"check that gbs is divisible by the data-parallel size, or relax --fix")
-    else:
-        # Model states shrink about linearly with more GPUs (ZeRO / pipeline sharding): scale to the need.
-        want = n * 2
-        while need is not None and want < n * need / cap and want < n * 1024:
-            want *= 2
-        hints = [f"try >= {want} GPUs"]
-        if problem.cluster.gpu.has_dtype("fp8") and problem.engine == "megatron" and "fp8" not in problem.fixed \
-                and not any(fp8_choices(problem)):
-            hints.append("--precision fp8 (FP8 GEMMs change the numerics)")
-        if problem.mem_headroom:
-            hints.append("a smaller --mem-headroom")
-        msg = (f"no strategy fits: the smallest needs {need:.1f} GiB per GPU on {n} GPUs "
-               f"(capacity {cap:.1f} GiB); {' or '.join(hints)}")
-    if as_json:
-        print_json({"plans": [], "error": msg, "search": _search_summary(result)})
-    print(f"autoplan: {msg}", file=sys.stderr)
-
-
-def _engine_best(problem, engine, solver, seed, prof, cluster):
-    """The best plan of the same search for `engine` on the winner's cluster (with --objective cost, the size it
-    chose), with the keys its emitted files need fixed (`emit_fixed`), or None: what `--emit` writes for that
-    engine when it cannot write the winner."""
-    from dataclasses import replace as dc_replace
-
-    from autoplan.cli.emit import emit_fixed
-
-    needs = emit_fixed(engine)  # e.g. a DeepSpeed training run has no pipeline stages
-    if engine == problem.engine and not needs:
-        return None
-    if any(k in problem.fixed and problem.fixed[k] != v for k, v in needs.items()):
-        return None  # the user fixed what the emitted files cannot carry: the refusal says so
-    if problem.precision == "fp8" and engine != "megatron":
-        return None  # that engine runs no FP8 GEMMs (solvers/space.py Problem): it has no plan of this search
-    r = _run(dc_replace(problem, engine=engine, cluster=cluster, fixed={**problem.fixed, **needs}), solver, 1, seed,
-             prof, quiet=True)
-    return r.plans[0] if r.plans else None
 
 
 def _write_out(result, problem, out, formats, engine_best):

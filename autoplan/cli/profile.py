@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 
 import typer
 
+from autoplan.cli.console import console, progress_console
 from autoplan.errors import InputError
 
 
@@ -88,13 +89,12 @@ def profile_command(
 
 
 def _run_with_progress(req):
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from autoplan.profiler.run import count_steps, run_profile
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
+                  console=progress_console(), transient=True) as progress:
         task = progress.add_task("profiling", total=count_steps(req))
         profile = run_profile(req, lambda label: progress.update(task, advance=1, description=label))
         progress.update(task, completed=count_steps(req))
@@ -102,7 +102,6 @@ def _run_with_progress(req):
 
 
 def _print_summary(profile, path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{profile.model.name} on {profile.device.name} ({profile.device.kind})")
@@ -114,11 +113,28 @@ def _print_summary(profile, path: Path) -> None:
         b = bwd.get(key)
         table.add_row(*(str(v) for v in key), f"{f.median_s * 1e3:.3f}",
                       f"{b.median_s * 1e3:.3f}" if b else "-", f"{f.activation_bytes / 2**20:.1f}")
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     for note in profile.notes:
-        console.print(f"note: {note}")
-    console.print(f"wrote {path} ({len(profile.layers)} layer entries, {len(profile.gemms)} GEMM shapes)")
+        out.print(f"note: {note}")
+    out.print(f"wrote {path} ({len(profile.layers)} layer entries, {len(profile.gemms)} GEMM shapes)")
+
+
+def _print_fits(profile, out: Path) -> None:
+    """The communication profile's fits, printed by the rank that wrote the file."""
+    from rich.table import Table
+
+    table = Table(title=f"{profile.backend} x{profile.world_size} ({profile.level})")
+    for col in ("op", "alpha us", "step latency us", "busbw GB/s", "max fit err"):
+        table.add_column(col, justify="right")
+    for f in profile.fits:
+        table.add_row(f.op, f"{f.alpha_us:.1f}", f"{f.step_latency_us:.2f}", f"{f.busbw_gbytes_per_s:.2f}",
+                      f"{f.max_rel_error:.0%}")
+    out_console = console()
+    out_console.print(table)
+    for note in profile.notes:
+        out_console.print(f"note: {note}")
+    out_console.print(f"wrote {out}; GpuSpec overrides: {profile.gpu_overrides}")
 
 
 def profile_comm_command(
@@ -144,7 +160,9 @@ def profile_comm_command(
                       min_bytes=parse_size(min_size, "--min-size"), max_bytes=parse_size(max_size, "--max-size"),
                       repeats=repeats, warmup=warmup, level=level, link_gbytes_per_s=link_gbytes_per_s,
                       backend=backend)
-    run_comm_profile(req, out)
+    profile = run_comm_profile(req, out)
+    if profile is not None:  # the rank that wrote the file
+        _print_fits(profile, out)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,16 +3,14 @@ from __future__ import annotations
 
 from typing import List
 
-from rich.console import Console
 from rich.table import Table
 
+from autoplan.cli.console import console as make_console
 from autoplan.numerics import precision_label
 from autoplan.results import Estimate, Plan
 
-import sys
-
 # Pipes and CI logs get a wide, fixed width so tables do not wrap; terminals use their own width.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = make_console(160)
 SHORT = {"weights": "weights", "grads": "grads", "optimizer": "optim", "activations": "activ", "logits": "logits",
          "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag",
          "cuda_graphs": "graphs"}

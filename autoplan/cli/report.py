@@ -25,8 +25,10 @@ def report_cmd(
     from autoplan.report.inputs import load_saved
     from autoplan.report.write import saved_page, write_page
 
-    if engine not in ("megatron", "deepspeed"):
-        raise InputError(f"--engine {engine!r} must be megatron or deepspeed")
+    from autoplan.keys import ENGINES
+
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine!r} must be {' or '.join(ENGINES)}")
     if not 0.0 <= mem_headroom < 1.0:
         raise InputError(f"--mem-headroom={mem_headroom} must be in [0, 1); e.g. 0.1 keeps 10% free")
     saved = load_saved(plan)

@@ -11,7 +11,7 @@ With p ranks, v model chunks per rank and m micro-batches of t seconds per rank 
   the pipeline never fills: the last micro-batch starts (m - 1) t / v after the first, which needs p t to cross all
   p v chunks, so a step takes p t + (m - 1) t / v: bubble (p - m) t + (m - 1) t / v.
 Unequal ranks: t_max (the slowest rank) runs every micro-batch; the others' times enter the warm-up and cool-down,
-so (p - 1) t becomes sum_s t_s - t_max. tests/test_pipeline_schedule.py checks both forms against a simulation of
+so (p - 1) t becomes sum_s t_s - t_max. tests/unit/test_pipeline_schedule.py checks both forms against a simulation of
 Megatron's per-rank operation order."""
 from __future__ import annotations
 

@@ -308,26 +308,8 @@ def run_comm_profile(req: CommRequest, out: Path) -> Optional[CommProfile]:
                               gpu_overrides=overrides, notes=tuple(notes))
         if dist.get_rank() == 0:
             write_comm_profile(profile, out)
-            _print_fits(profile, out)
             return profile
         return None
     finally:
         dist.barrier()
         dist.destroy_process_group()
-
-
-def _print_fits(profile: CommProfile, out: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{profile.backend} x{profile.world_size} ({profile.level})")
-    for col in ("op", "alpha us", "step latency us", "busbw GB/s", "max fit err"):
-        table.add_column(col, justify="right")
-    for f in profile.fits:
-        table.add_row(f.op, f"{f.alpha_us:.1f}", f"{f.step_latency_us:.2f}", f"{f.busbw_gbytes_per_s:.2f}",
-                      f"{f.max_rel_error:.0%}")
-    console = Console()
-    console.print(table)
-    for note in profile.notes:
-        console.print(f"note: {note}")
-    console.print(f"wrote {out}; GpuSpec overrides: {profile.gpu_overrides}")
