@@ -405,7 +405,7 @@ def test_window_longer_than_the_sequence_is_dropped_and_noted():
     from autoplan.costmodel.estimate import estimate
     from autoplan.modelio import from_hf_config
 
-    config = json.loads((Path(__file__).parent / "data" / "hf_configs" / "phi3_mini_4k_instruct.json").read_text())
+    config = json.loads((Path(__file__).parents[1] / "data" / "hf_configs" / "phi3_mini_4k_instruct.json").read_text())
 
     long_window = from_hf_config({**config, "sliding_window": 262144, "max_position_embeddings": 131072}, "phi4")
     assert long_window.sliding_window == 262144 and long_window.num_sliding_window_layers == 32
