@@ -46,7 +46,7 @@ def brute_force(problem: Problem, *, top_k: int = 5, profile=None, **_) -> Solve
     fits = ev.fits(problem.mem_headroom)
     idx = np.arange(len(grid.layouts))
     infeasible = {"out of memory": int((~fits).sum())} if (~fits).any() else {}
-    return _finish(problem, grid, idx, ev.step_time_s, ev.peak_mem_bytes, fits, top_k, "brute-force", infeasible,
+    return _finish(problem, grid, idx, ev.rank_s, ev.peak_mem_bytes, fits, top_k, "brute-force", infeasible,
                    profile)
 
 
@@ -69,7 +69,7 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
     ok_groups = np.zeros(n_groups, dtype=bool)
     ok_groups[group[probe[ev.fits(problem.mem_headroom)]]] = True
     priced_idx: List[np.ndarray] = [probe]
-    priced_step: List[np.ndarray] = [ev.step_time_s]
+    priced_step: List[np.ndarray] = [ev.rank_s]
     priced_peak: List[np.ndarray] = [ev.peak_mem_bytes]
     priced_fit: List[np.ndarray] = [ev.fits(problem.mem_headroom)]
     # Pass 2..: recompute options in increasing order, every ZeRO stage of an option together.
@@ -82,7 +82,7 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
         ev = price(problem, lay.take(sel), profile=profile)
         fits = ev.fits(problem.mem_headroom)
         priced_idx.append(sel)
-        priced_step.append(ev.step_time_s)
+        priced_step.append(ev.rank_s)
         priced_peak.append(ev.peak_mem_bytes)
         priced_fit.append(fits)
         solved[group[sel[fits]]] = True

@@ -6,8 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, load_inputs, print_json,
-                                 read_strategy)
+from autoplan.cli.common import (CKPT_METHOD_HELP, DEFAULT_GBS, DEFAULT_SEQ, RESILIENCE_HELP, apply_resilience,
+                                 load_inputs, print_json, read_strategy)
 from autoplan.cli.emit import emit_request
 from autoplan.numerics import PRECISION_HELP
 
@@ -25,8 +25,11 @@ def plan_cmd(
     gbs: int = typer.Option(DEFAULT_GBS, "--gbs", help="Global batch, sequences."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     objective: str = typer.Option("throughput", "--objective",
-                                  help="throughput: fastest on all --gpus; cost: fewest GPU-hours per token, "
+                                  help="throughput: fastest on all --gpus; goodput: most tokens per second net of "
+                                       "failures, checkpoints and restarts; cost: fewest GPU-hours per token, "
                                        "trying --gpus, --gpus/2, --gpus/4, ... (whole nodes)."),
+    ckpt_method: Optional[str] = typer.Option(None, "--ckpt-method", help=CKPT_METHOD_HELP),
+    resilience: Optional[List[str]] = typer.Option(None, "--resilience", help=RESILIENCE_HELP),
     solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
                                                         "optuna, or brute-force."),
     fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8)."),
@@ -55,12 +58,13 @@ def plan_cmd(
     from autoplan.solvers.policy import search_constraints
     from autoplan.solvers.space import Problem, parse_constraints
 
-    if objective not in ("throughput", "cost"):
-        raise InputError(f"--objective {objective!r} must be throughput or cost")
+    if objective not in ("throughput", "goodput", "cost"):
+        raise InputError(f"--objective {objective!r} must be throughput, goodput or cost")
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
     formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    c = apply_resilience(c, ckpt_method, resilience)
     prof, c = _profiles(profile, m, c, quiet=as_json)
     from autoplan.calibration.calfile import load_and_apply
 
@@ -69,7 +73,8 @@ def plan_cmd(
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal)
+                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal,
+                      objective="goodput" if objective == "goodput" else "throughput")
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
