@@ -77,3 +77,6 @@ class Plan(BaseModel):
     workload: Workload
     strategy: Strategy
     estimate: Estimate
+    objective: Optional[str] = Field(None, description="What the search ranked by when not throughput: 'goodput' "
+                                                       "(the launch files then carry its checkpoint interval and "
+                                                       "method).")

@@ -65,6 +65,24 @@ def _zero_section(plan: Plan) -> Dict[str, Any]:
     return zero
 
 
+def checkpoint_section(plan: Plan) -> Dict[str, Any]:
+    """DeepSpeed's checkpoint settings for the method a plan ranked by goodput was priced with; {} otherwise (and
+    for blocking saves, DeepSpeed's default). async: the FastPersist writer, decoupled from training
+    (runtime/model_checkpointing/constants.py "writer": {"type": "fast", "decoupled": true};
+    checkpoint_engine/utils.py create_checkpoint_engine picks DecoupledCheckpointEngine). local: each rank saves
+    under its local rank on node-local storage (runtime/constants.py use_node_local_storage; engine.py
+    `rank = self.local_rank if self.use_node_local_storage()`); DeepSpeed keeps no replicas. The interval is the
+    training script's: call engine.save_checkpoint every `checkpoint_interval_steps` steps (launch.sh header)."""
+    e = plan.estimate
+    if plan.objective != "goodput" or e.checkpoint_method is None:
+        return {}
+    if e.checkpoint_method == "async":
+        return {"writer": {"type": "fast", "decoupled": True}}
+    if e.checkpoint_method == "local":
+        return {"use_node_local_storage": True}
+    return {}
+
+
 def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     """The ds_config dict for the plan (validated against the key allow-list)."""
     check_deepspeed_plan(plan)
@@ -98,6 +116,9 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     if s.tp > 1:
         # AutoTP (runtime/tensor_parallel/config.py TPTrainingConfig); batch sizes above use dp = world / tp.
         config["tensor_parallel"] = {"autotp_size": s.tp}
+    checkpoint = checkpoint_section(plan)
+    if checkpoint and not probe:
+        config["checkpoint"] = checkpoint
     check_deepspeed_keys(config)
     return config
 
@@ -148,6 +169,11 @@ def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
     approximations = [] if train_script else ds_train_approximations(plan.model)
     if approximations:
         autotp_note += f"# ds_train.py approximates {plan.model.name}: {'; '.join(approximations)}\n"
+    e = plan.estimate
+    if plan.objective == "goodput" and e.checkpoint_interval_steps and not probe:
+        autotp_note += (f"# checkpoints ({e.checkpoint_method}): engine.save_checkpoint every "
+                        f"{e.checkpoint_interval_steps} steps ({e.checkpoint_interval_s:,.0f} s), the interval "
+                        f"priced for goodput\n")
     return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
             f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n{autotp_note}")

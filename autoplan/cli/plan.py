@@ -282,6 +282,8 @@ def _write_out(result, problem, out, formats, engine_best):
     from autoplan.cli.emit import search_emit_files, write_all
 
     best = result.plans[0]
+    if problem.objective == "goodput":  # the launch files carry the checkpoint interval and method it was ranked by
+        best = best.model_copy(update={"objective": "goodput"})
     files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
     if formats:
         emitted, said, missing = search_emit_files(best, formats, Path(out), engine_best)
