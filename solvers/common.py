@@ -46,7 +46,9 @@ def price(problem: Problem, lay: Layouts, cal: Optional[Calibration] = None, pro
     parts = []
     for start in range(0, len(lay), chunk):
         sub = lay.take(slice(start, start + chunk))
-        parts.append(_ranked(problem, evaluate(problem.model, problem.cluster, problem.workload, sub, cal, profile)))
+        ev = evaluate(problem.model, problem.cluster, problem.workload, sub, cal, profile,
+                      checkpoints=problem.objective == "goodput")
+        parts.append(_ranked(problem, ev))
     if len(parts) == 1:
         return parts[0]
     joined = lambda name: (None if getattr(parts[0], name) is None  # noqa: E731

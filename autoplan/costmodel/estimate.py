@@ -73,12 +73,17 @@ def all_stages(model: ModelSpec, lay: Layouts):
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layouts,
-             cal: Calibration = DEFAULT, profile=None, every_rank: bool = False) -> Evaluation:
+             cal: Calibration = DEFAULT, profile=None, every_rank: bool = False,
+             checkpoints: Optional[bool] = None) -> Evaluation:
+    """Per-candidate step time and memory (sampled ranks, or `every_rank`); the checkpoint sizes goodput needs with
+    `checkpoints` (default: with `every_rank`, the full estimate; a search asks for them under --objective
+    goodput)."""
+    checkpoints = every_rank if checkpoints is None else checkpoints
     hw = hardware_of(cluster)
     stages, weights, valid = (all_stages if every_rank else sampled_stages)(model, lay)
     n, k = stages.shape
     rows = np.repeat(np.arange(n), k)
-    rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile)
+    rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile, checkpoints)
 
     def grid(x):
         return np.broadcast_to(np.asarray(x, dtype=float), (n * k,)).reshape(n, k)
@@ -123,8 +128,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
         num_microbatches=m_micro.astype(int),
         stage_memory=total if every_rank else None,
         stage_terms=mem_grid if every_rank else None,
-        checkpoint_local_bytes=np.where(valid, grid(rc.checkpoint_local), 0.0).max(axis=1),
-        checkpoint_unique_bytes=np.where(valid, grid(rc.checkpoint_unique), 0.0).max(axis=1),
+        checkpoint_local_bytes=np.where(valid, grid(rc.checkpoint_local), 0.0).max(axis=1) if checkpoints else None,
+        checkpoint_unique_bytes=np.where(valid, grid(rc.checkpoint_unique), 0.0).max(axis=1) if checkpoints else None,
     )
 
 

@@ -67,8 +67,9 @@ def _per_domain(group_stride, group_size, hw: Hardware):
 
 
 def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.ndarray, cal: Calibration,
-              profile=None) -> RankCost:
-    """Seconds per micro batch and bytes of each (candidate, pipeline rank) row."""
+              profile=None, checkpoints: bool = True) -> RankCost:
+    """Seconds per micro batch and bytes of each (candidate, pipeline rank) row; the checkpoint sizes only with
+    `checkpoints` (what goodput needs; a throughput search skips them)."""
     sh = C.shard_of(m, lay, wl.seq_len)
     st = stage_layers(m, lay, stage)
     cpt = _compute(m, hw, wl, lay, sh, st, cal, profile)
@@ -88,7 +89,8 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
                          flex_buffers, head)
     offload = _offload_exposed(hw, lay, st, cpt, layer_bytes)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
-                    memory, offload, cpt.fwd, *M.checkpoint_bytes(params_dense, params_expert, lay, edp))
+                    memory, offload, cpt.fwd,
+                    *(M.checkpoint_bytes(params_dense, params_expert, lay, edp) if checkpoints else (0.0, 0.0)))
 
 
 def _offload_exposed(hw: Hardware, lay: Layouts, st, cpt: _Compute, layer_bytes):
