@@ -79,7 +79,8 @@ def main() -> None:
     plain = _median(lambda: price(problem, lay), a.repeats)
     good = _median(lambda: price(replace(problem, objective="goodput"), lay), a.repeats)
     print(f"   price all {len(lay):,} legal candidates: {plain:.3f} s throughput, {good:.3f} s goodput "
-          f"({good / plain - 1:+.1%}: the checkpoint sizes of every sampled rank, and the goodput terms)")
+          f"(goodput {good / plain - 1:+.1%}; it adds the checkpoint sizes of every sampled rank and the goodput "
+          f"terms)")
     n = 1_000_000
     step, local, unique = np.full(n, 5.4), np.full(n, 6e9), np.full(n, 3e8)
     per = _median(lambda: cluster_goodput(c, step, local, unique), a.repeats) / n

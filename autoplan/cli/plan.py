@@ -302,12 +302,18 @@ def _print(result, problem, base_plan, explain, objective):
     where = f"up to {c.num_gpus}" if objective == "cost" else f"{c.num_gpus}"
     title = (f"{m.name} on {where} x {c.gpu.id}, seq {wl.seq_len}, gbs {wl.global_batch_size}: "
              f"top {len(result.plans)} of {result.feasible:,} feasible"
-             + (", by GPU-hours per token" if objective == "cost" else ""))
+             + (", by GPU-hours per token" if objective == "cost" else "")
+             + (", by goodput" if objective == "goodput" else ""))
     console.print(plans_table(result.plans, title, show_gpus=objective == "cost"))
     rejected = ", ".join(f"{v:,} {k}" for k, v in result.infeasible.items())
     console.print(f"searched {result.space_size:,} legal candidates ({result.evaluated:,} priced) in "
                   f"{result.wall_s:.2f} s with {result.solver}" + (f"; skipped: {rejected}" if rejected else ""))
     best = result.plans[0]
+    e = best.estimate
+    if e.useful_fraction is not None:
+        console.print(f"goodput ({e.checkpoint_method} checkpoints): job MTBF {e.expected_job_mtbf_s / 3600:,.2f} h, "
+                      f"restart {e.restart_s:,.0f} s; #1 saves {e.checkpoint_gib_per_rank:,.2f} GiB per rank every "
+                      f"{e.checkpoint_interval_steps} steps, {e.useful_fraction:.1%} of the time trains and is kept")
     if objective == "cost":
         for p in result.plans[:3]:
             gpu_hours = 1e9 / p.estimate.tokens_per_s_per_gpu / 3600

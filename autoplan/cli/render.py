@@ -12,7 +12,7 @@ from autoplan.results import Estimate, Plan
 import sys
 
 # Pipes and CI logs get a wide, fixed width so tables do not wrap; terminals use their own width.
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = Console(width=None if sys.stdout.isatty() else 180)
 SHORT = {"weights": "weights", "grads": "grads", "optimizer": "optim", "activations": "activ", "logits": "logits",
          "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag",
          "cuda_graphs": "graphs"}
@@ -75,7 +75,7 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
     t.add_column("GEMMs")  # the training's precision: FP8 / NVFP4 rows change the numerics (autoplan/numerics.py)
     for col, just in ( ("step s", "right"), ("tok/s/GPU", "right"),
                       ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left"),
-                      ("goodput", "right"), ("ckpt every", "right"), ("stall s", "right")):
+                      ("goodput/GPU", "right"), ("ckpt every", "right"), ("stall s", "right")):
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
@@ -83,15 +83,16 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
         t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe),
                   gemms if gemms == "bf16" else f"[bold magenta]{gemms}[/bold magenta]", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
-                  e.bottleneck, *_goodput_cells(e))
+                  e.bottleneck, *_goodput_cells(e, p.cluster.num_gpus))
     return t
 
 
-def _goodput_cells(e: Estimate) -> List[str]:
-    """goodput (useful-time fraction), checkpoint interval (steps and seconds) and stall of a plan's row."""
+def _goodput_cells(e: Estimate, gpus: int) -> List[str]:
+    """A plan row's goodput (tokens/s per GPU and the useful-time fraction), checkpoint interval and save stall
+    (the interval in steps is in the estimate and plan.json)."""
     if e.useful_fraction is None:
-        return ["-", "-", "-"]
-    return [f"{e.useful_fraction:.1%}", f"{e.checkpoint_interval_steps} st/{e.checkpoint_interval_s:,.0f} s",
+        return ["-"] * 3
+    return [f"{e.goodput_tokens_per_s / gpus:,.0f} {e.useful_fraction:.1%}", f"{e.checkpoint_interval_s:,.0f} s",
             f"{e.checkpoint_stall_s:.2f}"]
 
 
