@@ -145,6 +145,9 @@ def _ds_train_args(plan: Plan, probe: bool) -> str:
         args.append(f"--recompute {s.recompute}")
     if s.recompute == "full":
         args.append(f"--recompute-method {s.recompute_method or 'uniform'} --recompute-layers {s.recompute_layers or 1}")
+    e = plan.estimate
+    if plan.objective == "goodput" and e.checkpoint_interval_steps and not probe:  # the interval priced for goodput
+        args.append(f"--save-dir \"${{CHECKPOINT_DIR:-$HERE/checkpoints}}\" --save-interval {e.checkpoint_interval_steps}")
     return " ".join(args)
 
 
@@ -172,8 +175,8 @@ def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
     e = plan.estimate
     if plan.objective == "goodput" and e.checkpoint_interval_steps and not probe:
         autotp_note += (f"# checkpoints ({e.checkpoint_method}): engine.save_checkpoint every "
-                        f"{e.checkpoint_interval_steps} steps ({e.checkpoint_interval_s:,.0f} s), the interval "
-                        f"priced for goodput\n")
+                        f"{e.checkpoint_interval_steps} steps ({e.checkpoint_interval_s:,.0f} s, priced for goodput) "
+                        f"into CHECKPOINT_DIR\n")
     return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
             f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n{autotp_note}")

@@ -176,3 +176,46 @@ def test_goodput_plan_emits_the_priced_checkpoints(tmp_path, capsys):
     assert "--non-persistent-ckpt-type local" in args and "--replication-jump 8" in args
     assert '--non-persistent-local-ckpt-dir "${LOCAL_CKPT_DIR}"' in args
     assert "LOCAL_CKPT_DIR=" in (tmp_path / "train.sh").read_text()
+
+
+def _goodput_plan(method, **strategy):
+    """A golden-style plan ranked by goodput with a priced checkpoint interval of 40 steps."""
+    from engine_checks.plans import GPT2_SMALL, make_plan
+
+    plan = make_plan(GPT2_SMALL, 16, 1024, 64, **strategy)
+    est = plan.estimate.model_copy(update={"checkpoint_method": method, "checkpoint_interval_steps": 40,
+                                           "checkpoint_interval_s": 40.0})
+    return plan.model_copy(update={"estimate": est, "objective": "goodput"})
+
+
+@pytest.mark.parametrize("method, section", [("async", {"writer": {"type": "fast", "decoupled": True}}),
+                                             ("local", {"use_node_local_storage": True}), ("blocking", None)])
+def test_deepspeed_files_carry_the_priced_checkpoints(method, section):
+    from integrations.deepspeed import deepspeed_config, emit_deepspeed
+
+    plan = _goodput_plan(method, zero=1, mbs=2)
+    assert deepspeed_config(plan).get("checkpoint") == section
+    assert "checkpoint" not in deepspeed_config(plan, probe=True)
+    launch = emit_deepspeed(plan)["launch.sh"]
+    assert '--save-dir "${CHECKPOINT_DIR:-$HERE/checkpoints}" --save-interval 40' in launch
+    assert "--save-interval" not in emit_deepspeed(plan, probe=True)["launch.sh"]
+
+
+def test_megatron_async_files():
+    from integrations.megatron import emit_megatron
+
+    files = emit_megatron(_goodput_plan("async", zero=1, mbs=2))
+    assert files["megatron_args.txt"].endswith("--async-save\n--use-persistent-ckpt-worker\n--ckpt-format torch_dist\n")
+    assert 'SAVE_INTERVAL="${SAVE_INTERVAL:-40}"' in files["train.sh"]
+    fsdp = emit_megatron(_goodput_plan("async", zero=3, mbs=2))["megatron_args.txt"]
+    assert fsdp.count("--ckpt-format") == 1 and "--ckpt-format fsdp_dtensor" in fsdp  # Megatron-FSDP's own format
+    probe = emit_megatron(_goodput_plan("async", zero=1, mbs=2), probe=True)["megatron_args.txt"]
+    assert "--async-save" not in probe and "--save" not in probe
+
+
+def test_ds_train_takes_the_save_arguments():
+    from integrations.ds_train import parse_args
+
+    a = parse_args(["--deepspeed_config", "c.json", "--model-json", "m.json", "--seq-len", "64", "--save-dir", "ck",
+                    "--save-interval", "40"])
+    assert (a.save_dir, a.save_interval) == ("ck", 40)

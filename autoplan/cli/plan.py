@@ -281,12 +281,17 @@ def _write_out(result, problem, out, formats, engine_best):
 
     from autoplan.cli.emit import search_emit_files, write_all
 
-    best = result.plans[0]
-    if problem.objective == "goodput":  # the launch files carry the checkpoint interval and method it was ranked by
-        best = best.model_copy(update={"objective": "goodput"})
+    def stamped(plan):
+        """Under --objective goodput a plan's launch files carry the checkpoint interval and method it was ranked
+        by (integrations/megatron.py checkpoint_args, deepspeed.py checkpoint_section)."""
+        if plan is None or problem.objective != "goodput":
+            return plan
+        return plan.model_copy(update={"objective": "goodput"})
+
+    best = stamped(result.plans[0])
     files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
     if formats:
-        emitted, said, missing = search_emit_files(best, formats, Path(out), engine_best)
+        emitted, said, missing = search_emit_files(best, formats, Path(out), lambda e: stamped(engine_best(e)))
         files.update(emitted)
     write_all(files)
     for line in said + missing:
