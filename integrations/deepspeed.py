@@ -147,7 +147,8 @@ def _ds_train_args(plan: Plan, probe: bool) -> str:
         args.append(f"--recompute-method {s.recompute_method or 'uniform'} --recompute-layers {s.recompute_layers or 1}")
     e = plan.estimate
     if plan.objective == "goodput" and e.checkpoint_interval_steps and not probe:  # the interval priced for goodput
-        args.append(f"--save-dir \"${{CHECKPOINT_DIR:-$HERE/checkpoints}}\" --save-interval {e.checkpoint_interval_steps}")
+        args.append(f"--save-dir \"${{CHECKPOINT_DIR:-$HERE/checkpoints}}\" "
+                    f"--save-interval {e.checkpoint_interval_steps}")
     return " ".join(args)
 
 

@@ -436,12 +436,15 @@ def checkpoint_args(plan: Plan) -> List[str]:
     e = plan.estimate
     if plan.objective != "goodput" or e.checkpoint_method is None:
         return []
+    asynchronous = ["--async-save", "--use-persistent-ckpt-worker"] + (
+        ["--ckpt-format", "torch_dist"] if plan.strategy.zero < 2 else [])
     if e.checkpoint_method == "async":
-        return ["--async-save", "--use-persistent-ckpt-worker"] + (
-            ["--ckpt-format", "torch_dist"] if plan.strategy.zero < 2 else [])
+        return asynchronous
     if e.checkpoint_method == "local":
+        # Saved asynchronously, as priced: checkpointing.py hands the local checkpoint manager's save
+        # is_async=args.async_save.
         per_node = world_layout(plan)["gpus_per_node"]
-        return ["--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "${LOCAL_CKPT_DIR}",
+        return asynchronous + ["--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "${LOCAL_CKPT_DIR}",
                 "--non-persistent-save-interval", str(e.checkpoint_interval_steps), "--replication",
                 "--replication-jump", str(per_node), "--replication-factor",
                 str(plan.cluster.resilience.replication)]

@@ -119,7 +119,9 @@ def _save_times(spec: ResilienceSpec, local_bytes, unique_bytes, world: int, gpu
 
 def goodput_terms(spec: ResilienceSpec, step_time_s, local_bytes, unique_bytes, *, world: int, nodes: int,
                   gpus_per_node: int, host_bytes_per_s: float, network_bytes_per_s_per_node: float) -> Goodput:
-    """Interval, stall, restart and useful fraction of each candidate (arrays of the same length)."""
+    """Interval, stall, restart and useful fraction of each candidate (arrays of the same length). The bytes are
+    the candidate's largest rank's (costmodel/estimate.py Evaluation): every node is priced as writing what that
+    rank's node writes, so the slowest node sets the pace."""
     step = np.asarray(step_time_s, dtype=float)
     mtbf = job_mtbf_s(spec, nodes, gpus_per_node)
     ckpt, stall, persist, load = _save_times(spec, np.asarray(local_bytes, dtype=float),
