@@ -24,8 +24,11 @@ from autoplan.costmodel.goodput import daly_interval, useful_fraction
 TOLERANCE_POINTS = 0.5
 MTBF_H = (0.5, 1.0, 3.0, 12.0, 48.0)
 CHECKPOINT_S = (1.0, 10.0, 60.0, 300.0)
-RESTART_S = 600.0
-ASYNC_STALL_SHARE = 0.02  # an asynchronous save's stall as a share of its write (the device-to-host copy)
+RESTART_S = 600.0  # R = 10 min, as in Daly 2006's worked cases (figs. 3-5)
+# An asynchronous save's stall as a share of its write: the device-to-host copy at PCIe Gen5 (~55 GB/s,
+# GpuSpec.host_bandwidth_gbytes_per_s) against a node's share of the store at ~1 GB/s per rank (25 GB/s per node of 8
+# GPUs, ResilienceSpec.storage_write_gbytes_per_s_per_node): about 1/50.
+ASYNC_STALL_SHARE = 0.02
 
 
 def simulate(tau: float, delta: float, persist: float, restart: float, mtbf: float, failures: int,
