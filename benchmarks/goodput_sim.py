@@ -26,8 +26,8 @@ MTBF_H = (0.5, 1.0, 3.0, 12.0, 48.0)
 CHECKPOINT_S = (1.0, 10.0, 60.0, 300.0)
 RESTART_S = 600.0  # R = 10 min, as in Daly 2006's worked cases (figs. 3-5)
 # An asynchronous save's stall as a share of its write: the device-to-host copy at PCIe Gen5 (~55 GB/s,
-# GpuSpec.host_bandwidth_gbytes_per_s) against a node's share of the store at ~1 GB/s per rank (25 GB/s per node of 8
-# GPUs, ResilienceSpec.storage_write_gbytes_per_s_per_node): about 1/50.
+# GpuSpec.host_bandwidth_gbytes_per_s) against a rank's share of the store, between the node limit (25 GB/s over 8
+# GPUs, ~3 GB/s: 1/18) and the aggregate limit at 16,384 GPUs (2 TB/s, ~0.12 GB/s per rank: 1/450); ResilienceSpec.
 ASYNC_STALL_SHARE = 0.02
 
 
