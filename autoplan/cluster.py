@@ -8,6 +8,8 @@ from typing import Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from autoplan.resilience import ResilienceSpec
+
 
 class GpuSpec(BaseModel):
     """One accelerator and the node it sits in, from a datasheet (`profiles/gpus/*.yaml`)."""
@@ -63,6 +65,8 @@ class ClusterSpec(BaseModel):
     gpu: GpuSpec = Field(description="The accelerator.")
     num_gpus: int = Field(gt=0, description="Total GPUs in the job (world size).")
     name: Optional[str] = Field(None, description="Optional label.")
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec,
+                                       description="Failure rate, checkpoint method and storage, restart costs.")
 
     @property
     def num_nodes(self) -> int:

@@ -20,7 +20,9 @@ from autoplan.fileio import read_text
 from autoplan.modelio import validation_message
 
 __all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID", "is_comm_profile", "apply_comm_profile",
-           "gpu_id_of_device"]
+           "gpu_id_of_device", "with_resilience"]
+
+CLUSTER_KEYS = ["gpu", "num_gpus", "name", "comm_profile", "resilience"]
 
 CPU_ID = "cpu"  # host CPU cores standing in as devices (gloo) for probe runs; see profiles/gpus/cpu.yaml
 
@@ -75,12 +77,11 @@ def _read_yaml_mapping(path: Path) -> Any:
 
 
 def _read_cluster_file(path: Path, data: Dict[str, Any]) -> Dict[str, Any]:
-    unknown = set(data) - {"gpu", "num_gpus", "name", "comm_profile"}
+    unknown = set(data) - set(CLUSTER_KEYS)
     if unknown:
         key = sorted(unknown)[0]
         raise InputError(f"cluster file {str(path)!r}: unknown key {key!r}"
-                         f"{did_you_mean(key, ['gpu', 'num_gpus', 'name', 'comm_profile'])}; allowed: gpu, num_gpus, "
-                         f"name, comm_profile")
+                         f"{did_you_mean(key, CLUSTER_KEYS)}; allowed: {', '.join(CLUSTER_KEYS)}")
     if "gpu" not in data:
         raise InputError(f"cluster file {str(path)!r} has no `gpu:`; add `gpu: <id>` (one of "
                          f"{', '.join(gpu_ids())}) or a full GPU mapping")
@@ -178,7 +179,7 @@ def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
     --gpus) overrides the file's count."""
     if not ref or not ref.strip():
         raise InputError(f"cluster is empty; pass a GPU id ({', '.join(gpu_ids())}) or a cluster YAML")
-    name = None
+    name, resilience = None, {}
     if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref:
         path = Path(ref).expanduser()
         data = _read_yaml_mapping(path)
@@ -192,6 +193,10 @@ def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
                 comm_path = (path.parent / str(data["comm_profile"])).expanduser()
                 gpu = apply_comm_profile(gpu, _read_yaml_mapping(comm_path), str(comm_path))
             name = data.get("name") or path.stem
+            resilience = data.get("resilience") or {}
+            if not isinstance(resilience, dict):
+                raise InputError(f"cluster file {str(path)!r}: resilience={resilience!r} must be a mapping of "
+                                 f"ResilienceSpec fields (e.g. `resilience: {{ckpt_method: async}}`)")
             if num_gpus is None:
                 num_gpus = data.get("num_gpus")
     else:
@@ -200,4 +205,20 @@ def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
         gpu, count = _cpu_node(gpu, num_gpus)
     else:
         count = _check_count(gpu, gpu.gpus_per_node if num_gpus is None else num_gpus)
-    return ClusterSpec(gpu=gpu, num_gpus=count, name=str(name) if name is not None else None)
+    cluster = ClusterSpec(gpu=gpu, num_gpus=count, name=str(name) if name is not None else None)
+    return with_resilience(cluster, resilience, f"cluster file {ref!r} resilience") if resilience else cluster
+
+
+def with_resilience(cluster: ClusterSpec, updates: Mapping[str, Any], where: str) -> ClusterSpec:
+    """`cluster` with some ResilienceSpec fields replaced (a cluster file's `resilience:`, --resilience,
+    --ckpt-method); one-line InputError naming the field and its rule."""
+    from autoplan.resilience import ResilienceSpec
+
+    merged = {**cluster.resilience.model_dump(exclude_unset=True), **dict(updates)}
+    if {"node_mtbf_h", "gpu_mtbf_h"} & set(updates):  # a rate given here replaces one given before
+        merged = {k: v for k, v in merged.items() if k not in ({"node_mtbf_h", "gpu_mtbf_h"} - set(updates))}
+    try:
+        spec = ResilienceSpec.model_validate(merged)
+    except ValidationError as e:
+        raise InputError(validation_message(e, where, ResilienceSpec)) from None
+    return cluster.model_copy(update={"resilience": spec})

@@ -1,7 +1,7 @@
 """`Estimate` and `Plan`: what the cost model and the search return."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -12,7 +12,9 @@ from autoplan.workload import Workload
 
 # Keys of `autoplan estimate --json` that are a stable contract.
 ESTIMATE_CONTRACT_KEYS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu",
-                          "peak_mem_gib", "fits", "time_breakdown", "memory_breakdown")
+                          "peak_mem_gib", "fits", "time_breakdown", "memory_breakdown", "goodput_tokens_per_s",
+                          "checkpoint_interval_s", "checkpoint_stall_s", "checkpoint_gib_per_rank",
+                          "expected_job_mtbf_s")
 
 
 class StageMemory(BaseModel):
@@ -47,6 +49,18 @@ class Estimate(BaseModel):
     bottleneck: str = Field("", description="Largest time term.")
     sources: Dict[str, str] = Field(default_factory=dict, description="Where each time term came from.")
     notes: List[str] = Field(default_factory=list, description="Choices made for the user, and warnings.")
+    # Goodput under failures (autoplan/costmodel/goodput.py), with the cluster's resilience inputs.
+    goodput_tokens_per_s: Optional[float] = Field(None, description="tokens_per_s x useful_fraction.")
+    useful_fraction: Optional[float] = Field(None, description="Share of wall time that trains and is kept, 0..1.")
+    checkpoint_method: Optional[str] = Field(None, description="blocking, async or local.")
+    checkpoint_interval_s: Optional[float] = Field(None, description="Training time between checkpoints, s.")
+    checkpoint_interval_steps: Optional[int] = Field(None, description="The same in steps (--save-interval).")
+    checkpoint_stall_s: Optional[float] = Field(None, description="Training time each save stalls, s.")
+    checkpoint_persist_s: Optional[float] = Field(None, description="After the stall, until the save is durable, s.")
+    checkpoint_gib_per_rank: Optional[float] = Field(None, description="Bytes a rank saves per checkpoint, GiB.")
+    restart_s: Optional[float] = Field(None, description="Failure to training again (incl. the load), s.")
+    lost_work_s: Optional[float] = Field(None, description="Expected training redone per failure, s.")
+    expected_job_mtbf_s: Optional[float] = Field(None, description="Mean time between failures of the job, s.")
 
     def contract(self) -> Dict[str, Any]:
         """The JSON object of `autoplan estimate --json`."""
@@ -63,3 +77,6 @@ class Plan(BaseModel):
     workload: Workload
     strategy: Strategy
     estimate: Estimate
+    objective: Optional[str] = Field(None, description="What the search ranked by when not throughput: 'goodput' "
+                                                       "(the launch files then carry its checkpoint interval and "
+                                                       "method).")

@@ -67,6 +67,24 @@ def _zero_section(plan: Plan) -> Dict[str, Any]:
     return zero
 
 
+def checkpoint_section(plan: Plan) -> Dict[str, Any]:
+    """DeepSpeed's checkpoint settings for the method a plan ranked by goodput was priced with; {} otherwise (and
+    for blocking saves, DeepSpeed's default). async: the FastPersist writer, decoupled from training
+    (runtime/model_checkpointing/constants.py "writer": {"type": "fast", "decoupled": true};
+    checkpoint_engine/utils.py create_checkpoint_engine picks DecoupledCheckpointEngine). local: each rank saves
+    under its local rank on node-local storage (runtime/constants.py use_node_local_storage; engine.py
+    `rank = self.local_rank if self.use_node_local_storage()`); DeepSpeed keeps no replicas. The interval is the
+    training script's: call engine.save_checkpoint every `checkpoint_interval_steps` steps (launch.sh header)."""
+    e = plan.estimate
+    if plan.objective != "goodput" or e.checkpoint_method is None:
+        return {}
+    if e.checkpoint_method == "async":
+        return {"writer": {"type": "fast", "decoupled": True}}
+    if e.checkpoint_method == "local":
+        return {"use_node_local_storage": True}
+    return {}
+
+
 def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     """The ds_config dict for the plan (validated against the key allow-list)."""
     check_deepspeed_plan(plan)
@@ -100,6 +118,9 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     if s.tp > 1:
         # AutoTP (runtime/tensor_parallel/config.py TPTrainingConfig); batch sizes above use dp = world / tp.
         config["tensor_parallel"] = {"autotp_size": s.tp}
+    checkpoint = checkpoint_section(plan)
+    if checkpoint and not probe:
+        config["checkpoint"] = checkpoint
     check_deepspeed_keys(config)
     return config
 
@@ -141,14 +162,23 @@ def _hf_train_args(plan: Plan) -> str:
 
 # launch.sh of a training run: the model (MODEL_CONFIG for fresh weights, PRETRAINED for a checkpoint's), the data
 # and the checkpoint folder, each from the environment.
-TRAINING_ENV = f"""# Model: MODEL_CONFIG=<HF config.json or its folder> (fresh weights) or PRETRAINED=<HF checkpoint folder or id>.
+DEFAULT_SAVE_INTERVAL = 500
+
+
+def training_env(plan: Plan) -> str:
+    """launch.sh's environment block of a training run; SAVE_INTERVAL defaults to the interval a plan ranked by
+    goodput was priced with (autoplan/costmodel/goodput.py), else DEFAULT_SAVE_INTERVAL."""
+    e = plan.estimate
+    save = e.checkpoint_interval_steps if plan.objective == "goodput" and e.checkpoint_interval_steps \
+        else DEFAULT_SAVE_INTERVAL
+    return f"""# Model: MODEL_CONFIG=<HF config.json or its folder> (fresh weights) or PRETRAINED=<HF checkpoint folder or id>.
 # Data: DATA_PATH=<prefix> of a Megatron-LM indexed dataset, prefix.bin + prefix.idx (tools/preprocess_data.py).
 # Checkpoints: CHECKPOINT_DIR (default ./checkpoints beside this script) every SAVE_INTERVAL steps; a rerun resumes.
 : "${{DATA_PATH:?set DATA_PATH to the prefix of a tokenized .bin/.idx dataset}}"
 if [[ -n "${{PRETRAINED:-}}" ]]; then MODEL_ARGS=(--pretrained "$PRETRAINED")
 else MODEL_ARGS=(--model-config "${{MODEL_CONFIG:?set MODEL_CONFIG (a Hugging Face config.json) or PRETRAINED}}"); fi
 CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"
-SAVE_INTERVAL="${{SAVE_INTERVAL:-500}}"
+SAVE_INTERVAL="${{SAVE_INTERVAL:-{save}}}"
 ITERS="${{ITERS:-{DEFAULT_TRAIN_ITERS}}}"
 """
 
@@ -202,6 +232,11 @@ def _launch_header(plan: Plan, probe: bool, train_script: Optional[str]) -> str:
             f"full {s.recompute_method or 'uniform'} {s.recompute_layers or 1}"
         autotp_note += (f"# recompute {planned} runs as gradient checkpointing of every layer (Hugging Face "
                         f"gradient_checkpointing_enable): less memory than planned, more time\n")
+    e = plan.estimate
+    if plan.objective == "goodput" and e.checkpoint_interval_steps and not probe:
+        autotp_note += (f"# checkpoints ({e.checkpoint_method}): engine.save_checkpoint every "
+                        f"{e.checkpoint_interval_steps} steps ({e.checkpoint_interval_s:,.0f} s, priced for goodput) "
+                        f"into CHECKPOINT_DIR (SAVE_INTERVAL)\n")
     return (f"#!/usr/bin/env bash\n# autoplan {kind}: {plan.model.name} on {plan.cluster.num_gpus} x "
             f"{plan.cluster.gpu.id}, seq {plan.workload.seq_len}, global batch {plan.workload.global_batch_size}\n"
             f"# strategy: {plan.strategy.label()}\n{autotp_note}")
@@ -251,7 +286,7 @@ def launch_script(plan: Plan, *, probe: bool = False, train_script: Optional[str
     elif probe:
         script, script_args, env = "$HERE/ds_train.py", " " + _ds_train_args(plan, probe), ""
     else:
-        script, script_args, env = "$HERE/ds_hf_train.py", " " + _hf_train_args(plan), TRAINING_ENV
+        script, script_args, env = "$HERE/ds_hf_train.py", " " + _hf_train_args(plan), training_env(plan)
     body = _one_node_launch(plan) if len(node_slots(plan)) == 1 else _multi_node_launch(plan)
     head, _, launch = body.partition("\nexec deepspeed")
     return (_launch_header(plan, probe, train_script) + head + "\n" + (env and env + "\n") + "exec deepspeed" + launch

@@ -6,7 +6,8 @@ Usage:
     deepspeed --num_gpus 8 ds_train.py --deepspeed_config ds_config.json --model-json model.json --seq-len 4096
     torchrun --nproc_per_node 2 ds_train.py --deepspeed_config ds_config.json --model-json model.json --seq-len 64
 Options: --iters K (default 10), --recompute none|selective|full, --recompute-method uniform|block,
---recompute-layers N (the Strategy fields of the same names), --seed S.
+--recompute-layers N (the Strategy fields of the same names), --seed S, --save-dir DIR with --save-interval N
+(engine.save_checkpoint every N steps, with the ds_config's "checkpoint" settings).
 
 The model is built from a ModelSpec JSON (`autoplan.model.ModelSpec.model_dump_json()`): token embedding
 (+ learned positions or RoPE on `rotary_percent` of each head), `num_layers` pre-norm decoder layers (GQA attention
@@ -364,6 +365,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--recompute-method", choices=("uniform", "block"), default="uniform")
     p.add_argument("--recompute-layers", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--save-dir", default=None, help="checkpoint folder (engine.save_checkpoint)")
+    p.add_argument("--save-interval", type=int, default=0, help="steps between checkpoints; 0 = none")
     p.add_argument("--local_rank", "--local-rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
     return p.parse_args(argv)
 
@@ -458,6 +461,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                   "tokens_per_s": round(tokens_per_step / elapsed, 3),
                   "loss": None if loss is None or not math.isfinite(loss) else round(loss, 5), **_memory()}
         emit_line(ITER_PREFIX + json.dumps(record))
+        if args.save_dir and args.save_interval > 0 and iteration % args.save_interval == 0:
+            engine.save_checkpoint(args.save_dir, tag=f"step{iteration}")
     _shutdown(engine, rank, args.iters, world)
     return 0
 

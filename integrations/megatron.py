@@ -462,6 +462,48 @@ CHECKPOINT_LINES = ('--save "${CHECKPOINT_DIR}"', '--load "${CHECKPOINT_DIR}"', 
 DEFAULT_SAVE_INTERVAL = 500  # iterations between checkpoints unless SAVE_INTERVAL is set
 
 
+def checkpoint_args(plan: Plan) -> List[str]:
+    """The checkpoint interval and method a plan ranked by goodput was priced with (autoplan/costmodel/goodput.py);
+    nothing for other plans, whose saves are train.sh's SAVE_INTERVAL. Names as megatron/training/training_config.py
+    CheckpointConfig declares them (the parser's flags are its field names): async_save and
+    use_persistent_ckpt_worker (validate_args turns --async-save off without it) [V]; ckpt_format torch_dist, the
+    format async saving supports (Megatron-FSDP writes fsdp_dtensor, set in _optimizer_args); local checkpoints:
+    non_persistent_ckpt_type local, non_persistent_local_ckpt_dir, non_persistent_save_interval, replication,
+    replication_jump (required with replication [V]: one node's GPU count puts each replica on another node) and
+    replication_factor."""
+    e = plan.estimate
+    if plan.objective != "goodput" or e.checkpoint_method is None:
+        return []
+    asynchronous = ["--async-save", "--use-persistent-ckpt-worker"] + (
+        ["--ckpt-format", "torch_dist"] if plan.strategy.zero < 2 else [])
+    if e.checkpoint_method == "async":
+        return asynchronous
+    if e.checkpoint_method == "local":
+        # Saved asynchronously, as priced: checkpointing.py hands the local checkpoint manager's save
+        # is_async=args.async_save.
+        per_node = world_layout(plan)["gpus_per_node"]
+        return asynchronous + ["--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "${LOCAL_CKPT_DIR}",
+                "--non-persistent-save-interval", str(e.checkpoint_interval_steps), "--replication",
+                "--replication-jump", str(per_node), "--replication-factor",
+                str(plan.cluster.resilience.replication)]
+    return []
+
+
+def _save_interval(plan: Plan) -> int:
+    """train.sh's default SAVE_INTERVAL: the priced interval of a plan ranked by goodput with global (blocking or
+    async) saves; otherwise DEFAULT_SAVE_INTERVAL (local checkpoints: the persistent copies every so often, not
+    priced)."""
+    e = plan.estimate
+    if plan.objective == "goodput" and e.checkpoint_method in ("blocking", "async"):
+        return int(e.checkpoint_interval_steps)
+    return DEFAULT_SAVE_INTERVAL
+
+
+def _shell_line(line: str) -> str:
+    """An argument line whose ${VAR} train.sh expands (double quotes, as CHECKPOINT_LINES)."""
+    return line.replace("'${LOCAL_CKPT_DIR}'", '"${LOCAL_CKPT_DIR}"')
+
+
 def needs_max_connections_1(plan: Plan) -> bool:
     """[V] pre-Blackwell GPUs with TP or CP need CUDA_DEVICE_MAX_CONNECTIONS=1; Megatron-FSDP wants it unset."""
     s = plan.strategy
@@ -503,8 +545,8 @@ MASTER_ADDR=${{MASTER_ADDR:-localhost}}
 MASTER_PORT=${{MASTER_PORT:-{DEFAULT_MASTER_PORT}}}
 {connections}{_version_check(release)}
 CHECKPOINT_DIR="${{CHECKPOINT_DIR:-$HERE/checkpoints}}"  # --save/--load in megatron_args.txt
-SAVE_INTERVAL="${{SAVE_INTERVAL:-{DEFAULT_SAVE_INTERVAL}}}"  # --save-interval, iterations
-
+SAVE_INTERVAL="${{SAVE_INTERVAL:-{_save_interval(plan)}}}"  # --save-interval, iterations
+{_local_ckpt_line(plan)}
 # megatron_args.txt holds one flag per line in shell quoting; each line is read as shell words.
 ARGS=()
 while IFS= read -r line || [[ -n "$line" ]]; do
@@ -521,6 +563,14 @@ exec torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$GPU
   --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
   "$MEGATRON_LM/pretrain_gpt.py" "${{ARGS[@]}}" "$@"
 """
+
+
+def _local_ckpt_line(plan: Plan) -> str:
+    """train.sh's LOCAL_CKPT_DIR when the plan saves local checkpoints (--non-persistent-local-ckpt-dir)."""
+    if "--non-persistent-local-ckpt-dir" not in checkpoint_args(plan):
+        return ""
+    return ('LOCAL_CKPT_DIR="${LOCAL_CKPT_DIR:-/tmp/autoplan-local-ckpt}"  # node-local storage: '
+            '--non-persistent-local-ckpt-dir\n')
 
 
 def sbatch_script(plan: Plan, probe: bool = False, release: str = DEFAULT_RELEASE) -> str:
@@ -570,10 +620,11 @@ def emit_megatron(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
                   release: str = DEFAULT_RELEASE) -> Dict[str, str]:
     """{filename: text} of the Megatron-LM launch files for the plan, for Megatron-LM `release`."""
     argv = megatron_args(plan, probe=probe, probe_iters=probe_iters, release=release)
-    problem = release_problem(LAUNCH_FLAGS, release)
+    saves = [] if probe else args_to_lines(checkpoint_args(plan))  # a probe saves nothing
+    problem = release_problem(LAUNCH_FLAGS + checkpoint_args(plan), release)
     if problem:
         raise InputError(problem)
-    lines = args_to_lines(argv) + ([] if probe else list(CHECKPOINT_LINES))  # a probe saves nothing
+    lines = args_to_lines(argv) + ([] if probe else list(CHECKPOINT_LINES) + [_shell_line(line) for line in saves])
     args_text = _header(plan, probe, release) + "\n".join(lines) + "\n"
     return {"megatron_args.txt": args_text, "train.sh": train_script(plan, probe, release),
             "sbatch.sh": sbatch_script(plan, probe, release)}

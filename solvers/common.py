@@ -46,9 +46,13 @@ def price(problem: Problem, lay: Layouts, cal: Optional[Calibration] = None, pro
     parts = []
     for start in range(0, len(lay), chunk):
         sub = lay.take(slice(start, start + chunk))
-        parts.append(evaluate(problem.model, problem.cluster, problem.workload, sub, cal, profile))
+        ev = evaluate(problem.model, problem.cluster, problem.workload, sub, cal, profile,
+                      checkpoints=problem.objective == "goodput")
+        parts.append(_ranked(problem, ev))
     if len(parts) == 1:
         return parts[0]
+    joined = lambda name: (None if getattr(parts[0], name) is None  # noqa: E731
+                           else np.concatenate([getattr(p, name) for p in parts]))
     return Evaluation(
         step_time_s=np.concatenate([p.step_time_s for p in parts]),
         peak_mem_bytes=np.concatenate([p.peak_mem_bytes for p in parts]),
@@ -56,7 +60,23 @@ def price(problem: Problem, lay: Layouts, cal: Optional[Calibration] = None, pro
         time_terms={k: np.concatenate([p.time_terms[k] for p in parts]) for k in parts[0].time_terms},
         memory_terms={k: np.concatenate([p.memory_terms[k] for p in parts]) for k in parts[0].memory_terms},
         num_microbatches=np.concatenate([p.num_microbatches for p in parts]),
+        checkpoint_local_bytes=joined("checkpoint_local_bytes"),
+        checkpoint_unique_bytes=joined("checkpoint_unique_bytes"),
+        rank_time_s=joined("rank_time_s"),
     )
+
+
+def _ranked(problem: Problem, ev: Evaluation) -> Evaluation:
+    """`ev` with what the search minimises: under --objective goodput the step time over the useful-time fraction
+    (the same tokens per step, so the least is the most goodput); otherwise the step time itself."""
+    if problem.objective != "goodput":
+        return ev
+    from dataclasses import replace
+
+    from autoplan.costmodel.goodput import cluster_goodput
+
+    g = cluster_goodput(problem.cluster, ev.step_time_s, ev.checkpoint_local_bytes, ev.checkpoint_unique_bytes)
+    return replace(ev, rank_time_s=ev.step_time_s / g.useful_fraction)
 
 
 def plans_from(problem: Problem, lay: Layouts, idx, notes_for=None, profile=None) -> List[Plan]:

@@ -172,7 +172,7 @@ def cpsat_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: O
     ev = price(problem, merged, profile=profile)
     fits = ev.fits(problem.mem_headroom)
     # Deduplicate identical strategies (every key, not the label, which can leave out e.g. etp), best first.
-    order = [int(j) for j in np.argsort(ev.step_time_s, kind="stable") if fits[j]]
+    order = [int(j) for j in np.argsort(ev.rank_s, kind="stable") if fits[j]]
     seen, keep = set(), []
     for j in order:
         key = merged.strategy(j).key()

@@ -19,7 +19,10 @@ SHAPE_KEYS = ("tp", "pp", "cp", "ep")
 
 
 def _finish(problem: Problem, grid: Grid, idx: np.ndarray, steps: np.ndarray, peaks: np.ndarray, fits: np.ndarray,
-            top_k: int, solver: str, infeasible: Dict[str, int], profile=None) -> SolveResult:
+            top_k: int, solver: str, infeasible: Dict[str, int], profile=None, step_times=None) -> SolveResult:
+    """Plans in order of `steps` (what the objective ranks by: Evaluation.rank_s); `step_times` are the step times
+    themselves (default: `steps`)."""
+    step_times = steps if step_times is None else step_times
     lay = grid.layouts
     feas = idx[fits]
     order = feas[np.lexsort((np.arange(len(feas)), steps[fits]))]  # stable: ties keep enumeration order
@@ -36,7 +39,7 @@ def _finish(problem: Problem, grid: Grid, idx: np.ndarray, steps: np.ndarray, pe
         plans=plans, solver=solver, space_size=len(lay), evaluated=len(idx), feasible=int(fits.sum()), wall_s=0.0,
         infeasible=infeasible, smallest_peak_gib=float(peaks.min() / GIB) if len(peaks) else None,
         best_by_shape=plans_from(problem, lay, others, profile=profile),
-        feasible_step_times=np.sort(steps[fits]))
+        feasible_step_times=np.sort(step_times[fits]))
 
 
 def brute_force(problem: Problem, *, top_k: int = 5, profile=None, **_) -> SolveResult:
@@ -46,8 +49,8 @@ def brute_force(problem: Problem, *, top_k: int = 5, profile=None, **_) -> Solve
     fits = ev.fits(problem.mem_headroom)
     idx = np.arange(len(grid.layouts))
     infeasible = {"out of memory": int((~fits).sum())} if (~fits).any() else {}
-    return _finish(problem, grid, idx, ev.step_time_s, ev.peak_mem_bytes, fits, top_k, "brute-force", infeasible,
-                   profile)
+    return _finish(problem, grid, idx, ev.rank_s, ev.peak_mem_bytes, fits, top_k, "brute-force", infeasible,
+                   profile, ev.step_time_s)
 
 
 def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile=None, **_) -> SolveResult:
@@ -69,7 +72,8 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
     ok_groups = np.zeros(n_groups, dtype=bool)
     ok_groups[group[probe[ev.fits(problem.mem_headroom)]]] = True
     priced_idx: List[np.ndarray] = [probe]
-    priced_step: List[np.ndarray] = [ev.step_time_s]
+    priced_step: List[np.ndarray] = [ev.rank_s]
+    priced_time: List[np.ndarray] = [ev.step_time_s]
     priced_peak: List[np.ndarray] = [ev.peak_mem_bytes]
     priced_fit: List[np.ndarray] = [ev.fits(problem.mem_headroom)]
     # Pass 2..: recompute options in increasing order, every ZeRO stage of an option together.
@@ -82,7 +86,8 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
         ev = price(problem, lay.take(sel), profile=profile)
         fits = ev.fits(problem.mem_headroom)
         priced_idx.append(sel)
-        priced_step.append(ev.step_time_s)
+        priced_step.append(ev.rank_s)
+        priced_time.append(ev.step_time_s)
         priced_peak.append(ev.peak_mem_bytes)
         priced_fit.append(fits)
         solved[group[sel[fits]]] = True
@@ -99,7 +104,8 @@ def enumerate_search(problem: Problem, *, top_k: int = 5, progress=None, profile
         "dominated (a faster setting of the same layout fits)": int(n - len(idx)),
     }
     infeasible = {k: v for k, v in infeasible.items() if v}
-    return _finish(problem, grid, idx, steps, peaks, fits, top_k, "enumerate", infeasible, profile)
+    return _finish(problem, grid, idx, steps, peaks, fits, top_k, "enumerate", infeasible, profile,
+                   np.concatenate(priced_time))
 
 
 def _recompute_rank(lay) -> np.ndarray:

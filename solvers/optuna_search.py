@@ -64,7 +64,7 @@ def optuna_search(problem: Problem, *, top_k: int = 5, seed: int = 0, budget_s: 
         i = suggest(trial, trie)
         if i not in priced:
             ev = price(problem, lay.take(np.array([i])), profile=profile)
-            priced[i] = (float(ev.step_time_s[0]), bool(ev.fits(problem.mem_headroom)[0]),
+            priced[i] = (float(ev.rank_s[0]), bool(ev.fits(problem.mem_headroom)[0]),
                          float(ev.peak_mem_bytes[0]))
         step, fits, _ = priced[i]
         study.tell(trial, step if fits else step * 1e3)  # a point that does not fit ranks below any that fits
@@ -99,4 +99,4 @@ def _polish(problem: Problem, grid: Grid, priced: Dict[int, Tuple[float, bool, f
     ev = price(problem, grid.layouts.take(idx), profile=profile)
     fits = ev.fits(problem.mem_headroom)
     for j, i in enumerate(idx):
-        priced[int(i)] = (float(ev.step_time_s[j]), bool(fits[j]), float(ev.peak_mem_bytes[j]))
+        priced[int(i)] = (float(ev.rank_s[j]), bool(fits[j]), float(ev.peak_mem_bytes[j]))

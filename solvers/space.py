@@ -55,6 +55,7 @@ class Problem:
     # else bf16. The numerics are never chosen for speed unless asked.
     precision: Optional[str] = None
     calibration: Calibration = DEFAULT_CALIBRATION  # constants every candidate is priced with (--calibration)
+    objective: str = "throughput"  # throughput (step time) or goodput (step time / useful-time fraction)
 
     def __post_init__(self):
         if self.engine not in ENGINES:

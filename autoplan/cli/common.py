@@ -31,6 +31,28 @@ def load_inputs(model: str, sets: Optional[List[str]], cluster: str, gpus: Optio
     return m, c, wl
 
 
+CKPT_METHOD_HELP = ("Checkpoint method the goodput is priced with: blocking, async (Megatron --async-save; "
+                    "default) or local (NVIDIA Resiliency Extension local checkpoints, replicated).")
+RESILIENCE_HELP = ("Override a resilience input: key=value (e.g. failures_per_1k_node_days=5, spare_nodes=16, "
+                   "storage_write_gbytes_per_s_total=500); fields of autoplan/resilience.py ResilienceSpec.")
+
+
+def apply_resilience(cluster, ckpt_method: Optional[str], items: Optional[List[str]]):
+    """The cluster with --ckpt-method and --resilience key=value applied over its file's `resilience:`."""
+    from autoplan.clusterio import with_resilience
+
+    updates = {}
+    for item in items or []:
+        for part in (p.strip() for p in item.split(",") if p.strip()):
+            if "=" not in part:
+                raise InputError(f"--resilience {part!r} must be key=value (e.g. --resilience spare_nodes=16)")
+            key, value = (x.strip() for x in part.split("=", 1))
+            updates[key.lower().replace("-", "_")] = value
+    if ckpt_method is not None:
+        updates["ckpt_method"] = ckpt_method
+    return with_resilience(cluster, updates, "--resilience/--ckpt-method") if updates else cluster
+
+
 def warn_workload(wl: Workload) -> None:
     """A legal but absurd batch is priced with one warning line on stderr (autoplan.workload.workload_warning)."""
     warning = workload_warning(wl)

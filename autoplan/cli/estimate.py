@@ -6,7 +6,8 @@ from typing import List, Optional
 import typer
 
 from autoplan import keys as K
-from autoplan.cli.common import load_inputs, print_json, read_strategy, warn_workload
+from autoplan.cli.common import (CKPT_METHOD_HELP, RESILIENCE_HELP, apply_resilience, load_inputs, print_json,
+                                 read_strategy, warn_workload)
 
 
 def register(app: typer.Typer) -> None:
@@ -33,6 +34,8 @@ def estimate_cmd(
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of memory to keep free."),
     calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
                                               "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
+    ckpt_method: Optional[str] = typer.Option(None, "--ckpt-method", help=CKPT_METHOD_HELP),
+    resilience: Optional[List[str]] = typer.Option(None, "--resilience", help=RESILIENCE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (stable keys)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (timeline, memory)."),
 ) -> None:
@@ -60,6 +63,7 @@ def estimate_cmd(
         if gpus is None:
             raise InputError("--gpus is required (the number of GPUs in the job, e.g. --gpus 64)")
         m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    c = apply_resilience(c, ckpt_method, resilience)
     if engine == "deepspeed":
         _check_deepspeed_runs(m, given, user_keys, imported_keys)
     notes += list(m.notes)  # what reading the model's config assumed

@@ -6,8 +6,8 @@ from typing import List, Optional
 
 import typer
 
-from autoplan.cli.common import (DEFAULT_GBS, DEFAULT_SEQ, load_inputs, print_json,
-                                 read_strategy)
+from autoplan.cli.common import (CKPT_METHOD_HELP, DEFAULT_GBS, DEFAULT_SEQ, RESILIENCE_HELP, apply_resilience,
+                                 load_inputs, print_json, read_strategy)
 from autoplan.cli.emit import emit_request
 from autoplan import keys as K
 from autoplan.numerics import PRECISION_HELP
@@ -26,8 +26,11 @@ def plan_cmd(
     gbs: int = typer.Option(DEFAULT_GBS, "--gbs", help="Global batch, sequences."),
     top: int = typer.Option(5, "--top", help="How many plans to show."),
     objective: str = typer.Option("throughput", "--objective",
-                                  help="throughput: fastest on all --gpus; cost: fewest GPU-hours per token, "
+                                  help="throughput: fastest on all --gpus; goodput: most tokens per second net of "
+                                       "failures, checkpoints and restarts; cost: fewest GPU-hours per token, "
                                        "trying --gpus, --gpus/2, --gpus/4, ... (whole nodes)."),
+    ckpt_method: Optional[str] = typer.Option(None, "--ckpt-method", help=CKPT_METHOD_HELP),
+    resilience: Optional[List[str]] = typer.Option(None, "--resilience", help=RESILIENCE_HELP),
     solver: str = typer.Option("cpsat", "--solver", help="enumerate, cpsat (enumerate + CP-SAT stage refinement), "
                                                         "optuna, or brute-force."),
     fix: Optional[List[str]] = typer.Option(None, "--fix", help="Only plans with key=value (e.g. --fix tp=8); "
@@ -57,12 +60,13 @@ def plan_cmd(
     from autoplan.solvers.policy import check_fixed_labels, search_constraints
     from autoplan.solvers.space import Problem, parse_constraints
 
-    if objective not in ("throughput", "cost"):
-        raise InputError(f"--objective {objective!r} must be throughput or cost")
+    if objective not in ("throughput", "goodput", "cost"):
+        raise InputError(f"--objective {objective!r} must be throughput, goodput or cost")
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
     formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
+    c = apply_resilience(c, ckpt_method, resilience)
     prof, c = _profiles(profile, m, c, quiet=as_json)
     from autoplan.calibration.calfile import load_and_apply
 
@@ -71,7 +75,8 @@ def plan_cmd(
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())
     problem = Problem(m, c, wl, fixed=fixed, excluded={k: tuple(v) for k, v in excluded.items()}, allow=allowed,
-                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal)
+                      engine=engine, mem_headroom=mem_headroom, precision=precision, calibration=cal,
+                      objective="goodput" if objective == "goodput" else "throughput")
     if objective == "cost":
         result = _run_cost(problem, solver, top, seed, prof, quiet=as_json)
     else:
@@ -222,10 +227,17 @@ def _write_out(result, problem, out, formats, engine_best):
 
     from autoplan.cli.emit import search_emit_files, write_all
 
-    best = result.plans[0]
+    def stamped(plan):
+        """Under --objective goodput a plan's launch files carry the checkpoint interval and method it was ranked
+        by (integrations/megatron.py checkpoint_args, deepspeed.py checkpoint_section)."""
+        if plan is None or problem.objective != "goodput":
+            return plan
+        return plan.model_copy(update={"objective": "goodput"})
+
+    best = stamped(result.plans[0])
     files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
     if formats:
-        emitted, said, missing = search_emit_files(best, formats, Path(out), engine_best)
+        emitted, said, missing = search_emit_files(best, formats, Path(out), lambda e: stamped(engine_best(e)))
         files.update(emitted)
     write_all(files)
     for line in said + missing:
@@ -241,12 +253,18 @@ def _print(result, problem, base_plan, explain, objective):
     where = f"up to {c.num_gpus}" if objective == "cost" else f"{c.num_gpus}"
     title = (f"{m.name} on {where} x {c.gpu.id}, seq {wl.seq_len}, gbs {wl.global_batch_size}: "
              f"top {len(result.plans)} of {result.feasible:,} feasible"
-             + (", by GPU-hours per token" if objective == "cost" else ""))
+             + (", by GPU-hours per token" if objective == "cost" else "")
+             + (", by goodput" if objective == "goodput" else ""))
     console.print(plans_table(result.plans, title, show_gpus=objective == "cost"))
     rejected = ", ".join(f"{v:,} {k}" for k, v in result.infeasible.items())
     console.print(f"searched {result.space_size:,} legal candidates ({result.evaluated:,} priced) in "
                   f"{result.wall_s:.2f} s with {result.solver}" + (f"; skipped: {rejected}" if rejected else ""))
     best = result.plans[0]
+    e = best.estimate
+    if e.useful_fraction is not None:
+        console.print(f"goodput ({e.checkpoint_method} checkpoints): job MTBF {e.expected_job_mtbf_s / 3600:,.2f} h, "
+                      f"restart {e.restart_s:,.0f} s; #1 saves {e.checkpoint_gib_per_rank:,.2f} GiB per rank every "
+                      f"{e.checkpoint_interval_steps} steps, {e.useful_fraction:.1%} of the time trains and is kept")
     if objective == "cost":
         for p in result.plans[:3]:
             gpu_hours = 1e9 / p.estimate.tokens_per_s_per_gpu / 3600

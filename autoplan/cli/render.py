@@ -10,7 +10,7 @@ from autoplan.numerics import precision_label
 from autoplan.results import Estimate, Plan
 
 # Pipes and CI logs get a wide, fixed width so tables do not wrap; terminals use their own width.
-console = make_console(160)
+console = make_console(180)
 SHORT = {"weights": "weights", "grads": "grads", "optimizer": "optim", "activations": "activ", "logits": "logits",
          "transient": "transient", "cuda_context": "ctx", "nccl": "nccl", "fragmentation": "frag",
          "cuda_graphs": "graphs"}
@@ -58,6 +58,8 @@ def estimate_tables(est: Estimate, title: str = "Estimate") -> List[Table]:
 def print_estimate(est: Estimate, title: str = "Estimate") -> None:
     for t in estimate_tables(est, title):
         console.print(t)
+    if est.useful_fraction is not None:
+        console.print(goodput_table(est))
     for note in est.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
 
@@ -70,7 +72,8 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
     t.add_column("strategy", no_wrap=True)
     t.add_column("GEMMs")  # the training's precision: FP8 / NVFP4 rows change the numerics (autoplan/numerics.py)
     for col, just in ( ("step s", "right"), ("tok/s/GPU", "right"),
-                      ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left")):
+                      ("MFU", "right"), ("peak GiB", "right"), ("headroom", "right"), ("bottleneck", "left"),
+                      ("goodput/GPU", "right"), ("ckpt every", "right"), ("stall s", "right")):
         t.add_column(col, justify=just)
     for i, p in enumerate(plans, 1):
         e = p.estimate
@@ -78,5 +81,34 @@ def plans_table(plans: List[Plan], title: str, show_gpus: bool = False) -> Table
         t.add_row(str(i), *([str(p.cluster.num_gpus)] if show_gpus else []), p.strategy.label(moe=p.model.is_moe),
                   gemms if gemms == "bf16" else f"[bold magenta]{gemms}[/bold magenta]", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
                   f"{e.mfu:.1%}", f"{e.peak_mem_gib:.1f}", f"{1 - e.peak_mem_gib / e.capacity_gib:.0%}",
-                  e.bottleneck)
+                  e.bottleneck, *_goodput_cells(e, p.cluster.num_gpus))
+    return t
+
+
+def _goodput_cells(e: Estimate, gpus: int) -> List[str]:
+    """A plan row's goodput (tokens/s per GPU and the useful-time fraction), checkpoint interval and save stall
+    (the interval in steps is in the estimate and plan.json)."""
+    if e.useful_fraction is None:
+        return ["-"] * 3
+    return [f"{e.goodput_tokens_per_s / gpus:,.0f} {e.useful_fraction:.1%}", f"{e.checkpoint_interval_s:,.0f} s",
+            f"{e.checkpoint_stall_s:.2f}"]
+
+
+def goodput_table(e: Estimate) -> Table:
+    """The goodput block of `estimate`: failures, checkpoints and restarts (autoplan/costmodel/goodput.py)."""
+    t = Table(title=f"Goodput under failures ({e.checkpoint_method} checkpoints)", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    rows = [("job MTBF", f"{e.expected_job_mtbf_s / 3600:,.2f} h"),
+            ("checkpoint per rank", f"{e.checkpoint_gib_per_rank:,.2f} GiB"),
+            ("checkpoint interval", f"{e.checkpoint_interval_steps} steps = {e.checkpoint_interval_s:,.0f} s"),
+            ("save stall", f"{e.checkpoint_stall_s:.3f} s"),
+            ("durable after", f"{e.checkpoint_persist_s:.2f} s"),
+            ("restart (incl. load)", f"{e.restart_s:,.0f} s"),
+            ("lost work per failure", f"{e.lost_work_s:,.0f} s"),
+            ("useful time", f"{e.useful_fraction:.2%}"),
+            ("goodput", f"{e.goodput_tokens_per_s:,.0f} tokens/s ({e.goodput_tokens_per_s / e.tokens_per_s:.1%} "
+                        f"of {e.tokens_per_s:,.0f})")]
+    for row in rows:
+        t.add_row(*row)
     return t

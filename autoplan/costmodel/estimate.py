@@ -32,6 +32,15 @@ class Evaluation:
     num_microbatches: np.ndarray
     stage_memory: Optional[np.ndarray] = None  # (n, pp) bytes, only when every rank was priced
     stage_terms: Optional[Dict[str, np.ndarray]] = None  # (n, pp) per memory key
+    checkpoint_local_bytes: Optional[np.ndarray] = None  # most bytes any rank holds in a local checkpoint
+    checkpoint_unique_bytes: Optional[np.ndarray] = None  # most bytes any rank writes of a global checkpoint
+    rank_time_s: Optional[np.ndarray] = None  # what the search minimises when not the step time (--objective)
+
+    @property
+    def rank_s(self) -> np.ndarray:
+        """Seconds per step the search ranks by: the step time, or (goodput) the step time over the useful-time
+        fraction."""
+        return self.step_time_s if self.rank_time_s is None else self.rank_time_s
 
     def fits(self, headroom: float = 0.0) -> np.ndarray:
         return self.peak_mem_bytes <= self.capacity_bytes * (1.0 - headroom)
@@ -64,12 +73,17 @@ def all_stages(model: ModelSpec, lay: Layouts):
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: Layouts,
-             cal: Calibration = DEFAULT, profile=None, every_rank: bool = False) -> Evaluation:
+             cal: Calibration = DEFAULT, profile=None, every_rank: bool = False,
+             checkpoints: Optional[bool] = None) -> Evaluation:
+    """Per-candidate step time and memory (sampled ranks, or `every_rank`); the checkpoint sizes goodput needs with
+    `checkpoints` (default: with `every_rank`, the full estimate; a search asks for them under --objective
+    goodput)."""
+    checkpoints = every_rank if checkpoints is None else checkpoints
     hw = hardware_of(cluster)
     stages, weights, valid = (all_stages if every_rank else sampled_stages)(model, lay)
     n, k = stages.shape
     rows = np.repeat(np.arange(n), k)
-    rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile)
+    rc = rank_cost(model, hw, workload, lay.take(rows), stages.reshape(-1), cal, profile, checkpoints)
 
     def grid(x):
         return np.broadcast_to(np.asarray(x, dtype=float), (n * k,)).reshape(n, k)
@@ -114,6 +128,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, workload: Workload, lay: La
         num_microbatches=m_micro.astype(int),
         stage_memory=total if every_rank else None,
         stage_terms=mem_grid if every_rank else None,
+        checkpoint_local_bytes=np.where(valid, grid(rc.checkpoint_local), 0.0).max(axis=1) if checkpoints else None,
+        checkpoint_unique_bytes=np.where(valid, grid(rc.checkpoint_unique), 0.0).max(axis=1) if checkpoints else None,
     )
 
 
@@ -159,6 +175,7 @@ def estimate_from(ev: Evaluation, i: int, model: ModelSpec, cluster: ClusterSpec
             if time_breakdown.get("recompute", 0.0) > 0:
                 sources["recompute"] = source  # the recomputed forward passes use the same layer times
     return Estimate(
+        **_goodput_fields(ev, i, cluster, tokens_per_s),
         step_time_s=step, tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=per_gpu,
         model_tflops_per_gpu=flops_per_gpu / 1e12, mfu=flops_per_gpu / peak,
         peak_mem_gib=float(ev.peak_mem_bytes[i]) / GIB,
@@ -168,3 +185,21 @@ def estimate_from(ev: Evaluation, i: int, model: ModelSpec, cluster: ClusterSpec
         dp=int(lay.dp[i]), bottleneck=bottleneck, sources=sources,
         notes=list(notes or []) + model.window_note(workload.seq_len),
     )
+
+
+def _goodput_fields(ev: Evaluation, i: int, cluster: ClusterSpec, tokens_per_s: float) -> dict:
+    """The Estimate's goodput fields of candidate i (costmodel/goodput.py), or none when the evaluation holds no
+    checkpoint sizes."""
+    if ev.checkpoint_local_bytes is None:
+        return {}
+    from autoplan.costmodel.goodput import cluster_goodput
+
+    sl = slice(i, i + 1)
+    g = cluster_goodput(cluster, ev.step_time_s[sl], ev.checkpoint_local_bytes[sl], ev.checkpoint_unique_bytes[sl])
+    fraction = float(g.useful_fraction[0])
+    return dict(goodput_tokens_per_s=tokens_per_s * fraction, useful_fraction=fraction,
+                checkpoint_method=cluster.resilience.ckpt_method, checkpoint_interval_s=float(g.interval_s[0]),
+                checkpoint_interval_steps=int(g.interval_steps[0]), checkpoint_stall_s=float(g.stall_s[0]),
+                checkpoint_persist_s=float(g.persist_s[0]),
+                checkpoint_gib_per_rank=float(g.ckpt_bytes_per_rank[0]) / GIB, restart_s=float(g.restart_s[0]),
+                lost_work_s=float(g.lost_work_s[0]), expected_job_mtbf_s=g.job_mtbf_s)

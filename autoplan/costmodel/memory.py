@@ -204,3 +204,25 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     local = np.where(sharded, params_dense / dp + params_expert / edp, total)
     weights = np.where(fp8 & lay.fp8_param, 0.0, weights) + np.where(fp8, 2.0 * lay.quant_bytes * local, 0.0)
     return weights, grads, optimizer
+
+
+def checkpoint_bytes(params_dense, params_expert, lay: Layouts, edp):
+    """(local, unique) checkpoint bytes of a rank, from `state_bytes` (bf16 weights, fp32 master copy and Adam moments
+    of the layout; no gradients, no FP8 weight caches, which a checkpoint does not hold).
+    local: everything the rank holds, what a local (per-rank) checkpoint writes (Megatron --non-persistent-ckpt-type
+    local saves each rank's own sharded state dict: megatron/training/checkpointing.py, `LocalCheckpointManager`).
+    unique: the rank's share of a global distributed checkpoint, replicated tensors split over their replicas
+    (fully parallel save, Megatron's default: CheckpointConfig.fully_parallel_save "Disable applying full save
+    parallelization across DP"): the weights are replicated over the data-parallel group unless ZeRO-3 / FSDP
+    shards them, the optimizer state unless the distributed optimizer (zero >= 1) does; dense parameters over
+    dp x cp, expert parameters over the expert-data-parallel group `edp`."""
+    no_fp8 = np.zeros(len(lay), dtype=bool)
+    w_dense, _, o_dense = state_bytes(params_dense, 0.0, lay, edp, no_fp8)
+    w_expert, _, o_expert = state_bytes(0.0, params_expert, lay, edp, no_fp8)
+    local = w_dense + o_dense + w_expert + o_expert
+    dp = lay.dp * lay.cp
+    weight_copies = lambda group: np.where(lay.zero >= 3, 1, group)  # noqa: E731
+    optimizer_copies = lambda group: np.where(lay.zero >= 1, 1, group)  # noqa: E731
+    unique = (w_dense / weight_copies(dp) + o_dense / optimizer_copies(dp)
+              + w_expert / weight_copies(edp) + o_expert / optimizer_copies(edp))
+    return local, unique

@@ -47,6 +47,8 @@ class RankCost:
     memory: Dict[str, np.ndarray]
     offload: np.ndarray = 0.0  # exposed host<->device copies of CPU-offloaded activations, per micro batch
     fwd: np.ndarray = 0.0  # the forward part of fwd_bwd (what a pipeline timeline draws as a forward pass)
+    checkpoint_local: np.ndarray = 0.0  # bytes a local (per-rank) checkpoint of the rank writes
+    checkpoint_unique: np.ndarray = 0.0  # the rank's bytes of a global, fully parallel distributed checkpoint
 
     @property
     def per_microbatch(self):
@@ -65,8 +67,9 @@ def _per_domain(group_stride, group_size, hw: Hardware):
 
 
 def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.ndarray, cal: Calibration,
-              profile=None) -> RankCost:
-    """Seconds per micro batch and bytes of each (candidate, pipeline rank) row."""
+              profile=None, checkpoints: bool = True) -> RankCost:
+    """Seconds per micro batch and bytes of each (candidate, pipeline rank) row; the checkpoint sizes only with
+    `checkpoints` (what goodput needs; a throughput search skips them)."""
     sh = C.shard_of(m, lay, wl.seq_len)
     st = stage_layers(m, lay, stage)
     cpt = _compute(m, hw, wl, lay, sh, st, cal, profile)
@@ -86,7 +89,8 @@ def rank_cost(m: ModelSpec, hw: Hardware, wl: Workload, lay: Layouts, stage: np.
                          flex_buffers, head)
     offload = _offload_exposed(hw, lay, st, cpt, layer_bytes)
     return RankCost(cpt.fwd + cpt.bwd, recompute, tp_exposed, cp_exposed, ep_exposed, p2p, dp_exposed, optimizer,
-                    memory, offload, cpt.fwd)
+                    memory, offload, cpt.fwd,
+                    *(M.checkpoint_bytes(params_dense, params_expert, lay, edp) if checkpoints else (0.0, 0.0)))
 
 
 def _offload_exposed(hw: Hardware, lay: Layouts, st, cpt: _Compute, layer_bytes):

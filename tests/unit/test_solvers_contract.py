@@ -172,3 +172,24 @@ def test_plans_differing_only_in_expert_tp_are_both_kept():
     assert {p.strategy.etp for p in plans} == {1, 2}
     labels = {p.strategy.label(moe=True) for p in plans}
     assert len(labels) == len(plans)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("pi", range(3))
+def test_goodput_objective_ranks_by_goodput(solver, pi):
+    """--objective goodput: plans in decreasing goodput; enumerate and CP-SAT reach brute force's best goodput
+    (their pruning drops only settings that are slower at the same checkpoint size)."""
+    from dataclasses import replace
+
+    from autoplan.clusterio import with_resilience
+
+    base = small_problems()[pi]
+    # A failure rate high enough that checkpoints matter on 8-16 GPUs, local checkpoints (sizes follow the sharding).
+    c = with_resilience(base.cluster, {"node_mtbf_h": 2.0, "ckpt_method": "local"}, "test")
+    problem = replace(base, cluster=c, objective="goodput")
+    r = solve(problem, solver, top_k=3, seed=1)
+    goodputs = [p.estimate.goodput_tokens_per_s for p in r.plans]
+    assert goodputs == sorted(goodputs, reverse=True)
+    if solver in ("enumerate", "cpsat"):
+        oracle = solve(problem, "brute-force", top_k=1).plans[0].estimate.goodput_tokens_per_s
+        assert goodputs[0] >= oracle * (1 - 1e-9)
