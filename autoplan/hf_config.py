@@ -87,8 +87,10 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         "num_experts": c.int_req("num_experts"),
         "moe_router_topk": c.int_req("num_experts_per_tok"),
         "moe_ffn_hidden_size": c.int_req("moe_intermediate_size"),
-        # Qwen2-MoE's shared expert also has a 1-wide sigmoid gate (h weights per layer); too small to model.
+        # Qwen2-MoE's shared expert has a 1-wide sigmoid gate, Linear(h, 1) (modeling_qwen2_moe.py
+        # Qwen2MoeSparseMoeBlock.shared_expert_gate); Qwen3-MoE has no shared expert.
         "shared_expert_ffn_hidden_size": c.int_opt("shared_expert_intermediate_size", 0),
+        "shared_expert_gate": bool(c.int_opt("shared_expert_intermediate_size", 0)),
         **_leading_dense_layers(c, fields["num_layers"], step),
         **_aux_loss(c, "router_aux_loss_coef"),
     }
@@ -175,7 +177,7 @@ def _qwen3_next(c: _Config) -> Dict[str, Any]:
     c.notes.append("qwen3_next: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; MTP layers are not "
                    "built by transformers and not priced")
     return {**fields, "rotary_percent": c.fraction("partial_rotary_factor", 0.25), "attention_output_gate": True,
-            "shared_expert_gate": bool(fields["shared_expert_ffn_hidden_size"]), "linear_attention_layers": linear,
+            "linear_attention_layers": linear,
             "gdn_num_key_heads": c.int_req("linear_num_key_heads"),
             "gdn_num_value_heads": c.int_req("linear_num_value_heads"),
             "gdn_key_head_dim": c.int_req("linear_key_head_dim"),
