@@ -254,6 +254,19 @@ class ModelSpec(BaseModel):
                              f"mamba_num_heads={self.mamba_num_heads}")
 
     @property
+    def context_parallel_blocker(self) -> Optional[str]:
+        """The mixer megatron-core 0.16.1 has no context-parallel path for, or None: Gated DeltaNet
+        (megatron/core/ssm/gated_delta_net.py runs fla's chunked scan over the rank's own tokens; its
+        context-parallel module is not imported) and DSA (experimental_attention_variant/dsa.py scores and attends
+        over the rank's local keys with a local causal mask, no exchange between CP ranks)."""
+        if self.linear_attention_layers:
+            return "Gated DeltaNet linear attention (megatron/core/ssm/gated_delta_net.py has no CP path)"
+        if self.dsa_index_heads:
+            return "DeepSeek Sparse Attention (megatron/core/transformer/experimental_attention_variant/dsa.py " \
+                   "has no CP path)"
+        return None
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 

@@ -278,12 +278,15 @@ def _virtual_pipeline(c: Case) -> Optional[str]:
 # ---- sequence, sequence parallel, batch --------------------------------------------------------------------
 
 def _sequence(c: Case) -> Optional[str]:
-    """[V] seq_len <= max_position_embeddings; with CP > 1, seq_len divisible by 2*CP."""
+    """[V] seq_len <= max_position_embeddings; with CP > 1, a model whose mixers have a CP path
+    (ModelSpec.context_parallel_blocker) and seq_len divisible by 2*CP."""
     m, s, seq = c.model, c.strategy, c.workload.seq_len
     return _first((
         (seq > m.max_position_embeddings,
          lambda: f"seq_len={seq} exceeds max_position_embeddings={m.max_position_embeddings} of {m.name}; "
                  f"use seq_len <= {m.max_position_embeddings}"),
+        (s.cp > 1 and m.context_parallel_blocker,
+         lambda: f"cp={s.cp} is not supported for {m.name}: {m.context_parallel_blocker}; use cp=1"),
         (s.cp > 1 and seq % (2 * s.cp),
          lambda: f"seq_len={seq} must be divisible by 2*cp=2*{s.cp}={2 * s.cp}; "
                  f"valid cp: {vv.join(vv.valid_cp(seq, c.world, s.tp, s.pp))}"),

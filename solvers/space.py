@@ -262,8 +262,8 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
     points = []
     for tp in _choices(problem, "tp", tp_choices(problem)):
         for cp in _choices(problem, "cp", _pow2_upto(world // tp)):
-            if cp > 1 and wl.seq_len % (2 * cp):
-                continue  # seq divisible by 2*cp (validate_args)
+            if cp > 1 and (wl.seq_len % (2 * cp) or m.context_parallel_blocker):
+                continue  # seq divisible by 2*cp (validate_args); mixers with a CP path (validate._sequence)
             if world % (tp * cp):
                 continue
             for pp in _choices(problem, "pp", divisors(world // (tp * cp), upto=L)):
