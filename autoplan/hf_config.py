@@ -279,7 +279,8 @@ def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
     parser = PARSERS.get(model_type) if isinstance(model_type, str) else None
     if parser is None:
         raise InputError(f"{where}: model_type {model_type!r} is not supported; supported: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields, or "
+                         f"install autoplan[hf] to read other model types from the model transformers builds)")
     config = _Config(cfg, model_type, where)
     fields = parser(config)
     return {**fields, "notes": tuple(config.notes)} if config.notes else fields

@@ -208,8 +208,8 @@ def _experts_shape(experts, hidden: int) -> Tuple[int, int]:
 
 def spec_records(m: ModelSpec) -> Tuple[LayerRecord, ...]:
     """The cost model's layer records of a ModelSpec, in the same terms as `Structure.layers`: which layers are MoE
-    (`is_moe_layer`), how many use each mixer and span (the cost model prices them by count, so the records are
-    compared as a multiset, see `compare`)."""
+    (`is_moe_layer`), how many use each mixer and span (the cost model prices them by count, so `compare` takes
+    them as a multiset)."""
     attention = ("mla+dsa" if m.dsa_index_heads else "mla") if m.multi_latent_attention else "attention"
     records = []
     n_linear = m.linear_attention_layers
@@ -233,8 +233,8 @@ def spec_records(m: ModelSpec) -> Tuple[LayerRecord, ...]:
 
 def compare(m: ModelSpec, s: Structure) -> List[str]:
     """Where ModelSpec `m` (MTP depths left out: transformers builds none) differs from structure `s`: the MoE
-    layers by index, the multiset of per-layer mixer / span / MLP records, top-k, the parameter count. Empty when
-    they agree."""
+    layers by index, the multisets of per-layer mixers and spans and of MLPs, top-k, the parameter count. Empty
+    when they agree."""
     from autoplan.costmodel.params import count_parameters
 
     diffs = []
@@ -245,9 +245,12 @@ def compare(m: ModelSpec, s: Structure) -> List[str]:
     moe_theirs = [i for i, r in enumerate(theirs) if r.mlp == "moe"]
     if moe_mine != moe_theirs:
         diffs.append(f"MoE layers read {moe_mine[:8]}..., built {moe_theirs[:8]}...")
-    a, b = Counter(mine), Counter(theirs)
-    if a != b:
-        diffs.append(f"layer records read {dict(a - b)}, built {dict(b - a)}")
+    # The cost model prices mixers and spans by count, independently of the MLP kinds (placed by index above).
+    for what, key in (("mixers", lambda r: (r.mixers, r.span)),
+                      ("MLPs", lambda r: (r.mlp, r.dense_ffn, r.experts, r.expert_ffn, r.shared_ffn))):
+        a, b = Counter(map(key, mine)), Counter(map(key, theirs))
+        if a != b:
+            diffs.append(f"layer {what} read {dict(a - b)}, built {dict(b - a)}")
     if m.is_moe and m.moe_router_topk != s.topk:
         diffs.append(f"top-k read {m.moe_router_topk}, built {s.topk}")
     total = count_parameters(m.model_copy(update={"mtp_num_layers": 0}))[0]

@@ -55,7 +55,10 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, *, where: str | None = Non
     where = where or f"HF config {name!r}"
     model_type = cfg.get("model_type")
     if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES and hf_meta.available():
-        return _from_structure(cfg, name, model_type, where)
+        try:
+            return _from_structure(cfg, name, model_type, where)
+        except InputError as e:
+            raise InputError(f"{e} (model types read without it: {', '.join(SUPPORTED_MODEL_TYPES)})") from None
     return _build({"name": name, **hf_config_fields(cfg, where)}, where)
 
 

@@ -88,6 +88,18 @@ def test_memory_takes_the_larger_mixer_and_adds_parallel_ones(shard):
     assert np.all(both > attention) and np.all(both > mamba_activation_bytes(falcon, sh, lay))
 
 
+@pytest.mark.parametrize("name, stats_per_token", [("qwen3_30b_a3b", 32 + 4), ("minimax_m2", 2)])
+def test_qk_norm_keeps_a_second_copy_of_q_and_k(name, stats_per_token, shard):
+    m = model(name)
+    lay, sh = shard(m, 4096)
+    extra = attention_activation_bytes(m, sh, lay) - \
+        attention_activation_bytes(m.model_copy(update={"qk_layernorm": False}), sh, lay)
+    # The norm keeps the QKV output's q and k; flash attention saves the normed, rotated copy: (heads + groups) x d
+    # more bf16 per token, and the norm's fp32 1/rms per head (Qwen3) or per projection (MiniMax-M2's q and k).
+    heads_and_groups = m.num_attention_heads + m.num_query_groups
+    assert np.allclose(extra, 4096 * (2 * heads_and_groups * m.kv_channels + 4 * stats_per_token))
+
+
 def test_dsa_memory_is_quadratic_in_sequence(shard):
     v32 = model("deepseek_v3_2")
     lay, sh = shard(v32, 4096)
