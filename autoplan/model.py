@@ -256,11 +256,12 @@ class ModelSpec(BaseModel):
     @property
     def context_parallel_blocker(self) -> Optional[str]:
         """The mixer megatron-core 0.16.1 has no context-parallel path for, or None: Gated DeltaNet
-        (megatron/core/ssm/gated_delta_net.py runs fla's chunked scan over the rank's own tokens; its
-        context-parallel module is not imported) and DSA (experimental_attention_variant/dsa.py scores and attends
-        over the rank's local keys with a local causal mask, no exchange between CP ranks)."""
+        (TransformerConfig.__post_init__ asserts context_parallel_size == 1 for gated_delta_net: "does not support
+        context parallel for now") and DSA (experimental_attention_variant/dsa.py scores and attends over the
+        rank's local keys with a local causal mask, no exchange between CP ranks)."""
         if self.linear_attention_layers:
-            return "Gated DeltaNet linear attention (megatron/core/ssm/gated_delta_net.py has no CP path)"
+            return "Gated DeltaNet linear attention (megatron/core/transformer/transformer_config.py has no CP path " \
+                   "for gated_delta_net)"
         if self.dsa_index_heads:
             return "DeepSeek Sparse Attention (megatron/core/transformer/experimental_attention_variant/dsa.py " \
                    "has no CP path)"

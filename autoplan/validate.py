@@ -130,7 +130,8 @@ def _attention_shape(c: Case) -> Optional[str]:
 
 
 def _tensor_parallel_attention(c: Case) -> Optional[str]:
-    """[TC] heads divisible by TP; query groups a multiple or a divisor of TP."""
+    """[TC] heads divisible by TP; query groups a multiple or a divisor of TP; the heads of Gated DeltaNet and of
+    a parallel Mamba mixer divisible by TP (valid_values.mixer_allows_tp)."""
     m, s = c.model, c.strategy
     valid = lambda: vv.join(vv.valid_tp(m, c.world, s.pp, s.cp))  # noqa: E731
     return _first((
@@ -139,6 +140,12 @@ def _tensor_parallel_attention(c: Case) -> Optional[str]:
         (not vv.gqa_allows_tp(m, s.tp),
          lambda: f"num_query_groups={m.num_query_groups} must be a multiple or a divisor of tp={s.tp}; "
                  f"valid tp: {valid()}"),
+        (not vv.mixer_allows_tp(m, s.tp),
+         lambda: f"tp={s.tp} must divide the heads and groups of {m.name}'s "
+                 + (f"Gated DeltaNet (key {m.gdn_num_key_heads}, value {m.gdn_num_value_heads})"
+                    if m.linear_attention_layers else
+                    f"Mamba mixer (heads {m.mamba_num_heads}, groups {m.mamba_num_groups})")
+                 + f"; valid tp: {valid()}"),
     ))
 
 

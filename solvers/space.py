@@ -25,6 +25,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
+from autoplan.valid_values import mixer_allows_tp
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
 from autoplan.validate import ENGINES, effective_fp8_recipe, interleaving_blocked, module_set_problem
@@ -145,6 +146,8 @@ def tp_choices(problem: Problem) -> List[int]:
         g = m.num_query_groups
         if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
             continue  # query groups a multiple or divisor of tp (TransformerConfig)
+        if not mixer_allows_tp(m, t):
+            continue  # Gated DeltaNet / parallel Mamba heads divisible by tp (valid_values.mixer_allows_tp)
         if problem.engine == "deepspeed" and g % t:
             continue  # AutoTP splits K/V by whole kv heads (integrations/engines.py deepspeed_unsupported)
         out.append(t)
