@@ -6,8 +6,10 @@ Field names and defaults follow the `transformers` configuration classes of each
 `configuration_qwen3_next.py`; Phi-3, Gemma-2/3 and GLM-4 in autoplan/hf_families.py; OLMo-2, Granite,
 Llama-4, GLM-4.5, MiniMax-M2 and Falcon-H1 in autoplan/hf_recent.py). Keys that change the shapes, the activation,
 the positions or the dropout are read or refused with a one-line error; what a family has that ModelSpec cannot
-express is named in `ModelSpec.notes`. Keys with no effect on time, memory or the emitted run (attention dropout, router jitter, `norm_topk_prob`,
-initialisation) are not read; DeepSeek's MTP layers are left out."""
+express is named in `ModelSpec.notes`. Keys with no effect on time, memory or the emitted run (attention dropout,
+router jitter, `norm_topk_prob`, initialisation) are not read. DeepSeek's and GLM-4.5's `num_nextn_predict_layers` are
+read as MTP depths; the structural reader (autoplan/hf_meta.py) checks every parser against the model transformers
+builds."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping
