@@ -124,63 +124,86 @@ def _out_features(module) -> int:
     return int(weight.shape[0]) if weight is not None else 0
 
 
+@dataclass
+class _Layer:
+    """What the walk finds in one decoder layer's children."""
+
+    mixers: List[str]
+    mlp: Optional[str] = None
+    dense_ffn: int = 0
+    experts: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    attention: Tuple[int, int, int] = (0, 0, 0)  # heads, kv heads, head dim of a q/k/v/o attention
+    layernorm: bool = False
+    unpriced: Tuple[str, ...] = ()
+
+
+def _classify(layer, hidden: int) -> _Layer:
+    """Each child of a decoder layer by what it holds: a token mixer, a dense MLP, an MoE block, a norm, or a kind
+    the cost model has no price for."""
+    found = _Layer([])
+    unpriced = []
+    for child in layer.children():
+        kind = type(child).__name__
+        if _has(child, _MLA):
+            found.mixers.append("mla+dsa" if hasattr(child, "indexer") else "mla")
+        elif any(_has(child, names) for names in _ATTENTION):
+            found.mixers.append("attention")
+            d = int(getattr(child, "head_dim", 0) or 0)
+            if d and _has(child, ("q_proj", "k_proj", "o_proj")):
+                # o_proj's input is heads x d (a gated q_proj is twice as wide)
+                found.attention = (int(child.o_proj.weight.shape[1]) // d, _out_features(child.k_proj) // d, d)
+        elif _has(child, _GDN):
+            found.mixers.append("gated_deltanet")
+        elif _has(child, _MAMBA):
+            found.mixers.append("mamba2")
+        elif _has(child, _EXPERTS):
+            found.mlp = "moe"
+            found.experts, found.expert_ffn = _experts_shape(child.experts, hidden)
+            shared = getattr(child, "shared_experts", None) or getattr(child, "shared_expert", None)
+            found.shared_ffn = _mlp_width(shared) if shared is not None else 0
+        elif any(_has(child, names) for names in _DENSE_MLP):
+            found.mlp, found.dense_ffn = "dense", _mlp_width(child)
+        elif "Norm" in kind or sum(p.numel() for p in child.parameters()) == 0:
+            found.layernorm = found.layernorm or getattr(child, "bias", None) is not None
+        else:
+            unpriced.append(kind)
+    if found.mlp is None:
+        unpriced.append(f"{type(layer).__name__} without an MLP")
+        found.mlp = "dense"
+    found.unpriced = tuple(unpriced)
+    return found
+
+
 def _walk(model, config, model_type: str) -> Structure:
     layers = _decoder_layers(model)
-    hidden = int(model.get_input_embeddings().weight.shape[1])
+    embedding = model.get_input_embeddings().weight
+    hidden = int(embedding.shape[1])
     layer_types = list(getattr(config, "layer_types", None) or [])
+    # Without layer_types (Mistral, Phi-3) a sliding_window applies to every layer.
+    default = "sliding_attention" if getattr(config, "sliding_window", None) and \
+        getattr(config, "use_sliding_window", True) else "full_attention"
     records: List[LayerRecord] = []
     unpriced: Counter = Counter()
-    heads = kv_heads = head_dim = 0
-    layernorm = False
+    attention, layernorm = (0, 0, 0), False
     for index, layer in enumerate(layers):
-        mixers, mlp = [], None
-        dense_ffn = experts = expert_ffn = shared_ffn = 0
-        for name, child in layer.named_children():
-            kind = type(child).__name__
-            if _has(child, _MLA):
-                mixers.append("mla+dsa" if hasattr(child, "indexer") else "mla")
-            elif any(_has(child, names) for names in _ATTENTION):
-                mixers.append("attention")
-                d = int(getattr(child, "head_dim", 0) or 0)
-                if d and _has(child, ("q_proj", "k_proj", "o_proj")):
-                    head_dim = d
-                    heads = int(child.o_proj.weight.shape[1]) // d
-                    kv_heads = _out_features(child.k_proj) // d
-            elif _has(child, _GDN):
-                mixers.append("gated_deltanet")
-            elif _has(child, _MAMBA):
-                mixers.append("mamba2")
-            elif _has(child, _EXPERTS):
-                mlp = "moe"
-                experts, expert_ffn = _experts_shape(child.experts, hidden)
-                shared = getattr(child, "shared_experts", None) or getattr(child, "shared_expert", None)
-                shared_ffn = _mlp_width(shared) if shared is not None else 0
-            elif any(_has(child, names) for names in _DENSE_MLP):
-                mlp = "dense"
-                dense_ffn = _mlp_width(child)
-            elif "Norm" in kind or sum(p.numel() for p in child.parameters()) == 0:
-                layernorm = layernorm or getattr(child, "bias", None) is not None
-                continue
-            else:
-                unpriced[kind] += 1
-        if mlp is None:
-            unpriced[f"{type(layer).__name__} without an MLP"] += 1
-            mlp = "dense"
-        # Without layer_types (Mistral, Phi-3) a sliding_window applies to every layer.
-        default = "sliding_attention" if getattr(config, "sliding_window", None) and \
-            getattr(config, "use_sliding_window", True) else "full_attention"
+        found = _classify(layer, hidden)
+        unpriced.update(found.unpriced)
+        attention = found.attention if found.attention[2] else attention
+        layernorm = layernorm or found.layernorm
         kind = layer_types[index] if index < len(layer_types) else default
         span = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(kind, "full")
-        if not any(m in ("attention", "mla", "mla+dsa") for m in mixers):
+        if not any(m in ("attention", "mla", "mla+dsa") for m in found.mixers):
             span = "none"
-        records.append(LayerRecord(tuple(sorted(mixers)), span, mlp, dense_ffn, experts, expert_ffn, shared_ffn))
-    embedding = model.get_input_embeddings().weight
+        records.append(LayerRecord(tuple(sorted(found.mixers)), span, found.mlp, found.dense_ffn, found.experts,
+                                   found.expert_ffn, found.shared_ffn))
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embedding
     topk = int(getattr(config, "num_experts_per_tok", 0) or getattr(config, "moe_topk", 0) or 0)
     return Structure(model_type, sum(p.numel() for p in model.parameters()), tuple(records),
-                     tuple(f"{k} x{n}" for k, n in sorted(unpriced.items())), int(embedding.shape[1]),
-                     int(embedding.shape[0]), topk, heads, kv_heads, head_dim, tied, layernorm)
+                     tuple(f"{k} x{n}" for k, n in sorted(unpriced.items())), hidden, int(embedding.shape[0]), topk,
+                     *attention, tied, layernorm)
 
 
 def _mlp_width(mlp) -> int:
