@@ -16,6 +16,7 @@ from autoplan.errors import InputError, did_you_mean
 from autoplan.fileio import read_text
 from autoplan import hf_meta
 from autoplan.hf_config import SUPPORTED_MODEL_TYPES, hf_config_fields
+from autoplan.hf_fields import GATE_ACTIVATIONS
 from autoplan.model import ModelSpec
 
 __all__ = ["load_model", "from_hf_config", "list_catalogue", "catalogue_names", "apply_overrides", "parse_overrides",
@@ -70,9 +71,14 @@ def _from_structure(cfg: Mapping[str, Any], name: str, model_type: str, where: s
     positions = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
     fields = hf_meta.spec_fields(structure, where, positions if isinstance(positions, int) and positions > 0
                                  else 4096)
-    note = (f"{model_type}: read from the structure transformers builds (no hand-written reader): Llama-style "
-            f"RMSNorm, RoPE and SwiGLU assumed, parameter count checked against the built model")
-    spec = _build({"name": name, **fields, "notes": (note,)}, where)
+    act = cfg.get("hidden_act") or (cfg.get("text_config") or {}).get("hidden_act") or "silu"
+    gate = GATE_ACTIVATIONS.get(act) if isinstance(act, str) else None
+    if gate is None:
+        raise InputError(f"{where}: hidden_act={act!r} is not a gated-MLP activation the cost model knows; supported: "
+                         f"{', '.join(GATE_ACTIVATIONS)} (or pass a native model YAML of ModelSpec fields)")
+    note = (f"{model_type}: read from the structure transformers builds (no hand-written reader): RoPE and a gated "
+            f"MLP assumed, parameter count checked against the built model")
+    spec = _build({"name": name, **fields, "gate_activation": gate, "notes": (note,)}, where)
     reason = hf_meta.check_fields(spec, structure, where)
     if reason:
         raise InputError(f"{reason}; pass a native model YAML of ModelSpec fields")
