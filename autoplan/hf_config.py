@@ -2,11 +2,14 @@
 
 Field names and defaults follow the `transformers` configuration classes of each model type
 (`configuration_llama.py`, `configuration_mixtral.py`, `configuration_qwen2_moe.py`, `configuration_deepseek_v3.py`,
-`configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`; Phi-3, Gemma-2/3 and GLM-4 in
-autoplan/hf_families.py). Keys that change the shapes, the activation, the positions or the dropout are read or
-refused with a one-line error; what a family has that ModelSpec cannot express is named in `ModelSpec.notes`.
-Keys with no effect on time, memory or the emitted run (attention dropout, router jitter,
-initialisation) are not read; DeepSeek's MTP layers are left out."""
+`configuration_gpt_oss.py`, `configuration_gpt2.py`, `configuration_gpt_neox.py`, `configuration_deepseek_v32.py`,
+`configuration_qwen3_next.py`; Phi-3, Gemma-2/3 and GLM-4 in autoplan/hf_families.py; OLMo-2, Granite,
+Llama-4, GLM-4.5, MiniMax-M2 and Falcon-H1 in autoplan/hf_recent.py). Keys that change the shapes, the activation,
+the positions or the dropout are read or refused with a one-line error; what a family has that ModelSpec cannot
+express is named in `ModelSpec.notes`. Keys with no effect on time, memory or the emitted run (attention dropout,
+router jitter, initialisation) are not read. DeepSeek's and GLM-4.5's `num_nextn_predict_layers` are
+read as MTP depths; the structural reader (autoplan/hf_meta.py) checks every parser against the model transformers
+builds."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping
@@ -16,6 +19,7 @@ from autoplan.hf_fields import Config as _Config
 from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like, moe_routing, rope_scaling
 from autoplan.hf_fields import sliding_window_all_layers
 from autoplan.hf_families import FAMILIES
+from autoplan.hf_recent import FAMILIES as RECENT_FAMILIES
 
 
 def _llama(c: _Config) -> Dict[str, Any]:
@@ -85,8 +89,10 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         "num_experts": c.int_req("num_experts"),
         "moe_router_topk": c.int_req("num_experts_per_tok"),
         "moe_ffn_hidden_size": c.int_req("moe_intermediate_size"),
-        # Qwen2-MoE's shared expert also has a 1-wide sigmoid gate (h weights per layer); too small to model.
+        # Qwen2-MoE's shared expert has a 1-wide sigmoid gate, Linear(h, 1) (modeling_qwen2_moe.py
+        # Qwen2MoeSparseMoeBlock.shared_expert_gate); Qwen3-MoE has no shared expert.
         "shared_expert_ffn_hidden_size": c.int_opt("shared_expert_intermediate_size", 0),
+        "shared_expert_gate": bool(c.int_opt("shared_expert_intermediate_size", 0)),
         **_leading_dense_layers(c, fields["num_layers"], step),
         **_aux_loss(c, "router_aux_loss_coef"),
         **moe_routing(c, norm_default=False),  # configuration_qwen2_moe.py / qwen3_moe.py default false
@@ -146,6 +152,41 @@ def _deepseek(c: _Config) -> Dict[str, Any]:
         **moe_routing(c, norm_default=False, seq_aux_default=True),  # configuration_deepseek.py defaults
         **rope_scaling(c),
     )
+
+
+def _deepseek_v32(c: _Config) -> Dict[str, Any]:
+    """DeepSeek-V3.2: DeepSeek-V3 with DeepSeek Sparse Attention (modeling_deepseek_v32.py): a lightning indexer
+    (index_n_heads x index_head_dim) scores every earlier key and each query attends to its index_topk best."""
+    return {**_deepseek(c), "dsa_index_heads": c.int_req("index_n_heads"),
+            "dsa_index_head_dim": c.int_req("index_head_dim"), "dsa_index_topk": c.int_req("index_topk")}
+
+
+def _qwen3_next(c: _Config) -> Dict[str, Any]:
+    """Qwen3-Next (modeling_qwen3_next.py): Qwen3-MoE routing with a gated shared expert; Gated DeltaNet linear
+    attention on most layers and gated softmax attention (per-head q/k norm, output gate) on every
+    `full_attention_interval`-th layer (configuration_qwen3_next.py default 4), or as `layer_types` lists them."""
+    fields = _qwen3_moe(c)
+    num_layers = fields["num_layers"]
+    layer_types = c.get("layer_types", None)
+    if layer_types:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise InputError(f"{c.where}: layer_types must list one kind per layer ({num_layers}); fix the config")
+        bad = sorted(set(layer_types) - {"linear_attention", "full_attention"})
+        if bad:
+            raise InputError(f"{c.where}: layer_types has {bad}; supported: linear_attention, full_attention")
+        linear = sum(t == "linear_attention" for t in layer_types)
+    else:
+        interval = c.int_opt("full_attention_interval", 4)
+        linear = sum((i + 1) % interval != 0 for i in range(num_layers))
+    c.notes.append("qwen3_next: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; MTP layers are not "
+                   "built by transformers and not priced")
+    return {**fields, "rotary_percent": c.fraction("partial_rotary_factor", 0.25), "attention_output_gate": True,
+            "linear_attention_layers": linear,
+            "gdn_num_key_heads": c.int_req("linear_num_key_heads"),
+            "gdn_num_value_heads": c.int_req("linear_num_value_heads"),
+            "gdn_key_head_dim": c.int_req("linear_key_head_dim"),
+            "gdn_value_head_dim": c.int_req("linear_value_head_dim"),
+            "gdn_conv_kernel": c.int_opt("linear_conv_kernel_dim", 4)}
 
 
 def _gpt_oss(c: _Config) -> Dict[str, Any]:
@@ -224,10 +265,13 @@ PARSERS: Dict[str, Callable[[_Config], Dict[str, Any]]] = {
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek,
+    "deepseek_v32": _deepseek_v32,
+    "qwen3_next": _qwen3_next,
     "gpt_oss": _gpt_oss,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     **FAMILIES,
+    **RECENT_FAMILIES,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(PARSERS)
@@ -242,7 +286,8 @@ def hf_config_fields(cfg: Mapping[str, Any], where: str) -> Dict[str, Any]:
                          f"--model ...` (encoder and language model together)")
     if parser is None:
         raise InputError(f"{where}: model_type {model_type!r} is not supported; supported: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields)")
+                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (or pass a native model YAML of ModelSpec fields, or "
+                         f"install autoplan[hf] to read other model types from the model transformers builds)")
     config = _Config(cfg, model_type, where)
     fields = parser(config)
     return {**fields, "notes": tuple(config.notes)} if config.notes else fields

@@ -133,6 +133,40 @@ class ModelSpec(BaseModel):
     # Priced as one more saved bf16 copy of the logits and three elementwise passes (costmodel/memory.py, compute.py).
     logit_softcapping: float = Field(0.0, ge=0.0, description=(
         "Final-logit soft-capping cap*tanh(logits/cap) (Gemma-2 final_logit_softcapping); 0 = none."))
+    # Attention variants of recent Hugging Face families (read in autoplan/hf_recent.py; priced in
+    # costmodel/params.py, flops.py and layers/mixers.py).
+    qk_norm_scope: Literal["head", "all_heads"] = Field("head", description=(
+        "What a qk_layernorm normalises: each head's d values (Qwen3, per-head scale of d) or the whole q and k "
+        "projections (OLMo-2 q_norm over heads x d, k_norm over groups x d; MiniMax-M2 qk_norm_type per_layer)."))
+    attention_output_gate: bool = Field(False, description=(
+        "Gated attention (Qwen3-Next, modeling_qwen3_next.py Qwen3NextAttention): q_proj also emits a per-head "
+        "gate of heads x d, and the attention output is multiplied by its sigmoid before o_proj."))
+    attention_chunk_size: int = Field(0, ge=0, description=(
+        "Chunked attention (Llama-4 attention_chunk_size): a query attends only to keys of its own chunk of this "
+        "many tokens; 0 = none."))
+    num_chunked_attention_layers: int = Field(0, ge=0, description=(
+        "Layers with chunked attention (Llama-4: the RoPE layers; every no_rope_layer_interval-th layer is NoPE "
+        "with full attention)."))
+    dsa_index_heads: int = Field(0, ge=0, description=(
+        "DeepSeek Sparse Attention lightning-indexer heads (DeepSeek-V3.2 index_n_heads); 0 = dense attention."))
+    dsa_index_head_dim: int = Field(0, ge=0, description="Lightning-indexer head dim (index_head_dim).")
+    dsa_index_topk: int = Field(0, ge=0, description="Keys each query attends to under DSA (index_topk).")
+    linear_attention_layers: int = Field(0, ge=0, description=(
+        "Layers whose mixer is Gated DeltaNet linear attention instead of softmax attention (Qwen3-Next "
+        "layer_types 'linear_attention'); the others use the attention fields."))
+    gdn_num_key_heads: int = Field(0, ge=0, description="Gated DeltaNet q/k heads (linear_num_key_heads).")
+    gdn_num_value_heads: int = Field(0, ge=0, description="Gated DeltaNet v heads (linear_num_value_heads).")
+    gdn_key_head_dim: int = Field(0, ge=0, description="Gated DeltaNet q/k head dim (linear_key_head_dim).")
+    gdn_value_head_dim: int = Field(0, ge=0, description="Gated DeltaNet v head dim (linear_value_head_dim).")
+    gdn_conv_kernel: int = Field(4, gt=0, description="Gated DeltaNet depthwise conv width (linear_conv_kernel_dim).")
+    shared_expert_gate: bool = Field(False, description=(
+        "A sigmoid gate of width 1 on the shared expert's output (Qwen2-MoE / Qwen3-Next shared_expert_gate, h "
+        "weights per MoE layer)."))
+    parallel_mamba: bool = Field(False, description=(
+        "Every layer runs a Mamba-2 mixer beside its attention on the same normed input and adds the two "
+        "(Falcon-H1, modeling_falcon_h1.py FalconH1DecoderLayer); the mamba_* fields give its shapes."))
+    mamba_gated_norm: bool = Field(True, description=(
+        "The Mamba-2 mixer has its gated RMSNorm over d_inner (Megatron always; Falcon-H1 mamba_rms_norm)."))
     notes: Tuple[str, ...] = Field((), description=(
         "What reading the source config assumed or could not express, one sentence each."))
 
@@ -200,6 +234,7 @@ class ModelSpec(BaseModel):
         self._check_router_groups()
         if self.multi_latent_attention and (self.kv_lora_rank <= 0 or self.v_head_dim <= 0 or self.qk_head_dim <= 0):
             raise ValueError("MLA needs kv_lora_rank, qk_head_dim and v_head_dim > 0")
+        self._check_mixers()
         if self.num_sliding_window_layers > self.num_layers:
             raise ValueError("num_sliding_window_layers cannot exceed num_layers")
         return self
@@ -212,6 +247,26 @@ class ModelSpec(BaseModel):
         if groups and (not self.is_moe or self.num_experts % groups or chosen > groups):
             raise ValueError(f"moe_router_num_groups={groups} must divide num_experts={self.num_experts} and be at "
                              f"least moe_router_group_topk={chosen}")
+
+    def _check_mixers(self) -> None:
+        if self.num_chunked_attention_layers + self.linear_attention_layers > self.num_layers:
+            raise ValueError("num_chunked_attention_layers + linear_attention_layers cannot exceed num_layers")
+        if bool(self.attention_chunk_size) != bool(self.num_chunked_attention_layers):
+            raise ValueError("attention_chunk_size and num_chunked_attention_layers are set together")
+        if self.dsa_index_heads and not (self.multi_latent_attention and self.q_lora_rank and self.dsa_index_topk
+                                         and self.dsa_index_head_dim):
+            raise ValueError("DSA (dsa_index_heads > 0) needs MLA with q_lora_rank, dsa_index_head_dim and "
+                             "dsa_index_topk > 0")
+        if self.linear_attention_layers and not (self.gdn_num_key_heads and self.gdn_num_value_heads
+                                                 and self.gdn_key_head_dim and self.gdn_value_head_dim):
+            raise ValueError("linear_attention_layers > 0 needs gdn_num_key_heads, gdn_num_value_heads, "
+                             "gdn_key_head_dim and gdn_value_head_dim > 0")
+        if self.parallel_mamba and (self.mamba_num_heads <= 0 or self.is_hybrid):
+            raise ValueError("parallel_mamba needs mamba_num_heads > 0 and no hybrid_layer_pattern")
+        if (self.linear_attention_layers or self.parallel_mamba or self.num_chunked_attention_layers) and \
+                (self.multi_latent_attention or self.num_sliding_window_layers):
+            raise ValueError("linear attention, parallel Mamba and chunked attention are not supported together "
+                             "with MLA or sliding windows")
 
     def _check_hybrid(self) -> None:
         pattern = self.hybrid_layer_pattern
@@ -231,6 +286,20 @@ class ModelSpec(BaseModel):
         if self.mamba_num_heads % self.mamba_num_groups:
             raise ValueError(f"mamba_num_groups={self.mamba_num_groups} must divide "
                              f"mamba_num_heads={self.mamba_num_heads}")
+
+    @property
+    def context_parallel_blocker(self) -> Optional[str]:
+        """The mixer megatron-core 0.16.1 has no context-parallel path for, or None: Gated DeltaNet
+        (TransformerConfig.__post_init__ asserts context_parallel_size == 1 for gated_delta_net: "does not support
+        context parallel for now") and DSA (experimental_attention_variant/dsa.py scores and attends over the
+        rank's local keys with a local causal mask, no exchange between CP ranks)."""
+        if self.linear_attention_layers:
+            return "Gated DeltaNet linear attention (megatron/core/transformer/transformer_config.py has no CP path " \
+                   "for gated_delta_net)"
+        if self.dsa_index_heads:
+            return "DeepSeek Sparse Attention (megatron/core/transformer/experimental_attention_variant/dsa.py " \
+                   "has no CP path)"
+        return None
 
     @property
     def is_moe(self) -> bool:

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from autoplan.errors import InputError, did_you_mean
 from autoplan.fileio import read_text
-from autoplan.hf_config import hf_config_fields
+from autoplan import hf_meta
+from autoplan.hf_config import SUPPORTED_MODEL_TYPES, hf_config_fields
+from autoplan.hf_fields import GATE_ACTIVATIONS
 from autoplan.model import ModelSpec
 
 __all__ = ["load_model", "from_hf_config", "list_catalogue", "catalogue_names", "apply_overrides", "parse_overrides",
@@ -52,7 +54,35 @@ def _build(fields: Mapping[str, Any], where: str) -> ModelSpec:
 def from_hf_config(cfg: Mapping[str, Any], name: str, *, where: str | None = None) -> ModelSpec:
     """A ModelSpec from a Hugging Face config mapping (`model_type` picks the parser; see autoplan.hf_config)."""
     where = where or f"HF config {name!r}"
+    model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES and hf_meta.available():
+        try:
+            return _from_structure(cfg, name, model_type, where)
+        except InputError as e:
+            raise InputError(f"{e} (model types read without it: {', '.join(SUPPORTED_MODEL_TYPES)})") from None
     return _build({"name": name, **hf_config_fields(cfg, where)}, where)
+
+
+def _from_structure(cfg: Mapping[str, Any], name: str, model_type: str, where: str) -> ModelSpec:
+    """A model_type no hand-written reader knows, read from the model transformers builds for it
+    (autoplan/hf_meta.py): priced only when the ModelSpec read from its layers counts exactly the parameters of
+    the built model; refused in one line naming what differs otherwise."""
+    structure = hf_meta.load_structure(cfg, where)
+    positions = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+    fields = hf_meta.spec_fields(structure, where, positions if isinstance(positions, int) and positions > 0
+                                 else 4096)
+    act = cfg.get("hidden_act") or (cfg.get("text_config") or {}).get("hidden_act") or "silu"
+    gate = GATE_ACTIVATIONS.get(act) if isinstance(act, str) else None
+    if gate is None:
+        raise InputError(f"{where}: hidden_act={act!r} is not a gated-MLP activation the cost model knows; supported: "
+                         f"{', '.join(GATE_ACTIVATIONS)} (or pass a native model YAML of ModelSpec fields)")
+    note = (f"{model_type}: read from the structure transformers builds (no hand-written reader): RoPE and a gated "
+            f"MLP assumed, parameter count checked against the built model")
+    spec = _build({"name": name, **fields, "gate_activation": gate, "notes": (note,)}, where)
+    reason = hf_meta.check_fields(spec, structure, where)
+    if reason:
+        raise InputError(f"{reason}; pass a native model YAML of ModelSpec fields")
+    return spec
 
 
 # ---------------------------------------------------------------- files

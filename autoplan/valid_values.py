@@ -36,9 +36,19 @@ def gqa_allows_tp(model: ModelSpec, tp: int) -> bool:
     return groups % tp == 0 or tp % groups == 0
 
 
+def mixer_allows_tp(model: ModelSpec, tp: int) -> bool:
+    """Gated DeltaNet's key and value heads divisible by tp (TransformerConfig.__post_init__ for
+    experimental_attention_variant gated_delta_net); a parallel Mamba mixer's heads and groups divisible by tp
+    (megatron/core/ssm/mamba_mixer.py `nheads % tp_size`, `ngroups % tp_size`)."""
+    if model.linear_attention_layers and (model.gdn_num_key_heads % tp or model.gdn_num_value_heads % tp):
+        return False
+    return not (model.parallel_mamba and (model.mamba_num_heads % tp or model.mamba_num_groups % tp))
+
+
 def attention_tp(model: ModelSpec) -> List[int]:
-    """tp values the attention shape allows: divisors of the heads that suit the query groups."""
-    return [t for t in divisors(model.num_attention_heads) if gqa_allows_tp(model, t)]
+    """tp values the attention shape allows: divisors of the heads that suit the query groups and the other
+    mixers' heads."""
+    return [t for t in divisors(model.num_attention_heads) if gqa_allows_tp(model, t) and mixer_allows_tp(model, t)]
 
 
 def valid_tp(model: ModelSpec, world: int, pp: int, cp: int) -> List[int]:

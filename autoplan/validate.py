@@ -131,7 +131,8 @@ def _attention_shape(c: Case) -> Optional[str]:
 
 
 def _tensor_parallel_attention(c: Case) -> Optional[str]:
-    """[TC] heads divisible by TP; query groups a multiple or a divisor of TP."""
+    """[TC] heads divisible by TP; query groups a multiple or a divisor of TP; the heads of Gated DeltaNet and of
+    a parallel Mamba mixer divisible by TP (valid_values.mixer_allows_tp)."""
     m, s = c.model, c.strategy
     valid = lambda: vv.join(vv.valid_tp(m, c.world, s.pp, s.cp))  # noqa: E731
     return _first((
@@ -140,6 +141,12 @@ def _tensor_parallel_attention(c: Case) -> Optional[str]:
         (not vv.gqa_allows_tp(m, s.tp),
          lambda: f"num_query_groups={m.num_query_groups} must be a multiple or a divisor of tp={s.tp}; "
                  f"valid tp: {valid()}"),
+        (not vv.mixer_allows_tp(m, s.tp),
+         lambda: f"tp={s.tp} must divide the heads and groups of {m.name}'s "
+                 + (f"Gated DeltaNet (key {m.gdn_num_key_heads}, value {m.gdn_num_value_heads})"
+                    if m.linear_attention_layers else
+                    f"Mamba mixer (heads {m.mamba_num_heads}, groups {m.mamba_num_groups})")
+                 + f"; valid tp: {valid()}"),
     ))
 
 
@@ -279,12 +286,15 @@ def _virtual_pipeline(c: Case) -> Optional[str]:
 # ---- sequence, sequence parallel, batch --------------------------------------------------------------------
 
 def _sequence(c: Case) -> Optional[str]:
-    """[V] seq_len <= max_position_embeddings; with CP > 1, seq_len divisible by 2*CP."""
+    """[V] seq_len <= max_position_embeddings; with CP > 1, a model whose mixers have a CP path
+    (ModelSpec.context_parallel_blocker) and seq_len divisible by 2*CP."""
     m, s, seq = c.model, c.strategy, c.workload.seq_len
     return _first((
         (seq > m.max_position_embeddings,
          lambda: f"seq_len={seq} exceeds max_position_embeddings={m.max_position_embeddings} of {m.name}; "
                  f"use seq_len <= {m.max_position_embeddings}"),
+        (s.cp > 1 and m.context_parallel_blocker,
+         lambda: f"cp={s.cp} is not supported for {m.name}: {m.context_parallel_blocker}; use cp=1"),
         (s.cp > 1 and seq % (2 * s.cp),
          lambda: f"seq_len={seq} must be divisible by 2*cp=2*{s.cp}={2 * s.cp}; "
                  f"valid cp: {vv.join(vv.valid_cp(seq, c.world, s.tp, s.pp))}"),

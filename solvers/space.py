@@ -25,6 +25,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
+from autoplan.valid_values import mixer_allows_tp
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
 from autoplan.keys import ENGINES
@@ -147,6 +148,8 @@ def tp_choices(problem: Problem) -> List[int]:
         g = m.num_query_groups
         if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
             continue  # query groups a multiple or divisor of tp (TransformerConfig)
+        if not mixer_allows_tp(m, t):
+            continue  # Gated DeltaNet / parallel Mamba heads divisible by tp (valid_values.mixer_allows_tp)
         if problem.engine == "deepspeed" and g % t:
             continue  # AutoTP splits K/V by whole kv heads (integrations/engines.py deepspeed_unsupported)
         out.append(t)
@@ -289,8 +292,8 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
     points = []
     for tp in _choices(problem, "tp", tp_choices(problem)):
         for cp in _choices(problem, "cp", sorted(set(_pow2_upto(world // tp)) | _fixed_ints(problem, "cp"))):
-            if cp > 1 and wl.seq_len % (2 * cp):
-                continue  # seq divisible by 2*cp (validate_args)
+            if cp > 1 and (wl.seq_len % (2 * cp) or m.context_parallel_blocker):
+                continue  # seq divisible by 2*cp (validate_args); mixers with a CP path (validate._sequence)
             if world % (tp * cp):
                 continue
             for pp in _choices(problem, "pp", divisors(world // (tp * cp), upto=L)):

@@ -21,6 +21,7 @@ from autoplan.costmodel.layers.moe import (BIAS_BWD, BIAS_FWD, CLAMP_BWD, CLAMP_
                                            CLAMP_FWD_OPS, HYBRID_MOE_KERNELS, MOE_KERNELS, clamped_glu,
                                            elementwise_bytes, grouped_token_efficiency, moe_gemm_time,
                                            unfused_expert_extras)
+from autoplan.costmodel.layers.mixers import with_mixers
 from autoplan.costmodel.layers.mtp import mtp_forward_time
 from autoplan.costmodel.params import norms_per_layer
 from autoplan.model import ModelSpec
@@ -56,7 +57,7 @@ def _layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardwar
     extra_bytes, extra_ops = unfused_expert_extras(m, sh, lay) if moe else (0.0, 0.0)
     elem = elementwise_time(elementwise_bytes(m, sh, lay, moe) + extra_bytes, hw, cal, 0) + \
         kernel_costs(lay, cal, counts + (("moe", extra_ops),))
-    return LayerTime(attn, core, mlp, elem)
+    return with_mixers(m, sh, lay, seq_len, hw, cal_attn, LayerTime(attn, core, mlp, elem))
 
 
 def head_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):

@@ -22,6 +22,7 @@ from autoplan.costmodel.layers.dense import (attention_activation_bytes, attenti
                                              mlp_activation_bytes, qkv_input_bytes, sandwich_norm_bytes,
                                              softmax_stats_bytes)
 from autoplan.costmodel.layers.mamba import hybrid_layer_activation_bytes
+from autoplan.costmodel.layers.mixers import mixer_activation_bytes
 from autoplan.costmodel.layers.moe import (dispatcher_state_bytes, flex_dispatcher_buffer_bytes,  # noqa: F401
                                            moe_activation_bytes, permute_row_id_map_bytes, routing_index_bytes,
                                            routing_weight_bytes, weighted_activation_bytes)
@@ -90,7 +91,7 @@ def layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
 def _layer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, moe: bool):
     if m.is_hybrid:  # Mamba / attention hybrids: per layer kind, autoplan/costmodel/layers/mamba.py
         return hybrid_layer_activation_bytes(m, sh, lay, moe)
-    attn_none = attention_activation_bytes(m, sh, lay)
+    attn_none = mixer_activation_bytes(m, sh, lay, attention_activation_bytes(m, sh, lay))
     mlp = moe_activation_bytes(m, sh, lay) if moe else \
         mlp_activation_bytes(m, sh, lay, m.ffn_hidden_size, sh.tokens, lay.tp)
     checkpoint = BF16 * sh.tokens_sp * m.hidden_size  # the layer input (Korthikanti sec. 4.1, 2sbh/t with SP)

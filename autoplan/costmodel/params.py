@@ -46,16 +46,67 @@ def attention_params(m: ModelSpec) -> int:
         kv = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank  # kv_a (+rope k), kv_a_norm
         kv += m.kv_lora_rank * heads * (m.qk_head_dim + m.v_head_dim)  # kv_b
         out = heads * m.v_head_dim * h
-        return q + kv + out + (h if m.add_bias_linear else 0)
+        return q + kv + out + (h if m.add_bias_linear else 0) + dsa_indexer_params(m)
     q_size = m.num_attention_heads * m.kv_channels
     kv_size = m.num_query_groups * m.kv_channels
     qkv = h * (q_size + 2 * kv_size)
     if m.add_bias_linear or m.add_qkv_bias:
         qkv += q_size + 2 * kv_size
     out = q_size * h + (h if m.add_bias_linear else 0)
-    qk_norm = 2 * m.kv_channels if m.qk_layernorm else 0
+    if m.attention_output_gate:  # Qwen3-Next: q_proj's second half is the per-head output gate
+        qkv += h * q_size + (q_size if m.add_bias_linear or m.add_qkv_bias else 0)
+    qk_norm = 0
+    if m.qk_layernorm:  # per-head scale (Qwen3), or one over the whole q and k projections (OLMo-2, MiniMax-M2)
+        qk_norm = 2 * m.kv_channels if m.qk_norm_scope == "head" else q_size + kv_size
     sinks = m.num_attention_heads if m.attention_sinks else 0  # gpt-oss `sinks`, one learned logit per head
     return qkv + out + qk_norm + sinks
+
+
+def dsa_indexer_params(m: ModelSpec) -> int:
+    """DeepSeek-V3.2's lightning indexer (modeling_deepseek_v32.py DeepseekV32Indexer; DeepSeek-V3.2-Exp
+    inference/model.py Indexer): wq_b (q_lora_rank -> heads x d_I), wk (h -> d_I), a LayerNorm on k (scale and
+    bias, d_I each) and weights_proj (h -> heads)."""
+    if not m.dsa_index_heads:
+        return 0
+    heads, d = m.dsa_index_heads, m.dsa_index_head_dim
+    return m.q_lora_rank * heads * d + m.hidden_size * d + 2 * d + m.hidden_size * heads
+
+
+def gdn_key_dim(m: ModelSpec) -> int:
+    return m.gdn_num_key_heads * m.gdn_key_head_dim
+
+
+def gdn_value_dim(m: ModelSpec) -> int:
+    return m.gdn_num_value_heads * m.gdn_value_head_dim
+
+
+def gdn_conv_channels(m: ModelSpec) -> int:
+    """Channels of Gated DeltaNet's depthwise conv1d: q, k and v."""
+    return 2 * gdn_key_dim(m) + gdn_value_dim(m)
+
+
+def gdn_params(m: ModelSpec) -> int:
+    """One Gated DeltaNet mixer (Yang et al. 2024, arXiv:2412.06464; modeling_qwen3_next.py
+    Qwen3NextGatedDeltaNet): in_proj_qkvz (h -> 2 key_dim + 2 value_dim: q, k, v and the output gate z),
+    in_proj_ba (h -> 2 value heads: beta and the decay input a), a bias-free conv1d over q, k, v, dt_bias and A_log
+    per value head, a gated RMSNorm over one value head and out_proj (value_dim -> h)."""
+    h = m.hidden_size
+    in_proj = h * (2 * gdn_key_dim(m) + 2 * gdn_value_dim(m)) + h * 2 * m.gdn_num_value_heads
+    conv = gdn_conv_channels(m) * m.gdn_conv_kernel
+    return in_proj + conv + 2 * m.gdn_num_value_heads + m.gdn_value_head_dim + gdn_value_dim(m) * h
+
+
+def mixer_params(m: ModelSpec):
+    """Token-mixer weights of one layer of a standard decoder, as the mean over its layers (exact in total):
+    softmax attention, or Gated DeltaNet on `linear_attention_layers` of them, plus a parallel Mamba-2 mixer in
+    every layer of a `parallel_mamba` model."""
+    attention = attention_params(m)
+    if m.linear_attention_layers:
+        n_lin = m.linear_attention_layers
+        attention = ((m.num_layers - n_lin) * attention + n_lin * gdn_params(m)) / m.num_layers
+    if m.parallel_mamba:
+        attention += mamba_mixer_params(m)
+    return attention
 
 
 def mlp_params(m: ModelSpec, ffn: int, bias: bool) -> int:
@@ -94,7 +145,8 @@ def mamba_mixer_params(m: ModelSpec) -> int:
     out_proj; the layer's pre-norm is counted by the caller."""
     h = m.hidden_size
     conv = mamba_conv_channels(m) * (m.mamba_conv_kernel + 1)
-    return h * mamba_in_proj_width(m) + conv + 3 * m.mamba_num_heads + m.mamba_d_inner + m.mamba_d_inner * h
+    norm = m.mamba_d_inner if m.mamba_gated_norm else 0  # Falcon-H1 mamba_rms_norm false: no gated norm
+    return h * mamba_in_proj_width(m) + conv + 3 * m.mamba_num_heads + norm + m.mamba_d_inner * h
 
 
 def latent_projection_params(m: ModelSpec) -> int:
@@ -136,13 +188,14 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
     """Parameters of one dense (`moe=False`) or MoE decoder layer (a hybrid's: `hybrid_layer_params`)."""
     if m.is_hybrid:
         return hybrid_layer_params(m, moe)
-    attention = attention_params(m)
+    attention = mixer_params(m)
     norms = norms_per_layer(m) * norm_params(m)
     if not moe:
         return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0)
     expert = mlp_params(m, m.moe_ffn_hidden_size, m.add_bias_linear)
     router = m.hidden_size * m.num_experts + (m.num_experts if m.add_bias_linear else 0)
     shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
+    shared += m.hidden_size if m.shared_expert_gate else 0  # Qwen3-Next shared_expert_gate: Linear(h, 1)
     return LayerParams(attention, norms, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
 
 

@@ -96,7 +96,20 @@ def attention_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     else:
         qkv = BF16 * sh.tokens * (sh.heads + 2 * sh.groups) * m.kv_channels
     dropout_mask = dropout_mask_bytes(m, region)  # after the output projection
-    return norm_in + qkv_in + qkv + attention_output_bytes(m, sh, lay) + softmax_stats_bytes(sh) + dropout_mask
+    return norm_in + qkv_in + qkv + qk_norm_bytes(m, sh) + attention_output_bytes(m, sh, lay) + \
+        softmax_stats_bytes(sh) + dropout_mask
+
+
+def qk_norm_bytes(m: ModelSpec, sh: Shard):
+    """What a q/k norm adds to the saved tensors: it keeps its input, the QKV projection's q and k (views of the
+    QKV output already counted), so the normed, rotated q and k that flash attention saves are a second bf16 copy,
+    plus the norm's fp32 1/rms per head (per-head norm, Qwen3 / Megatron --qk-layernorm) or per token (a norm over
+    the whole projection, OLMo-2 / MiniMax-M2) (megatron/core/transformer/attention.py
+    get_query_key_value_tensors: q_layernorm / k_layernorm on the split linear_qkv output, then RoPE)."""
+    if not m.qk_layernorm or m.multi_latent_attention:
+        return 0.0 * sh.tokens
+    stats = (sh.heads + sh.groups) if m.qk_norm_scope == "head" else 2.0
+    return BF16 * sh.tokens * (sh.heads + sh.groups) * m.kv_channels + FP32 * sh.tokens * stats
 
 
 def attention_output_elements(m: ModelSpec, sh: Shard):

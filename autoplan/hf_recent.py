@@ -1,0 +1,202 @@
+"""Hugging Face parsers for OLMo-2, Granite, Llama-4 (text), GLM-4.5 MoE, MiniMax-M2 and Falcon-H1, following
+`transformers` configuration_olmo2.py, configuration_granite.py, configuration_llama4.py, configuration_glm4_moe.py,
+configuration_minimax_m2.py and configuration_falcon_h1.py (defaults as there). DeepSeek-V3.2 and Qwen3-Next,
+which extend DeepSeek-V3 and Qwen-MoE, are read in autoplan/hf_config.py.
+
+- OLMo-2: Llama shapes; RMSNorm on the whole q and k projections (`q_norm` over heads x d, `k_norm` over
+  groups x d) and its two norms placed after attention and after the MLP instead of before (same weights, same
+  saved tensors; named in a note).
+- Granite: Llama shapes; its four scalar multipliers (embedding, residual, attention, logits) change no shape.
+- Llama-4: a multimodal `llama4` config is read through its `text_config`. MoE on every
+  `interleave_moe_layer_step`-th layer (the others a dense MLP of `intermediate_size_mlp`), one shared expert of
+  `intermediate_size` beside top-k routed experts of `intermediate_size`; chunked attention
+  (`attention_chunk_size`) on the RoPE layers, full attention on every `no_rope_layer_interval`-th (NoPE) layer;
+  its q/k norm is a weightless L2 norm.
+- GLM-4.5 (GLM-4.5-Air): GLM-4 attention (q/k/v biases, half-rotary, optional per-head q/k norm) with DeepSeek-style
+  routing: `first_k_dense_replace` dense layers, then routed experts plus `n_shared_experts`; its MTP layers
+  (`num_nextn_predict_layers`) are read as MTP depths, as DeepSeek's are.
+- MiniMax-M2: every layer MoE with no shared expert; q/k RMSNorm over the whole projections
+  (`qk_norm_type` per_layer); RoPE on `rotary_dim` of each head. Its MTP modules are not built by transformers and
+  not priced (a note says so).
+- Falcon-H1: every layer runs a Mamba-2 mixer and GQA attention side by side on the same normed input, then a SwiGLU
+  MLP (ModelSpec.parallel_mamba); its muP multipliers change no shape."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+from autoplan.errors import InputError
+from autoplan.hf_fields import Config, gate_activation, llama_like
+
+
+def _olmo2(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    c.notes.append("olmo2: the two norms of each layer sit after attention and after the MLP (post-norm); priced as "
+                   "the same two norms before them (same weights and saved tensors)")
+    if c.get("attention_bias", False):
+        c.notes.append("attention_bias: the o_proj bias (h per layer) is not counted; q, k, v biases are")
+    return {**fields, "qk_layernorm": True, "qk_norm_scope": "all_heads"}
+
+
+def _granite(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    if c.get("mlp_bias", False):
+        raise InputError(f"{c.where}: mlp_bias=true is not supported for granite (ModelSpec prices biases on every "
+                         f"linear or on q, k, v only); set it false or pass a native model YAML")
+    if c.get("attention_bias", False):
+        c.notes.append("attention_bias: the o_proj bias (h per layer) is not counted; q, k, v biases are")
+    scales = [k for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
+              if c.get(k, None) is not None]
+    if scales:
+        c.notes.append(f"granite {', '.join(scales)}: scalar multipliers, no time or memory; emitted launch files do "
+                       f"not set them")
+    return fields
+
+
+# configuration_llama4.py Llama4TextConfig defaults for the fields the released config may leave out.
+LLAMA4_NO_ROPE_INTERVAL = 4
+
+
+def _llama4_text(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    num_layers = fields["num_layers"]
+    step = c.int_opt("interleave_moe_layer_step", 1)
+    moe_layers = c.get("moe_layers", None)
+    default_moe = list(range(step - 1, num_layers, step))  # Llama4TextConfig.moe_layers default
+    if moe_layers is not None and list(moe_layers) != default_moe:
+        raise InputError(f"{c.where}: moe_layers={moe_layers} is not every interleave_moe_layer_step={step}-th layer, "
+                         f"the only pattern supported; pass a native model YAML")
+    expert_ffn = c.int_req("intermediate_size")
+    no_rope = c.get("no_rope_layers", None)
+    if not no_rope:  # Llama4TextConfig: layer i uses RoPE (and chunked attention) unless (i + 1) % interval == 0
+        interval = c.int_opt("no_rope_layer_interval", LLAMA4_NO_ROPE_INTERVAL)
+        no_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if len(no_rope) != num_layers:
+        raise InputError(f"{c.where}: no_rope_layers has {len(no_rope)} entries for num_hidden_layers={num_layers}; "
+                         f"fix the config")
+    chunk = c.int_opt("attention_chunk_size", 0) or 0
+    chunked = sum(bool(x) for x in no_rope) if chunk else 0
+    if c.get("use_qk_norm", False):
+        c.notes.append("llama4 use_qk_norm: a weightless L2 norm on q and k of the RoPE layers, priced as plain "
+                       "attention")
+    if c.get("attn_temperature_tuning", True):
+        c.notes.append("llama4 attn_temperature_tuning: a per-position scale on the NoPE layers' queries, no time or "
+                       "memory")
+    return {
+        **fields,
+        "ffn_hidden_size": c.int_opt("intermediate_size_mlp", expert_ffn) or expert_ffn,
+        "num_experts": c.int_req("num_local_experts"),
+        "moe_router_topk": c.int_req("num_experts_per_tok"),
+        "moe_ffn_hidden_size": expert_ffn,
+        "shared_expert_ffn_hidden_size": expert_ffn,  # Llama4TextMoe.shared_expert: one MLP of intermediate_size
+        "first_k_dense_layers": step - 1,
+        "moe_layer_freq": step,
+        "attention_chunk_size": chunk if chunked else 0,
+        "num_chunked_attention_layers": chunked,
+        **({"moe_aux_loss_coeff": c.num("router_aux_loss_coef", None)}
+           if c.num("router_aux_loss_coef", None) is not None else {}),
+    }
+
+
+def _llama4(c: Config) -> Dict[str, Any]:
+    text = c.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{c.where}: a llama4 config needs its text_config (the language model) to be priced; "
+                         f"pass the text config (model_type llama4_text)")
+    inner = Config(text, "llama4_text", f"{c.where} text_config")
+    fields = _llama4_text(inner)
+    c.notes.extend(inner.notes)
+    c.notes.append("llama4: only the language model (text_config) is priced; the vision tower and projector are "
+                   "not")
+    return fields
+
+
+def _glm4_moe(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    first_k = c.int_opt("first_k_dense_replace", 1)  # configuration_glm4_moe.py default 1
+    moe_ffn = c.int_req("moe_intermediate_size")
+    return {
+        **fields,
+        "add_qkv_bias": bool(c.get("attention_bias", False)),  # Glm4MoeAttention: q/k/v bias, o_proj none
+        "qk_layernorm": bool(c.get("use_qk_norm", False)),  # per-head q_norm / k_norm over head_dim
+        "rotary_percent": c.fraction("partial_rotary_factor", 0.5),
+        "num_experts": c.int_req("n_routed_experts"),
+        "moe_router_topk": c.int_req("num_experts_per_tok"),
+        "moe_ffn_hidden_size": moe_ffn,
+        "shared_expert_ffn_hidden_size": c.int_opt("n_shared_experts", 1) * moe_ffn,
+        "first_k_dense_layers": first_k,
+        "mtp_num_layers": c.int_opt("num_nextn_predict_layers", 0),
+        **({"moe_aux_loss_coeff": c.num("router_aux_loss_coef", None)}
+           if c.num("router_aux_loss_coef", None) is not None else {}),
+    }
+
+
+def _minimax_m2(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    expert_ffn = c.int_req("intermediate_size")
+    norm = c.get("qk_norm_type", "per_layer")
+    use_qk_norm = bool(c.get("use_qk_norm", True))
+    if use_qk_norm and norm != "per_layer":
+        raise InputError(f"{c.where}: qk_norm_type={norm!r} is not supported; supported: per_layer")
+    rotary_dim = c.int_opt("rotary_dim", fields["kv_channels"])
+    if not 0 < rotary_dim <= fields["kv_channels"]:
+        raise InputError(f"{c.where}: rotary_dim={rotary_dim} must be in 1..head_dim={fields['kv_channels']}; "
+                         f"fix the config")
+    if c.get("use_mtp", False) and c.int_opt("num_mtp_modules", 0):
+        c.notes.append(f"minimax_m2: its {c.int_opt('num_mtp_modules', 0)} MTP modules are not built by transformers "
+                       f"and not priced")
+    if c.int_opt("shared_intermediate_size", 0):
+        raise InputError(f"{c.where}: shared_intermediate_size > 0 is not built by transformers' MiniMax-M2; set 0")
+    return {
+        **fields,
+        "ffn_hidden_size": expert_ffn,
+        "qk_layernorm": use_qk_norm,
+        "qk_norm_scope": "all_heads",
+        "rotary_percent": rotary_dim / fields["kv_channels"],
+        "num_experts": c.int_req("num_local_experts"),
+        "moe_router_topk": c.int_req("num_experts_per_tok"),
+        "moe_ffn_hidden_size": expert_ffn,
+        **({"moe_aux_loss_coeff": c.num("router_aux_loss_coef", None)}
+           if c.num("router_aux_loss_coef", None) is not None else {}),
+    }
+
+
+def _falcon_h1(c: Config) -> Dict[str, Any]:
+    fields = llama_like(c)
+    for key in ("attention_bias", "mlp_bias", "projectors_bias", "mamba_proj_bias"):
+        if c.get(key, False):
+            raise InputError(f"{c.where}: {key}=true is not supported for falcon_h1; set it false or pass a native "
+                             f"model YAML")
+    if c.get("attn_layer_indices", None) is not None:
+        raise InputError(f"{c.where}: attn_layer_indices={c.get('attn_layer_indices', None)} is not supported; "
+                         f"Falcon-H1 is priced with attention beside Mamba in every layer (null)")
+    heads, head = c.int_req("mamba_n_heads"), c.int_req("mamba_d_head")
+    d_ssm = c.int_opt("mamba_d_ssm", heads * head)
+    if d_ssm != heads * head:
+        raise InputError(f"{c.where}: mamba_d_ssm={d_ssm} must equal mamba_n_heads x mamba_d_head = {heads * head}; "
+                         f"fix the config")
+    if not c.get("mamba_conv_bias", True):
+        c.notes.append("mamba_conv_bias false: the conv1d bias (d_inner + 2 G N per layer) is over-counted")
+    c.notes.append("falcon_h1: its muP multipliers (embedding, attention, SSM, MLP, LM head) change no shape and are "
+                   "not carried")
+    return {
+        **fields,
+        "gate_activation": gate_activation(c, "hidden_act"),
+        "parallel_mamba": True,
+        "mamba_num_heads": heads,
+        "mamba_head_dim": head,
+        "mamba_state_dim": c.int_req("mamba_d_state"),
+        "mamba_num_groups": c.int_opt("mamba_n_groups", 1),
+        "mamba_conv_kernel": c.int_opt("mamba_d_conv", 4),
+        "mamba_gated_norm": bool(c.get("mamba_rms_norm", False)),
+    }
+
+
+FAMILIES: Dict[str, Callable[[Config], Dict[str, Any]]] = {
+    "olmo2": _olmo2,
+    "granite": _granite,
+    "llama4": _llama4,
+    "llama4_text": _llama4_text,
+    "glm4_moe": _glm4_moe,
+    "minimax_m2": _minimax_m2,
+    "falcon_h1": _falcon_h1,
+}

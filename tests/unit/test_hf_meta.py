@@ -1,0 +1,160 @@
+"""The hand-written Hugging Face readers against the model transformers builds on the meta device (autoplan/hf_meta.py):
+per family, the same layer records (mixers, spans, MoE layers, experts, top-k) and exactly the same parameter count,
+and that count against the total the model's card publishes. Model types no hand-written reader knows are read from
+the built model, or refused naming what the cost model cannot price. Fixtures and sources:
+tests/data/hf_configs/README.md."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from autoplan.costmodel.params import count_parameters
+from autoplan.errors import InputError
+from autoplan.hf_meta import compare, load_structure
+from autoplan.modelio import from_hf_config, load_model
+
+HF = Path(__file__).parents[1] / "data" / "hf_configs"
+
+# The eight families added with the structural reader and four read before it.
+FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
+            "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
+            "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b"]
+
+# Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
+# sources in tests/data/hf_configs/README.md. Llama-4's card counts its vision tower, so its built multimodal model
+# is compared there.
+PUBLISHED = {
+    "olmo2_1124_7b": (7e9, 1e9),
+    "granite_3_1_8b": (8e9, 1e9),
+    "glm4_5_air": (106e9, 1e9),
+    "qwen3_next_80b_a3b": (80e9, 1e9),
+    "minimax_m2": (230e9, 10e9),
+    "deepseek_v3_2": (671e9, 1e9),
+    "llama3_8b": (8e9, 1e9),
+    "qwen3_30b_a3b": (30.5e9, 0.1e9),  # Qwen3-30B-A3B card: 30.5B total
+    "deepseek_v3": (671e9, 1e9),
+    "gpt_oss_120b": (117e9, 1e9),  # gpt-oss-120b card: 117B parameters
+}
+
+
+def hf(name):
+    return json.loads((HF / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def structures():
+    return {name: load_structure(hf(name), name) for name in FAMILIES}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_hand_written_reader_matches_the_meta_model(name, structures):
+    s, m = structures[name], load_model(str(HF / f"{name}.json"))
+    assert compare(m, s) == []
+    # MTP depths are trained (ModelSpec) but not built by transformers.
+    assert count_parameters(m.model_copy(update={"mtp_num_layers": 0}))[0] == s.total_params
+    assert s.unpriced == ()
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_count_is_the_published_total(name):
+    total, unit = PUBLISHED[name]
+    m = load_model(str(HF / f"{name}.json"))
+    assert abs(count_parameters(m.model_copy(update={"mtp_num_layers": 0}))[0] - total) < unit
+
+
+def test_llama4_multimodal_total_is_the_published_109b(structures):
+    cfg = hf("llama4_scout_17b_16e")
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        full = transformers.AutoModelForImageTextToText.from_config(config)
+    total = sum(p.numel() for p in full.parameters())
+    assert abs(total - 109e9) < 1e9
+    # What autoplan prices is the language model: exactly the built text model, 17B active as the card says.
+    m = load_model(str(HF / "llama4_scout_17b_16e.json"))
+    assert count_parameters(m)[0] == structures["llama4_scout_17b_16e"].total_params < total
+    assert abs(count_parameters(m)[1] - 17e9) < 1e9
+
+
+def test_the_walk_finds_each_mixer_and_span(structures):
+    kinds = {name: {(r.mixers, r.span) for r in structures[name].layers} for name in FAMILIES}
+    assert kinds["qwen3_next_80b_a3b"] == {(("gated_deltanet",), "none"), (("attention",), "full")}
+    assert kinds["falcon_h1_7b"] == {(("attention", "mamba2"), "full")}
+    assert kinds["llama4_scout_17b_16e"] == {(("attention",), "chunked"), (("attention",), "full")}
+    assert kinds["deepseek_v3_2"] == {(("mla+dsa",), "full")}
+    assert kinds["gpt_oss_120b"] == {(("attention",), "sliding"), (("attention",), "full")}
+    glm = structures["glm4_5_air"].layers
+    assert [r.mlp for r in glm[:2]] == ["dense", "moe"] and glm[1].experts == 128 and glm[1].shared_ffn == 1408
+
+
+TINY_BASE = {"hidden_size": 256, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "head_dim": 64, "vocab_size": 1000, "max_position_embeddings": 4096, "pad_token_id": 0,
+             "intermediate_size": 128}
+TINY_LLAMA4 = {**TINY_BASE, "model_type": "llama4_text", "intermediate_size_mlp": 512, "num_local_experts": 4,
+               "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 256}
+
+
+@pytest.mark.parametrize("cfg", [
+    TINY_LLAMA4,  # Llama-4 Maverick's layout: MoE on every other layer, the dense ones of intermediate_size_mlp
+    {**TINY_BASE, "model_type": "qwen3_next", "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+     "num_experts": 8, "num_experts_per_tok": 2, "mlp_only_layers": [0], "linear_num_key_heads": 2,
+     "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 32},
+    {**TINY_BASE, "model_type": "falcon_h1", "mamba_d_ssm": 512, "mamba_n_heads": 8, "mamba_d_head": 64,
+     "mamba_d_state": 16, "mamba_n_groups": 2, "mamba_rms_norm": True},  # with the gated norm
+    {**TINY_BASE, "model_type": "glm4_moe", "n_routed_experts": 8, "num_experts_per_tok": 2,
+     "moe_intermediate_size": 64, "first_k_dense_replace": 2, "use_qk_norm": True, "attention_bias": True},
+], ids=["llama4-interleaved", "qwen3_next-dense-first", "falcon_h1-gated-norm", "glm4_moe-qk-norm"])
+def test_variants_of_the_families_match_the_meta_model(cfg):
+    assert compare(from_hf_config(cfg, cfg["model_type"]), load_structure(cfg, cfg["model_type"])) == []
+
+
+def test_a_reader_that_drops_a_module_is_caught(structures):
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"))
+    diffs = compare(m.model_copy(update={"shared_expert_gate": False}), structures["qwen3_next_80b_a3b"])
+    assert diffs == [f"parameters read {79_674_391_296 - 48 * 2048:,}, built 79,674,391,296"]
+    diffs = compare(m.model_copy(update={"linear_attention_layers": 24}), structures["qwen3_next_80b_a3b"])
+    assert any(d.startswith("layer mixers read") for d in diffs)
+
+
+# ---------------------------------------------------------------- model types no hand-written reader knows
+
+TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=1000, max_position_embeddings=2048, pad_token_id=0)
+
+
+def test_unknown_model_type_is_read_from_its_structure():
+    m = from_hf_config({"model_type": "smollm3", **TINY}, "smollm3-tiny")
+    s = load_structure({"model_type": "smollm3", **TINY}, "smollm3-tiny")
+    assert (m.num_layers, m.hidden_size, m.num_query_groups, m.ffn_hidden_size) == (4, 256, 2, 512)
+    assert count_parameters(m)[0] == s.total_params
+    assert "read from the structure transformers builds" in m.notes[0]
+
+
+@pytest.mark.parametrize("cfg, named", [
+    (dict(model_type="mamba2", hidden_size=256, num_hidden_layers=2, vocab_size=1000, num_heads=8, head_dim=64),
+     "mamba2"),
+    (dict(model_type="olmo", **TINY), "parameters read"),  # weightless LayerNorm: counts differ, refused
+    (dict(model_type="no_such_type"), "cannot build model_type 'no_such_type'"),
+])
+def test_unknown_model_type_the_cost_model_cannot_price_is_refused_naming_it(cfg, named):
+    with pytest.raises(InputError) as e:
+        from_hf_config(cfg, "x")
+    message = str(e.value)
+    assert named in message and "\n" not in message
+
+
+def test_listed_families_plan_without_transformers(tmp_path):
+    """`pip install -e .` has no transformers: every listed family is read by the hand-written readers."""
+    script = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from autoplan.modelio import load_model\n"
+        "from autoplan.costmodel.params import count_parameters\n"
+        f"for name in {FAMILIES!r}:\n"
+        f"    print(name, count_parameters(load_model('{HF}/' + name + '.json'))[0])\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert len(out.splitlines()) == len(FAMILIES)
