@@ -47,8 +47,9 @@ def _granite(c: Config) -> Dict[str, Any]:
     scales = [k for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
               if c.get(k, None) is not None]
     if scales:
-        c.notes.append(f"granite {', '.join(scales)}: scalar multipliers, no time or memory; emitted launch files do "
-                       f"not set them")
+        c.notes.append(f"granite {', '.join(scales)}: scalar multipliers, no time or memory; no emitted launch file "
+                       f"sets them, so emitting refuses the model")
+        return {**fields, "unexpressed": tuple(f"Granite's {k}={c.get(k, None)}" for k in scales)}
     return fields
 
 

@@ -167,6 +167,9 @@ class ModelSpec(BaseModel):
         "(Falcon-H1, modeling_falcon_h1.py FalconH1DecoderLayer); the mamba_* fields give its shapes."))
     mamba_gated_norm: bool = Field(True, description=(
         "The Mamba-2 mixer has its gated RMSNorm over d_inner (Megatron always; Falcon-H1 mamba_rms_norm)."))
+    unexpressed: Tuple[str, ...] = Field((), description=(
+        "Settings of the source config that change the numerics but not the cost, and that no emitted launch file "
+        "carries (e.g. Granite's muP multipliers); emitting refuses the model, naming the first."))
     notes: Tuple[str, ...] = Field((), description=(
         "What reading the source config assumed or could not express, one sentence each."))
 

@@ -137,11 +137,27 @@ def inexpressible_problem(m: ModelSpec) -> Optional[str]:
          "trains it with pretrain_mamba.py --hybrid-override-pattern)", m.is_hybrid),
         *_mla_yarn_inexpressible(m),
         *_router_inexpressible(m),
+        *_mixers_inexpressible(m),
     ) if present]
     if missing:
         return (f"Megatron-LM's pretrain_gpt.py has no argument for {missing[0]} of {m.name}; use "
                 f"Megatron-Bridge's recipe for the family with this plan's parallel settings")
     return None
+
+
+def _mixers_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
+    """Attention and mixer variants of recent families (autoplan/hf_recent.py, hf_config.py) that the emitted
+    pretrain_gpt.py arguments do not build: written without them the files would train plain attention."""
+    return [
+        ("q/k norms over the whole projection (qk_norm_scope=all_heads)", m.qk_norm_scope == "all_heads"),
+        ("a sigmoid gate on the attention output (attention_output_gate=true)", m.attention_output_gate),
+        (f"chunked attention (attention_chunk_size={m.attention_chunk_size})", m.attention_chunk_size),
+        (f"DeepSeek sparse attention's indexer (dsa_index_heads={m.dsa_index_heads})", m.dsa_index_heads),
+        (f"Gated DeltaNet layers (linear_attention_layers={m.linear_attention_layers})", m.linear_attention_layers),
+        ("a shared-expert output gate (shared_expert_gate=true)", m.shared_expert_gate),
+        ("a Mamba mixer beside attention (parallel_mamba=true)", m.parallel_mamba),
+        (m.unexpressed[0] if m.unexpressed else "", bool(m.unexpressed)),
+    ]
 
 
 def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:

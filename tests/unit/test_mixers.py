@@ -135,3 +135,23 @@ def test_context_parallel_is_refused_for_mixers_without_a_cp_path(name, capsys):
                               "--seq", "4096", "--gbs", "256", "--strategy", "tp=8,pp=8,cp=2,ep=8"], capsys)
     assert code == 2
     assert "cp=2 is not supported" in err and "no CP path" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name, feature", [
+    ("olmo2_1124_7b", "qk_norm_scope=all_heads"), ("granite_3_1_8b", "Granite's"),
+    ("llama4_scout_17b_16e_text", "attention_chunk_size"), ("qwen3_next_80b_a3b", "attention_output_gate"),
+    ("falcon_h1_7b", "parallel_mamba"), ("deepseek_v3_2", "dsa_index_heads"),
+])
+def test_megatron_launch_files_refuse_what_they_would_not_build(name, feature):
+    # Written without these the emitted pretrain_gpt.py arguments would train another model: refused, named.
+    from autoplan.integrations.megatron import inexpressible_problem
+
+    problem = inexpressible_problem(load_model(str(HF / f"{name}.json"), ()))
+    assert problem is not None and feature in problem
+
+
+def test_families_megatron_builds_are_not_refused():
+    from autoplan.integrations.megatron import inexpressible_problem
+
+    for name in ("llama3_8b", "qwen3_30b_a3b", "glm4_5_air"):
+        assert inexpressible_problem(load_model(str(HF / f"{name}.json"), ())) is None, name
