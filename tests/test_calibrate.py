@@ -6,6 +6,7 @@ TRUTH's constants in place of the priors (a cluster whose per-op host cost is 8x
 more to small sizes). A fit is expected to move towards TRUTH and to rank plans as TRUTH does."""
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -355,7 +356,13 @@ def test_an_accelerator_the_catalogue_lacks_works_from_a_datasheet(tmp_path):
                        "4096", "--gbs", "32", "--strategy", A, "--calibration", str(out), "--json")
     assert rc == 0, err
     assert json.loads(est)["step_time_s"] == pytest.approx(cal["runs"][0]["predicted_fit_s"], rel=1e-9)
-    assert abs(cal["runs"][0]["predicted_fit_s"] / step - 1) < 0.02
+    # One run: the constants take most of its error; what is left is the share the fit gives the model's own error
+    # for this model (fit.MODEL_SIGMA), within that error's spread of the measurement.
+    from autoplan.calibration.fit import MODEL_SIGMA
+
+    prior_err = abs(math.log(cal["runs"][0]["predicted_prior_s"] / step))
+    fit_err = abs(math.log(cal["runs"][0]["predicted_fit_s"] / step))
+    assert fit_err < prior_err / 2 and fit_err < MODEL_SIGMA["dense"]
     # The file describes acme-x1: pricing an h100 with it is refused by name.
     rc, _, err = run("estimate", "--model", "llama3-8b", "--cluster", "h100", "--gpus", "8", "--seq", "4096",
                      "--gbs", "32", "--strategy", A, "--calibration", str(out))
