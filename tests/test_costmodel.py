@@ -183,7 +183,7 @@ def test_flex_dispatcher_cuts_network_all_to_all_only():
 def test_flex_dispatch_counts_bytes_and_rates_as_deepep_measures_them():
     """One dispatch: token bytes x distinct destination nodes (own included) over the NIC at the DeepEP RDMA
     fraction, token bytes x distinct destination GPUs over NVLink at the DeepEP NVLink fraction, the slower one,
-    plus one latency per link (all peers at once, not one per peer)."""
+    plus the pairwise all-to-all's per-peer latency."""
     from autoplan.costmodel.calibration import DEFAULT
     from autoplan.costmodel.collectives import distinct_destinations, flex_all_to_all_time
     from autoplan.costmodel.hardware import hardware_of
@@ -193,10 +193,10 @@ def test_flex_dispatch_counts_bytes_and_rates_as_deepep_measures_them():
     t = float(flex_all_to_all_time(size, 8, 32, 8, hw, DEFAULT.flex_nvlink_eff, DEFAULT.flex_network_eff))
     net = size * 4 * (1 - 0.75 ** 8) / (hw.network_bytes_per_s * DEFAULT.flex_network_eff)
     nv = size * 32 * (1 - (31 / 32) ** 8) / (hw.nvlink_bytes_per_s * DEFAULT.flex_nvlink_eff)
-    assert t == pytest.approx(hw.network_latency_s + hw.nvlink_latency_s + max(net, nv))
+    assert t == pytest.approx(31 * hw.network_latency_s + max(net, nv))
     assert distinct_destinations(4, 8) == pytest.approx(4 * (1 - 0.75 ** 8))
     inside = float(flex_all_to_all_time(size, 8, 8, 8, hw, DEFAULT.flex_nvlink_eff, DEFAULT.flex_network_eff))
-    assert inside == pytest.approx(hw.nvlink_latency_s + size * distinct_destinations(8, 8)
+    assert inside == pytest.approx(7 * hw.nvlink_latency_s + size * distinct_destinations(8, 8)
                                    / (hw.nvlink_bytes_per_s * DEFAULT.flex_nvlink_eff))
 
 

@@ -101,9 +101,9 @@ def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Ha
     the two links work in parallel and the slower decides. With those counts the efficiencies are DeepEP's
     measured bottleneck bandwidths over the link rates (Calibration.flex_*_eff).
 
-    Latency: the kernel posts every peer's chunk at once (RDMA queue pairs, NVLink stores), so one network latency
-    (when the group spans nodes) and one NVLink latency are paid per dispatch, not one per peer: DeepEP's
-    low-latency dispatch grows from 77 us at EP8 to 194 us at EP256 (docs/legacy.md), 2.5x for 32x the peers."""
+    Latency: one per-step latency per peer, as for the pairwise all-to-all (`_STEPS`); DeepEP publishes no
+    fixed cost of its normal kernels (its low-latency table, 77 us at EP8 to 194 us at EP256, is bandwidth-bound:
+    docs/legacy.md gives 39-98 GB/s beside it), so none other is assumed."""
     n = np.asarray(group_size, dtype=float)
     g = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), n), 1.0)
     nodes = np.ceil(n / g)
@@ -113,5 +113,5 @@ def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Ha
     nv_bw = hw.nvlink_bytes_per_s * nvlink_eff
     net_bw = hw.network_bytes_per_s * network_eff
     spans = nodes > 1
-    latency = hw.nvlink_latency_s + np.where(spans, hw.network_latency_s, 0.0)
+    latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS["all_to_all"](np.maximum(n, 2.0))
     return np.where(n <= 1, 0.0, latency + np.maximum(nv / nv_bw, np.where(spans, net / net_bw, 0.0)))
