@@ -22,7 +22,7 @@ from autoplan.modelio import validation_message
 __all__ = ["load_gpu", "list_gpus", "gpu_ids", "load_cluster", "CPU_ID", "is_comm_profile", "apply_comm_profile",
            "gpu_id_of_device", "with_resilience"]
 
-CLUSTER_KEYS = ["gpu", "num_gpus", "name", "comm_profile", "resilience"]
+CLUSTER_KEYS = ["gpu", "num_gpus", "name", "comm_profile", "resilience", "calibration"]
 
 CPU_ID = "cpu"  # host CPU cores standing in as devices (gloo) for probe runs; see profiles/gpus/cpu.yaml
 
@@ -174,13 +174,29 @@ def _cpu_node(gpu: GpuSpec, num_gpus: Optional[int]) -> tuple[GpuSpec, int]:
     return gpu.model_copy(update={"gpus_per_node": count, "nvlink_domain_size": count}), count
 
 
+def is_cluster_file(ref: Optional[str]) -> bool:
+    return bool(ref) and (ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref)
+
+
+def cluster_calibration(ref: Optional[str]) -> Optional[str]:
+    """The calibration file a cluster YAML names (`calibration: cal.json`, relative to the YAML), or None: the
+    cluster's own alternative to `--calibration FILE` (autoplan/calibration/calfile.py `load_and_apply`)."""
+    if not is_cluster_file(ref):
+        return None
+    path = Path(ref).expanduser()
+    data = _read_yaml_mapping(path)
+    if is_comm_profile(data) or not data.get("calibration"):
+        return None
+    return str((path.parent / str(data["calibration"])).expanduser())
+
+
 def load_cluster(ref: str, num_gpus: Optional[int] = None) -> ClusterSpec:
     """A ClusterSpec from a GPU id (`num_gpus` defaults to one node) or a cluster YAML; `num_gpus` (the CLI's
     --gpus) overrides the file's count."""
     if not ref or not ref.strip():
         raise InputError(f"cluster is empty; pass a GPU id ({', '.join(gpu_ids())}) or a cluster YAML")
     name, resilience = None, {}
-    if ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref:
+    if is_cluster_file(ref):
         path = Path(ref).expanduser()
         data = _read_yaml_mapping(path)
         if is_comm_profile(data):  # `autoplan profile-comm` output: the GPU it ran on, with its measured links

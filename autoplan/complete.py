@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
+import numpy as np
+
+from autoplan import keys as K
+from autoplan import recompute as R
+from autoplan import switch_rules as SR
 from autoplan.cluster import ClusterSpec
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
@@ -31,7 +36,36 @@ def complete_strategy(model: ModelSpec, cluster: ClusterSpec, workload: Workload
     cannot split evenly gets the stage split Megatron-Bridge uses for the model, named in the notes; a GPU count
     that leaves the last node partly used is named too."""
     strategy, notes = _complete(model, cluster, workload, given, engine)
-    return strategy, notes + _partial_node_note(cluster, strategy)
+    strategy, filled = fill_searched_switches(model, cluster, workload, strategy, given, engine)
+    return strategy, notes + filled + _partial_node_note(cluster, strategy)
+
+
+def fill_searched_switches(model: ModelSpec, cluster: ClusterSpec, workload: Workload, strategy: Strategy,
+                           given: Dict[str, Any], engine: str) -> Tuple[Strategy, List[str]]:
+    """(strategy, notes): the switches marked `estimate_fills` (autoplan/keys.py) that `given` does not state, set
+    as the search sets them for this layout (`Switch.search`) where `validate` accepts the result; a value the user
+    wrote, or an imported config stated, is kept."""
+    from autoplan.validate import validate
+
+    todo = [k for k in K.SWITCHES if k.estimate_fills and k.name not in given]
+    if not todo:
+        return strategy, []
+    s = strategy
+    cols = {"tp": s.tp, "pp": s.pp, "vpp": s.vpp, "cp": s.cp, "ep": s.ep, "etp": s.etp, "mbs": s.mbs,
+            "fp8": s.uses_fp8, "sp": s.sp, "zero": s.zero, "rc": SR.RECOMPUTE_CODES[s.recompute],
+            "mods": R.mask(s.recompute_modules or ()) if s.recompute == "selective" else 0}
+    cols = {k: np.array([v]) for k, v in cols.items()}
+    update = {k.name: bool(k.grid(cols, engine, 1)[0]) for k in todo}
+    update = {k: v for k, v in update.items() if v != getattr(s, k)}
+    if not update:
+        return strategy, []
+    try:
+        filled = validate(model, cluster, workload, strategy_from_mapping({**s.model_dump(exclude_none=True),
+                                                                            **update}))
+    except InputError:
+        return strategy, []
+    return filled, ["switches not stated, set as the search sets them: "
+                    + ", ".join(f"{k}={_fmt(v)}" for k, v in update.items())]
 
 
 def _partial_node_note(cluster: ClusterSpec, s: Strategy) -> List[str]:

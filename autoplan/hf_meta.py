@@ -7,7 +7,7 @@ kind the cost model cannot price.
 
 It checks the hand-written readers (autoplan/hf_config.py, hf_families.py, hf_recent.py): `compare` lists where
 the ModelSpec they read differs from the built model, layer by layer and in the parameter count
-(tests/test_hf_meta.py runs it per family). For a `model_type` none of them reads, `spec_fields` maps a structure
+(tests/unit/test_hf_meta.py runs it per family). For a `model_type` none of them reads, `spec_fields` maps a structure
 whose every layer the cost model prices onto ModelSpec fields, and refuses in one line naming what it cannot price.
 
 `transformers` is an optional dependency (the `hf` extra, pyproject.toml); without it `load_structure` raises an

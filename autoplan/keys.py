@@ -74,6 +74,9 @@ class Key:
     # The value of command-line or file text (stripped) or of a list, for keys whose text is not a plain integer,
     # boolean or lower-case word (strategy.coerce_strategy_value); None: by the field's type.
     parse: Optional[Callable[[Any], Any]] = None
+    # `estimate` gives a complete strategy that does not state the switch the value the search would
+    # (complete.fill_searched_switches); the switches that change neither the numerics nor what the user sized.
+    estimate_fills: bool = False
 
     def pydantic_field(self):
         """The pydantic field `Strategy` declares."""
@@ -111,6 +114,14 @@ Switch = Key  # a key of role "switch"
 
 def _megatron_only(columns: Columns, engine: str) -> np.ndarray:
     return np.asarray(engine != "deepspeed")
+
+
+def _a2a_overlap_legal(columns: Columns) -> np.ndarray:
+    """Candidates that can run the 1F1B all-to-all overlap (switch_rules.py moe_a2a_overlap rules; validate.py: no
+    moe recompute module)."""
+    pp, vpp = np.asarray(columns["pp"]), np.asarray(columns["vpp"])
+    return ((np.asarray(columns["ep"]) > 1) & ~((pp > 1) & (vpp == 1)) & (np.asarray(columns["rc"]) != 2)
+            & ~((np.asarray(columns["rc"]) == 1) & R.has(np.asarray(columns["mods"]), "moe")))
 
 
 def _tp_overlap_value(layouts, i: int) -> Optional[bool]:
@@ -304,7 +315,12 @@ SWITCHES: Tuple[Switch, ...] = (
            encode=lambda s, r: s.tp_overlap_on and s.sp and s.tp > 1, decode=_tp_overlap_value,
            search=lambda c, e: c["sp"]),
     Switch("moe_a2a_overlap", bool, False, "Overlap MoE all-to-all with compute (1F1B a2a overlap).",
-           searched="fixed only", megatron=("--overlap-moe-expert-parallel-comm",), imported=("megatron",)),
+           # On wherever Megatron can run it (switch_rules.py: ep > 1, the interleaved schedule when pp > 1, no full
+           # recompute; validate.py: no moe recompute module): it only hides all-to-all time, at the memory of one
+           # more micro batch in flight, which the cost model prices (rank.py, schedules.py warm-up + 1).
+           searched="on where Megatron runs it (ep>1, vpp>1 when pp>1, no full recompute)",
+           megatron=("--overlap-moe-expert-parallel-comm",), imported=("megatron",), estimate_fills=True,
+           search=lambda c, e: _a2a_overlap_legal(c) & (e != "deepspeed")),
     Switch("grad_reduce_bf16", bool, False, "Keep and reduce gradients in bf16 (Megatron --grad-reduce-in-bf16) "
                                             "instead of fp32 main grads.",
            searched="fixed only (numerics)", megatron=("--grad-reduce-in-bf16",),
@@ -330,8 +346,12 @@ SWITCHES: Tuple[Switch, ...] = (
                                                "destination node and fans out to that node's experts over NVLink; "
                                                "False = the alltoall dispatcher, one copy per selected expert; "
                                                "needs ep > 1.",
-           searched="fixed only", megatron=("--moe-token-dispatcher-type flex",
-                                            "--moe-flex-dispatcher-backend hybridep"), imported=("megatron",)),
+           # On wherever experts are parallel on Megatron: it moves no more bytes than the alltoall dispatcher over
+           # either link (collectives.flex_all_to_all_time; Megatron's MoE guide recommends it for cross-node EP);
+           # its buffers are priced (memory.flex_dispatcher_buffer_bytes).
+           searched="on with ep>1 (Megatron)", megatron=("--moe-token-dispatcher-type flex",
+                                                        "--moe-flex-dispatcher-backend hybridep"),
+           imported=("megatron",), estimate_fills=True, search=lambda c, e: (c["ep"] > 1) & (e != "deepspeed")),
     # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl te,
     # PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
     Switch("te_cross_entropy", bool, False, "TransformerEngine fused cross entropy (Megatron "

@@ -10,15 +10,19 @@ the rows under the source's regression footnote are counted (the footnote rows a
 Columns (MAPE of predicted vs measured tokens/s/GPU):
 - in-sample: the constants of `autoplan/costmodel/calibration.py` (fitted on every row) on every row, beside the
   naive bar fitted on every row (`benchmarks/naive.py`);
-- hold-out: constants refitted on the training rows only (`benchmarks/calibrate.py` fit, same bounds) on the
-  held-out rows, beside the naive bar fitted on the same training rows. The split is by model family and source
-  (`benchmarks/holdout.py`).
-Then Spearman's rho per setup with several measured strategies (`benchmarks/ranking.py`).
+- hold-out (validation): constants refitted on the training rows only (`benchmarks/calibrate.py` fit, same bounds) on
+  the held-out rows, beside the naive bar fitted on the same training rows. The split is by model family and source
+  (`benchmarks/holdout.py`). These rows were used to choose the model (benchmarks/README.md): validation figures.
+  Beside them, the spread of the same figures over the rotations of the split (offsets 0, 1, 2 of its hash rule).
+- test (`--test` only): the frozen test split of `benchmarks/holdout.py` (newest release and one family; never fitted
+  on, never in the tables above), under the training-row constants and naive bar. Run once a change is final.
+Then Spearman's rho per setup with several measured strategies (`benchmarks/ranking.py`), over the non-test rows.
 
     python -m benchmarks.accuracy                 # summary tables
     python -m benchmarks.accuracy --rows          # also the per-row table
     python -m benchmarks.accuracy --json          # machine-readable
     python -m benchmarks.accuracy --csv out.csv   # per-row table as CSV as well
+    python -m benchmarks.accuracy --test          # also the frozen test split (once a change is final)
 """
 from __future__ import annotations
 
@@ -83,11 +87,18 @@ class Report:
     fitted: Calibration
     train_rows: int
     naive_levels: Dict[str, int]  # fallback levels the training-row naive bar used on the held-out rows
+    test: List[int]  # indices of the frozen test rows (left out of every table but `test_table`)
+    model_test: Optional[np.ndarray] = None  # over `test`, when evaluated (--test)
+    naive_test: Optional[np.ndarray] = None
+    rotation: Optional[Dict[str, Tuple[float, float]]] = None  # arch -> (min, max) validation MAPE over offsets
 
     def table(self, key) -> List[Tuple[str, Dict[str, object]]]:
-        """Rows grouped by key(run): counts and the four MAPEs."""
+        """Rows grouped by key(run): counts and the four MAPEs (test rows left out)."""
         groups: Dict[str, Dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        test = set(self.test)
         for i, r in enumerate(self.runs):
+            if i in test:
+                continue
             g = groups[key(r)]
             g["model_in"].append(self.model_in[i])
             g["naive_in"].append(self.naive_in[i])
@@ -98,6 +109,16 @@ class Report:
         return [(name, {"rows": len(g["model_in"]), "model_in": mape(g["model_in"]), "naive_in": mape(g["naive_in"]),
                         "held": len(g["model_out"]), "model_out": mape(g["model_out"]),
                         "naive_out": mape(g["naive_out"])}) for name, g in sorted(groups.items())]
+
+    def test_table(self, key) -> List[Tuple[str, Dict[str, object]]]:
+        """The test rows grouped by key(run): count, model MAPE, naive-bar MAPE."""
+        groups: Dict[str, Dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for k, i in enumerate(self.test):
+            g = groups[key(self.runs[i])]
+            g["model"].append(self.model_test[k])
+            g["naive"].append(self.naive_test[k])
+        return [(name, {"rows": len(g["model"]), "model": mape(g["model"]), "naive": mape(g["naive"])})
+                for name, g in sorted(groups.items())]
 
     def held_by_side(self) -> Dict[str, Dict[str, object]]:
         out = {}
@@ -110,24 +131,51 @@ class Report:
         return out
 
 
-def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_fit: set,
-                 max_evals: int) -> Report:
-    runs = list(runs)
-    model_in = np.array([res.error for res in results])
-    fit_rows = [r for r in runs if r.id not in no_fit]
-    bar_all = NaiveBar.fit(fit_rows)
-    naive_in = np.array([bar_all.predict(r) / r.measured_tokens_per_gpu - 1.0 for r in runs])
-    sides = holdout.split(runs)
+def validation(runs: Sequence[PublishedRun], predictor: Predictor, no_fit: set, max_evals: int, offset: int = 0):
+    """(training rows, held-out rows, constants refitted on the training rows, model errors on the held-out rows,
+    naive bar fitted on the training rows) under the validation rule at `offset` (test rows in neither)."""
+    sides = holdout.split(runs, offset)
     train = [i for i in sides["train"] if runs[i].id not in no_fit]
     held = sides["holdout"]
-    predictor = Predictor(runs)
     fitted = fit(predictor, train, holdout_start(), max_evals)
     model_out = predictor(fitted, held) / predictor.measured[held] - 1.0
-    bar_train = NaiveBar.fit([runs[i] for i in train])
+    return train, held, fitted, model_out, NaiveBar.fit([runs[i] for i in train])
+
+
+def rotation_spread(runs: Sequence[PublishedRun], predictor: Predictor, no_fit: set, max_evals: int,
+                    first: Dict[str, float]) -> Dict[str, Tuple[float, float]]:
+    """arch -> (min, max) of the validation model MAPE over the offsets 0 (`first`), 1, ... HOLD_EVERY - 1."""
+    seen: Dict[str, List[float]] = {a: [v] for a, v in first.items()}
+    for offset in range(1, holdout.HOLD_EVERY):
+        _, held, _, model_out, _ = validation(runs, predictor, no_fit, max_evals, offset)
+        for arch in seen:
+            sel = [k for k, i in enumerate(held) if runs[i].arch == arch]
+            if sel:
+                seen[arch].append(mape(model_out[sel]))
+    return {a: (min(v), max(v)) for a, v in seen.items()}
+
+
+def build_report(runs: Sequence[PublishedRun], results: Sequence[RowResult], no_fit: set,
+                 max_evals: int, with_test: bool = False, rotation: bool = True) -> Report:
+    runs = list(runs)
+    model_in = np.array([res.error for res in results])
+    test = holdout.split(runs)["test"]
+    fit_rows = [r for i, r in enumerate(runs) if r.id not in no_fit and i not in set(test)]
+    bar_all = NaiveBar.fit(fit_rows)
+    naive_in = np.array([bar_all.predict(r) / r.measured_tokens_per_gpu - 1.0 for r in runs])
+    predictor = Predictor(runs)
+    train, held, fitted, model_out, bar_train = validation(runs, predictor, no_fit, max_evals)
     naive_out = np.array([bar_train.predict(runs[i]) / runs[i].measured_tokens_per_gpu - 1.0 for i in held])
     held_side = [holdout.side(runs[i].model_name, runs[i].id) for i in held]
-    return Report(runs, model_in, naive_in, held, model_out, naive_out, held_side, fitted, len(train),
-                  dict(bar_train.levels_used))
+    rep = Report(runs, model_in, naive_in, held, model_out, naive_out, held_side, fitted, len(train),
+                 dict(bar_train.levels_used), test)
+    if rotation:
+        first = {a: mape(model_out[[k for k, i in enumerate(held) if runs[i].arch == a]]) for a in ("dense", "moe")}
+        rep.rotation = rotation_spread(runs, predictor, no_fit, max_evals, first)
+    if with_test:
+        rep.model_test = predictor(fitted, test) / predictor.measured[test] - 1.0
+        rep.naive_test = np.array([bar_train.predict(runs[i]) / runs[i].measured_tokens_per_gpu - 1.0 for i in test])
+    return rep
 
 
 def row_record(res: RowResult, holdout_error: Optional[float] = None) -> Dict[str, object]:
@@ -178,8 +226,13 @@ def print_report(rep: Report, results: Sequence[RowResult], excluded, found, out
         print(f"  {name:22s} {v['rows']:4d} {_pct(v['model_in'])} {_pct(v['naive_in'])} | {v['held']:4d} "
               f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
     for name, v in rep.table(lambda r: r.arch) + rep.table(lambda r: "all"):
+        spread = rep.rotation.get(name) if rep.rotation else None
+        rot = f"   rotation spread {spread[0]:.1f}-{spread[1]:.1f}%" if spread else ""
         print(f"{name:24s} {v['rows']:4d} {_pct(v['model_in'])} {_pct(v['naive_in'])} | {v['held']:4d} "
-              f"{_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
+              f"{_pct(v['model_out'])} {_pct(v['naive_out'])}{rot}", file=out)
+    if rep.rotation:
+        print(f"(rotation spread: hold-out model MAPE over the offsets 0..{holdout.HOLD_EVERY - 1} of the split's hash "
+              f"rule, each refitted on its own training rows)", file=out)
     print("Hold-out by kind (unseen family / seen family, unseen source):", file=out)
     for name, v in rep.held_by_side().items():
         print(f"  {name:22s} {'':18s} | {v['held']:4d} {_pct(v['model_out'])} {_pct(v['naive_out'])}", file=out)
@@ -196,12 +249,25 @@ def print_report(rep: Report, results: Sequence[RowResult], excluded, found, out
     print("Constants refitted on the training rows: " + ", ".join(
         f"{name} {getattr(rep.fitted, name):.4g}" for name, _, _ in PARAMETERS), file=out)
     print_ranking(found, out)
+    if rep.model_test is not None:
+        print_test(rep, out)
     reasons: Dict[str, int] = defaultdict(int)
     for _, why in excluded:
         reasons[why] += 1
     print(f"\nExcluded rows: {len(excluded)}", file=out)
     for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:3d}  {why}", file=out)
+
+
+def print_test(rep: Report, out=sys.stdout) -> None:
+    print(f"\nTest split ({len(rep.test)} rows: families {', '.join(holdout.TEST_FAMILIES)}, sources "
+          f"{', '.join(holdout.TEST_SOURCES)}; constants and naive bar fitted on the {rep.train_rows} training rows):",
+          file=out)
+    print(f"{'MAPE':24s} {'rows':>4s} {'model':>6s} {'naive':>6s}", file=out)
+    for name, v in rep.test_table(subset):
+        print(f"  {name:22s} {v['rows']:4d} {_pct(v['model'])} {_pct(v['naive'])}", file=out)
+    for name, v in rep.test_table(lambda r: r.arch) + rep.test_table(lambda r: "all"):
+        print(f"{name:24s} {v['rows']:4d} {_pct(v['model'])} {_pct(v['naive'])}", file=out)
 
 
 def print_ranking(found: Sequence[ranking.Setup], out=sys.stdout) -> None:
@@ -225,12 +291,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--csv", metavar="PATH", help="also write the per-row table as CSV")
     ap.add_argument("--max-evals", type=int, default=250, help="objective evaluations of the training-row refit")
+    ap.add_argument("--test", action="store_true", help="also evaluate the frozen test split (once a change is "
+                    "final; benchmarks/holdout.py)")
+    ap.add_argument("--no-rotation", action="store_true", help="skip the rotation spread (two more refits)")
     args = ap.parse_args(argv)
     runs, excluded, no_fit = headline_runs(args.recompute)
     results = predict(runs)
-    rep = build_report(runs, results, no_fit, args.max_evals)
-    found = ranking.setups(runs, [r.predicted for r in results])
-    records = row_records(results, rep)
+    rep = build_report(runs, results, no_fit, args.max_evals, with_test=args.test, rotation=not args.no_rotation)
+    test = set(rep.test)
+    shown = [i for i in range(len(runs)) if i not in test]
+    found = ranking.setups([runs[i] for i in shown], [results[i].predicted for i in shown])
+    records = [rec for i, rec in enumerate(row_records(results, rep)) if args.test or i not in test]
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=list(records[0]))
@@ -243,11 +314,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "hybrid": dict(rep.table(lambda r: "yes" if r.model.is_hybrid else "no")).get("yes"),
                    "nvfp4": dict(rep.table(lambda r: "yes" if precision_of(r) == "nvfp4" else "no")).get("yes"),
                    "ranking": ranking.summary(found), "rows": records,
+                   "rotation": rep.rotation,
+                   "test": None if rep.model_test is None else {
+                       "by_subset": dict(rep.test_table(subset)), "by_arch": dict(rep.test_table(lambda r: r.arch)),
+                       "all": dict(rep.test_table(lambda r: "all"))},
                    "excluded": [{"id": i, "reason": why} for i, why in excluded]}, sys.stdout, indent=1)
         print()
         return 0
     if args.rows:
-        print_rows(results)
+        print_rows([results[i] for i in range(len(runs)) if args.test or i not in test])
         print()
     print_report(rep, results, excluded, found)
     return 0

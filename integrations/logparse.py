@@ -12,6 +12,12 @@ Formats (each regex cites the engine code that prints the line):
   iter time (s): T samples/sec: S`; `see_memory_usage` (deepspeed/runtime/utils.py): `MA x GB  Max_MA y GB  CA z GB
   Max_CA w GB`.
 - `ds_train.py` (autoplan.integrations.ds_train): one JSON object per iteration, see `parse_ds_train_line`.
+- torchtitan `MetricsProcessor.log` (torchtitan/components/metrics.py @ b5bcd76c): `step: {step:2}  loss:
+  {loss:8.5f}  [grad_norm: {g:7.4f}  ]memory: {max_reserved_gib:5.2f}GiB({pct:.2f}%)  tps: {round(tps):,}  tflops:
+  {tflops:,.2f}  mfu: {mfu:.2f}%` with ANSI colour codes between the fields (torchtitan/tools/utils.py `Color`);
+  tps = tokens per second per device over the logging interval (`ntokens_since_last_log / (time_delta *
+  non_data_parallel_size)`). The memory figure is the peak reserved by the caching allocator, not allocated, so it
+  is not read as the peak.
 - PyTorch out-of-memory errors: `torch.OutOfMemoryError` (torch >= 2.5), `torch.cuda.OutOfMemoryError` and the
   older `RuntimeError: CUDA out of memory`.
 """
@@ -24,7 +30,7 @@ from typing import Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 MIB_PER_GIB = 1024.0
-LogFormat = Literal["megatron", "deepspeed", "ds_train"]
+LogFormat = Literal["megatron", "deepspeed", "ds_train", "torchtitan"]
 
 
 class IterationRecord(BaseModel):
@@ -38,6 +44,8 @@ class IterationRecord(BaseModel):
     tflops_per_gpu: Optional[float] = Field(None, description="Engine-reported TFLOP/s per GPU, if logged.")
     loss: Optional[float] = Field(None, description="Training loss of the step, if logged.")
     rank: Optional[int] = Field(None, description="Global rank that printed the line, if known.")
+    tokens_per_s_per_gpu: Optional[float] = Field(None, description="Tokens per second per GPU over the logging "
+                                                  "interval, if that is what is logged (torchtitan's tps).")
 
 
 class MemoryRecord(BaseModel):
@@ -210,7 +218,29 @@ def parse_ds_train_log(text: str) -> ParsedLog:
                      oom_line=base.oom_line, error_line=base.error_line)
 
 
+# torchtitan/components/metrics.py MetricsProcessor.log (see the module docstring); ANSI colours stripped first.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TITAN_STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*" + _NUM + r"\s.*?memory:\s*" + _NUM + r"\s*GiB.*?tps:\s*([\d,]+)"
+                         r"(?:\s+tflops:\s*([\d,]+(?:\.\d+)?))?")
+
+
+def parse_torchtitan_log(text: str) -> ParsedLog:
+    """The training `step:` lines of a torchtitan log (validation lines start `validate step:` and are skipped)."""
+    lines = [_ANSI.sub("", line) for line in text.splitlines()]
+    iterations: List[IterationRecord] = []
+    for line in lines:
+        m = _TITAN_STEP.search(line)
+        if not m or "validate step:" in line:
+            continue
+        step, loss, _, tps, tflops = m.groups()
+        iterations.append(IterationRecord(iteration=int(step), loss=float(loss),
+                                          tokens_per_s_per_gpu=float(tps.replace(",", "")),
+                                          tflops_per_gpu=float(tflops.replace(",", "")) if tflops else None))
+    return ParsedLog(format="torchtitan", iterations=iterations, **_failure_lines(lines))
+
+
 def parse_log(text: str, fmt: LogFormat) -> ParsedLog:
     """Dispatch on the log format."""
-    parsers = {"megatron": parse_megatron_log, "deepspeed": parse_deepspeed_log, "ds_train": parse_ds_train_log}
+    parsers = {"megatron": parse_megatron_log, "deepspeed": parse_deepspeed_log, "ds_train": parse_ds_train_log,
+               "torchtitan": parse_torchtitan_log}
     return parsers[fmt](text)

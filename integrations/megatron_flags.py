@@ -372,8 +372,9 @@ def _overlaps(f: Dict[str, Optional[str]], s: Dict[str, Any], is_moe: bool) -> D
         out["adam_bf16_states"] = True
     if is_moe:
         out["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
-        if _flex_dedup_dispatcher(f):
-            out["moe_flex_dispatcher"] = True
+        # Stated either way: a config without the flex dispatcher runs alltoall, and `estimate` prices it so
+        # (an unstated switch would be filled as the search sets it, complete.fill_searched_switches).
+        out["moe_flex_dispatcher"] = _flex_dedup_dispatcher(f)
     return out
 
 

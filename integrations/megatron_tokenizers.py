@@ -30,7 +30,7 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "Llama3T
 # The size is the model's config.json vocab_size on the Hugging Face Hub: the embedding rows of the released
 # checkpoint, which is len(tokenizer) or above it (Qwen2.5: 151665 tokens in 152064 rows), so memory is never
 # under-counted. The entries with a fixture in tests/data/hf_configs are checked against it
-# (tests/test_megatron_fragments.py); Megatron-LM's own example fragments state the same sizes
+# (tests/unit/test_megatron_fragments.py); Megatron-LM's own example fragments state the same sizes
 # (examples/post_training/modelopt/conf: --padded-vocab-size 152064 for Qwen2.5-7B, 202048 for Llama-4, 201088 for
 # gpt-oss, 163840 for Kimi-K2; DeepSeek-R1's --make-vocab-size-divisible-by 1280 pads 129280 to itself).
 HF_TOKENIZER_VOCAB: Dict[str, Tuple[str, int]] = {

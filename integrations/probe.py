@@ -154,13 +154,17 @@ def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int) -> Prob
     raise InputError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
 
 
-def step_times_after_warmup(parsed: ParsedLog, warmup: int, global_batch: int) -> List[float]:
-    """Per-iteration step time (slowest rank) for iterations > warmup, in iteration order, s."""
+def step_times_after_warmup(parsed: ParsedLog, warmup: int, global_batch: int,
+                            tokens_per_gpu_step: Optional[float] = None) -> List[float]:
+    """Per-iteration step time (slowest rank) for iterations > warmup, in iteration order, s. A rate per GPU
+    (torchtitan's tps) needs the tokens one GPU's share of a step holds, seq x gbs / GPUs."""
     by_iter: Dict[int, float] = {}
     for rec in parsed.iterations:
         step = rec.step_time_s
         if step is None and rec.samples_per_s:
             step = global_batch / rec.samples_per_s  # DeepSpeed logs a rate over the whole batch
+        if step is None and rec.tokens_per_s_per_gpu and tokens_per_gpu_step:
+            step = tokens_per_gpu_step / rec.tokens_per_s_per_gpu
         if step is None or rec.iteration <= warmup:
             continue
         by_iter[rec.iteration] = max(by_iter.get(rec.iteration, 0.0), step)

@@ -17,7 +17,7 @@ from autoplan.costmodel.rank import MEMORY_KEYS, num_microbatches, rank_cost
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.costmodel.layout import Layouts
 from autoplan.solvers.common import SolveResult, plans_from, price
-from autoplan.solvers.space import Problem, delayed_fp8, fp8_recompute_options
+from autoplan.solvers.space import Problem, delayed_fp8, fp8_recompute_options, refresh_searched
 
 US = 1e6  # CP-SAT works in integer microseconds ...
 MIB = 2**20  # ... and integer MiB
@@ -56,7 +56,7 @@ def _coefficients(problem: Problem, lay: Layouts, i: int, options, pp: int, vpp:
     cols = {name: np.array([r[name] for r in rows]) for name in rows[0]}
     # The rows are --decoder-first/last-pipeline-num-layers splits, whatever split the candidate came with.
     cols.update(account=np.zeros(len(rows), np.int64), layout=np.full(len(rows), None, dtype=object))
-    batch = Layouts(**{**base.__dict__, **cols})
+    batch = refresh_searched(problem, Layouts(**{**base.__dict__, **cols}))
     rc_ = rank_cost(problem.model, hardware_of(problem.cluster), problem.workload, batch, np.array(stages),
                     problem.calibration)
     t = np.asarray(rc_.per_microbatch, dtype=float)
@@ -135,8 +135,9 @@ def refine(problem: Problem, lay: Layouts, i: int, time_limit_s: float = 2.0, se
     rc, block, rl, mods = options[k]
     f, la, mi = solver.Value(first), solver.Value(last), solver.Value(mid)
     even = pp > 2 and f == la == mi or pp == 2 and f == la and L % pp == 0
-    new = _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl, recompute_modules=mods,
-               first=-1 if even else f, last=-1 if even else la, account=0, layout=None)
+    new = refresh_searched(problem, _row(lay, i, recompute=rc, recompute_block=block, recompute_layers=rl,
+                                         recompute_modules=mods, first=-1 if even else f, last=-1 if even else la,
+                                         account=0, layout=None))
     return new, solver.ObjectiveValue() / US / vpp
 
 

@@ -2,7 +2,7 @@
 
 Every solver draws from here, so solvers cannot disagree about what is legal. Legality mirrors
 `autoplan.validate` (Megatron-LM's layout, batch and precision rules); a contract test checks that every point
-generated here passes `validate`. Preferences that are not rules — TP and EP*ETP inside the NVLink domain,
+generated here passes `validate`. Preferences that are not rules — TP inside the NVLink domain,
 sequence parallelism whenever tp > 1 (it only saves memory and elementwise time at the same communication
 volume: Korthikanti et al. 2022 sec. 4.2.2) — narrow the default space and are lifted with `allow`."""
 from __future__ import annotations
@@ -286,7 +286,6 @@ def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
 def structural_points(problem: Problem) -> List[Dict[str, int]]:
     """(tp, cp, pp, vpp, first, last, ep, etp, dp) combinations that satisfy the layout rules."""
     m, wl, world = problem.model, problem.workload, problem.cluster.num_gpus
-    domain = problem.cluster.gpu.nvlink_domain_size
     L = m.num_layers
     split_fixed = any(k in problem.fixed for k in SPLIT_KEYS)
     points = []
@@ -312,14 +311,18 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                         splits = _fixed_split(problem, pp, vpp)
                     else:
                         splits = all_stage_splits(m, pp, vpp, uneven=problem.engine == "megatron")
-                    for ep, etp in _expert_choices(problem, tp, pp, cp, dp, domain):
+                    for ep, etp in _expert_choices(problem, tp, pp, cp, dp):
                         for first, last, account, text in splits:
                             points.append(dict(tp=tp, cp=cp, pp=pp, vpp=vpp, first=first, last=last, ep=ep,
                                                etp=etp, dp=dp, account=account, layout=text))
     return points
 
 
-def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain: int):
+def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int):
+    """(ep, etp) pairs. Expert parallelism may leave the NVLink domain: its all-to-all is priced over the network
+    (with the flex dispatcher's one copy per destination node, collectives.flex_all_to_all_time) and the search takes
+    it where it is faster (Megatron-MoE-ModelZoo's Qwen3-235B on 256 H100 runs fastest with EP 32 over 4 nodes,
+    data/moe_layout_runs.csv). `--allow ep-outside-domain` is accepted and changes nothing."""
     m, world = problem.model, problem.cluster.num_gpus
     if not m.is_moe:
         return [(1, e) for e in _choices(problem, "etp", [1])] if _choices(problem, "ep", [1]) else []
@@ -335,9 +338,6 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int, domain
                 continue  # etp*ep*pp must divide world (parallel_state)
             if ep * etp > tp * cp * dp:
                 continue  # experts fold inside the tp*cp*dp ranks of one stage
-            wide = "ep-outside-domain" in problem.allow or "ep" in problem.fixed  # the user's ep wins
-            if ep > 1 and ep * etp > domain and not wide:
-                continue  # expert all-to-all stays on NVLink unless --allow ep-outside-domain
             if problem.engine == "deepspeed" and tp > 1 and ep > 1:
                 continue
             out.append((ep, etp))
@@ -542,7 +542,7 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
         recompute_block=col["block"].astype(bool), recompute_layers=col["rl"], recompute_modules=col["mods"],
         fp8=fp8, first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
         fp8_recipe=written, **engine_columns(problem.engine, n), **recipe_columns(fp8, written, problem.cluster.gpu.id),
-        **K.search_columns(col, problem.engine, n))  # the switches as the search sets them (autoplan/keys.py)
+        **searched_switches(problem, col, n))  # the switches as the search sets them (autoplan/keys.py)
     g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
     lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)
@@ -560,6 +560,28 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
         keep = ~deepspeed_blocked(lay, problem.model)
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
+
+
+def searched_switches(problem: Problem, columns, n: int) -> Dict[str, np.ndarray]:
+    """The switch columns the search gives n candidates (autoplan/keys.py `Switch.search`) from the grid's columns
+    (tp, pp, vpp, ep, zero, sp, fp8, rc = recompute code, mods = recompute module bits). A fixed CUDA-graph scope
+    that captures the mlp/moe halves leaves the all-to-all overlap off unless it is fixed too (validate._cuda_graphs:
+    the two cannot be combined; `--fix` of both is refused there)."""
+    out = K.search_columns(columns, problem.engine, n)
+    graphs = _one(problem.fixed.get("cuda_graph_modules"))
+    if graphs and "moe_a2a_overlap" not in problem.fixed and G.mask(graphs) & G.mask(("mlp", "moe")):
+        out["moe_a2a_overlap"] = np.zeros(n, bool)
+    return out
+
+
+def refresh_searched(problem: Problem, lay: Layouts) -> Layouts:
+    """`lay` with the switches the user did not fix set again as the search sets them, for candidates whose
+    recompute or split a solver changed after enumeration (solvers/cpsat.py)."""
+    cols = dict(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, etp=lay.etp, dp=lay.dp, mbs=lay.mbs,
+                fp8=lay.fp8, sp=lay.sp, zero=lay.zero, rc=lay.recompute, mods=lay.recompute_modules)
+    fresh = searched_switches(problem, cols, len(lay))
+    return Layouts(**{**lay.__dict__, **{k: v for k, v in fresh.items()
+                                         if k not in problem.fixed and K.BY_NAME[k].search is not None}})
 
 
 def _effective_recipe(problem: Problem) -> str:

@@ -99,29 +99,29 @@ def write(cal: CalibrationFile, path: Path) -> None:
     write_text(path, json.dumps(cal.model_dump(), indent=2) + "\n")
 
 
-def load(path: str) -> CalibrationFile:
-    """Read a calibration file; every problem is one InputError naming the file."""
+def load(path: str, where: str = "--calibration") -> CalibrationFile:
+    """Read a calibration file; every problem is one InputError naming the file (`where` says who named it)."""
     from autoplan.fileio import read_text
 
     p = Path(path).expanduser()
-    text = read_text(p, "--calibration file", f"write one with `autoplan calibrate RUN... --out {p.name}`")
+    text = read_text(p, f"{where} file", f"write one with `autoplan calibrate RUN... --out {p.name}`")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"--calibration {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise InputError(f"{where} {path}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InputError(f"--calibration {path}: not an autoplan calibration file (format {FORMAT!r}); write one "
+        raise InputError(f"{where} {path}: not an autoplan calibration file (format {FORMAT!r}); write one "
                          f"with `autoplan calibrate`")
     try:
         cal = CalibrationFile.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        raise InputError(f"--calibration {path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        raise InputError(f"{where} {path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
     known = {f.name for f in fields(Calibration)}
     gpu_known = {name for name, c in BY_NAME.items() if c.home == "gpu"}
     bad = sorted(set(cal.constants) - known) + sorted(set(cal.gpu_overrides) - gpu_known)
     if bad:
-        raise InputError(f"--calibration {path}: unknown constant {bad[0]!r}; the file was written by another "
+        raise InputError(f"{where} {path}: unknown constant {bad[0]!r}; the file was written by another "
                          f"autoplan version: recalibrate with `autoplan calibrate`")
     return cal
 
@@ -138,6 +138,16 @@ def calibrated(cal: Optional[CalibrationFile], cluster: ClusterSpec, where: str 
     return apply_values({**cal.constants, **cal.gpu_overrides}, cluster, DEFAULT)
 
 
-def load_and_apply(path: Optional[str], cluster: ClusterSpec) -> Tuple[ClusterSpec, Calibration]:
-    """`--calibration FILE` for a command: (cluster, Calibration); (cluster, DEFAULT) when no file is given."""
-    return calibrated(load(path) if path else None, cluster)
+def load_and_apply(path: Optional[str], cluster: ClusterSpec, cluster_ref: Optional[str] = None
+                   ) -> Tuple[ClusterSpec, Calibration]:
+    """`--calibration FILE` for a command, else the `calibration:` entry of the cluster YAML `cluster_ref` (the
+    flag wins when both are given): (cluster, Calibration); (cluster, DEFAULT) when neither names a file."""
+    from autoplan.clusterio import cluster_calibration
+
+    if path:
+        return calibrated(load(path), cluster)
+    entry = cluster_calibration(cluster_ref)
+    if entry is None:
+        return cluster, DEFAULT
+    where = f"cluster file {cluster_ref} calibration:"
+    return calibrated(load(entry, where), cluster, where)

@@ -92,11 +92,15 @@ def _table_rows(path: Path) -> List[Dict[str, Any]]:
 
 
 def _row_run(path: Path, index: int, row: Dict[str, Any]) -> MeasuredRun:
-    where = f"{path.name} row {index}"
+    return run_of_row(f"{path.name} row {index}", str(path), row)
+
+
+def run_of_row(label: str, source: str, row: Dict[str, Any]) -> MeasuredRun:
+    """One runs-table row (the REQUIRED_COLUMNS, optionally OPTIONAL_COLUMNS) as a run; errors name `label`."""
     try:
-        return _build_row(where, str(path), row)
+        return _build_row(label, source, row)
     except InputError as e:
-        raise InputError(f"{where}: {e}") from None
+        raise InputError(f"{label}: {e}") from None
 
 
 def _build_row(label: str, source: str, row: Dict[str, Any]) -> MeasuredRun:
@@ -198,10 +202,14 @@ def detect_log_format(text: str) -> str:
     """ds_train, megatron or deepspeed, from the lines the log holds."""
     from autoplan.integrations.logparse import DS_TRAIN_TAG
 
+    from autoplan.integrations.logparse import parse_torchtitan_log
+
     if DS_TRAIN_TAG in text:
         return "ds_train"
     if "elapsed time per iteration (ms)" in text:
         return "megatron"
+    if "tps:" in text and parse_torchtitan_log(text).iterations:
+        return "torchtitan"
     return "deepspeed"
 
 
@@ -211,7 +219,10 @@ class LogConfig:
 
     from_megatron: Optional[str] = None
     from_deepspeed: Optional[str] = None
-    model: Optional[str] = None  # DeepSpeed configs hold no architecture
+    # A torchtitan run's layout as an `estimate --strategy` string or file: torchtitan's job configs are Python /
+    # TOML this project does not import.
+    from_torchtitan: Optional[str] = None
+    model: Optional[str] = None  # DeepSpeed configs and torchtitan strategies hold no architecture
     cluster: str = "h100"
     gpus: Optional[int] = None
     seq: Optional[int] = None
@@ -234,7 +245,7 @@ def read_log(path: Path, cfg: LogConfig) -> MeasuredRun:
         if parsed.oom_line:
             raise InputError(f"the log records an out-of-memory error ({parsed.oom_line[:80]}); a run that "
                              f"failed cannot calibrate a step time: drop it")
-        step = _median_step(parsed, cfg.warmup, workload.global_batch_size, fmt)
+        step = _median_step(parsed, cfg.warmup, workload, cluster.num_gpus, fmt)
         _check_ds_train(text, fmt, cluster, workload)
         strategy, chosen = as_run(model, cluster, workload, given, engine)
         peaks = parsed.peak_mem_gib_by_rank()
@@ -246,14 +257,14 @@ def read_log(path: Path, cfg: LogConfig) -> MeasuredRun:
         raise InputError(f"{label}: {e}") from None
 
 
-def _median_step(parsed, warmup: int, global_batch: int, fmt: str) -> float:
+def _median_step(parsed, warmup: int, workload: Workload, gpus: int, fmt: str) -> float:
     from autoplan.integrations.probe import step_times_after_warmup
 
     if not parsed.iterations:
         engine = {"megatron": "Megatron-LM training_log", "ds_train": "ds_train.py AUTOPLAN_ITER",
-                  "deepspeed": "DeepSpeed throughput-timer or pipeline-engine"}[fmt]
+                  "deepspeed": "DeepSpeed throughput-timer or pipeline-engine", "torchtitan": "torchtitan step"}[fmt]
         raise InputError(f"no {engine} iteration lines found; pass the training log of the run")
-    steps = step_times_after_warmup(parsed, warmup, global_batch)
+    steps = step_times_after_warmup(parsed, warmup, workload.global_batch_size, workload.tokens_per_step / gpus)
     if not steps:
         last = max(r.iteration for r in parsed.iterations)
         raise InputError(f"no iteration after the {warmup} warm-up ones (the log ends at iteration {last}); "
@@ -290,6 +301,8 @@ def _log_setup(fmt: str, cfg: LogConfig):
     from autoplan.clusterio import load_cluster
     from autoplan.integrations import importers
 
+    if fmt == "torchtitan":
+        return _torchtitan_setup(cfg)
     if fmt == "megatron":
         if not cfg.from_megatron:
             raise InputError("a Megatron-LM log needs its launch config: pass --from-megatron ARGS|script")
@@ -315,6 +328,28 @@ def _log_setup(fmt: str, cfg: LogConfig):
     if cfg.seq or cfg.gbs:
         workload = Workload(seq_len=cfg.seq or workload.seq_len, global_batch_size=cfg.gbs or workload.global_batch_size)
     return model, cluster, workload, dict(imp.strategy), engine, list(imp.notes)
+
+
+def _torchtitan_setup(cfg: LogConfig):
+    """A torchtitan log's run: the layout from --from-torchtitan (an `estimate --strategy` string or file), the
+    model, world size, sequence and batch from the flags. Priced under Megatron's rules with the layout as written
+    (torchtitan's FSDP2 is zero=3); the engine's own kernels are what the calibration absorbs."""
+    from autoplan.cli.common import read_strategy
+    from autoplan.clusterio import load_cluster
+    from autoplan.modelio import load_model
+
+    if not cfg.from_torchtitan:
+        raise InputError("a torchtitan log needs its layout: pass --from-torchtitan 'tp=..,pp=..,zero=3,...' (the "
+                         "estimate --strategy keys the run used) with --model, --gpus, --seq and --gbs")
+    lacking = [flag for flag, v in (("--model", cfg.model), ("--gpus", cfg.gpus), ("--seq", cfg.seq),
+                                    ("--gbs", cfg.gbs)) if not v]
+    if lacking:
+        raise InputError(f"a torchtitan log needs {', '.join(lacking)} (its log line holds only tokens/s per GPU)")
+    model = load_model(cfg.model)
+    cluster = load_cluster(cfg.cluster, cfg.gpus)
+    workload = Workload(seq_len=cfg.seq, global_batch_size=cfg.gbs)
+    return model, cluster, workload, read_strategy(cfg.from_torchtitan), "megatron", \
+        ["torchtitan run priced under Megatron's rules with its layout as written"]
 
 
 # ------------------------------------------------------------------------------------------ probe results

@@ -1,7 +1,8 @@
 """`autoplan calibrate RUN... --out cal.json`: fit the cost model's constants to measured runs of one cluster.
 
 Each RUN is a runs table (`.csv` / `.json`), a training log (Megatron-LM with `--from-megatron ARGS|script`,
-DeepSpeed or ds_train.py with `--from-deepspeed CFG --model M --gpus N --seq S`), or a probe's
+DeepSpeed or ds_train.py with `--from-deepspeed CFG --model M --gpus N --seq S`, torchtitan with `--from-torchtitan
+STRATEGY --model M --gpus N --seq S --gbs B`), or a probe's
 `probe_result.json` (or its folder). With several logs of one engine, give one config for all of them or one per log
 in the order of the logs. The file it writes is read by `estimate`, `plan` and `tune` with `--calibration FILE`.
 
@@ -28,6 +29,9 @@ def calibrate_cmd(
                                                       help="Megatron-LM args or script of the Megatron logs."),
     from_deepspeed: Optional[List[str]] = typer.Option(None, "--from-deepspeed",
                                                        help="ds_config.json of the DeepSpeed logs."),
+    from_torchtitan: Optional[List[str]] = typer.Option(None, "--from-torchtitan",
+                                                        help="Layout of the torchtitan logs: an estimate --strategy "
+                                                        "string or file (with --model, --gpus, --seq, --gbs)."),
     model: Optional[str] = typer.Option(None, "--model", help="Model of the DeepSpeed logs (configs lack it)."),
     cluster: str = typer.Option("h100", "--cluster", help="GPU id or cluster YAML the logs ran on."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="World size of the logs (when the config lacks it)."),
@@ -44,7 +48,8 @@ def calibrate_cmd(
     if warmup < 0:
         raise InputError(f"--warmup={warmup} must be >= 0")
     calfile.check_out(out)
-    measured = read_runs(runs, from_megatron or [], from_deepspeed or [], model, cluster, gpus, seq, gbs, warmup)
+    measured = read_runs(runs, from_megatron or [], from_deepspeed or [], model, cluster, gpus, seq, gbs, warmup,
+                         from_torchtitan or [])
     check_repeats(measured)
     result = fit(measured)
     cal = calfile.from_fit(result)
@@ -58,7 +63,7 @@ def calibrate_cmd(
 
 
 def read_runs(paths: List[str], megatron: List[str], deepspeed: List[str], model, cluster, gpus, seq, gbs,
-              warmup: int):
+              warmup: int, torchtitan: Optional[List[str]] = None):
     """Every RUN argument's runs, in order; logs paired with their configs."""
     from autoplan.calibration.runs import LogConfig, detect_log_format, is_probe_result, read_log, read_probe, \
         read_table
@@ -77,9 +82,10 @@ def read_runs(paths: List[str], megatron: List[str], deepspeed: List[str], model
             raise InputError(f"{text}: a folder without probe_result.json; pass a runs table, a log or a probe folder")
         else:
             fmt = detect_log_format(path.read_text(encoding="utf-8", errors="replace"))
-            kinds.append("megatron" if fmt == "megatron" else "deepspeed")
+            kinds.append(fmt if fmt in ("megatron", "torchtitan") else "deepspeed")
     configs = {"megatron": _pair(megatron, kinds.count("megatron"), "--from-megatron", "Megatron-LM"),
-               "deepspeed": _pair(deepspeed, kinds.count("deepspeed"), "--from-deepspeed", "DeepSpeed")}
+               "deepspeed": _pair(deepspeed, kinds.count("deepspeed"), "--from-deepspeed", "DeepSpeed"),
+               "torchtitan": _pair(torchtitan or [], kinds.count("torchtitan"), "--from-torchtitan", "torchtitan")}
     out = []
     for text, kind in zip(paths, kinds):
         path = Path(text)
@@ -90,7 +96,8 @@ def read_runs(paths: List[str], megatron: List[str], deepspeed: List[str], model
         else:
             config = configs[kind].pop(0) if len(configs[kind]) > 1 else (configs[kind] or [None])[0]
             cfg = LogConfig(from_megatron=config if kind == "megatron" else None,
-                            from_deepspeed=config if kind == "deepspeed" else None, model=model, cluster=cluster,
+                            from_deepspeed=config if kind == "deepspeed" else None,
+                            from_torchtitan=config if kind == "torchtitan" else None, model=model, cluster=cluster,
                             gpus=gpus, seq=seq, gbs=gbs, warmup=warmup)
             out.append(read_log(path, cfg))
     return out

@@ -71,7 +71,7 @@ def estimate_cmd(
     c, prof = profiles.cluster, profiles.layers
     from autoplan.calibration.calfile import load_and_apply
 
-    c, cal = load_and_apply(calibration, c)
+    c, cal = load_and_apply(calibration, c, cluster)
     notes += list(profiles.notes)
     s, chosen = complete_strategy(m, c, wl, given, engine=engine)
     if (from_megatron or from_deepspeed) and not chosen:

@@ -37,7 +37,8 @@ def plan_cmd(
                                                                  f"keys: {K.help_text()}."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="No plans with key=value."),
     allow: Optional[List[str]] = typer.Option(None, "--allow", help="Widen the space: tp-outside-domain, "
-                                              "ep-outside-domain, no-sp, non-pow2-mbs."),
+                                              "no-sp, non-pow2-mbs (ep-outside-domain is accepted: expert "
+                                              "parallelism already may leave the NVLink domain)."),
     engine: str = typer.Option("megatron", "--engine", help="megatron or deepspeed (what the engine can run)."),
     precision: Optional[str] = typer.Option(None, "--precision", help=PRECISION_HELP),
     mem_headroom: float = typer.Option(0.0, "--mem-headroom", help="Fraction of device memory to keep free."),
@@ -70,7 +71,7 @@ def plan_cmd(
     prof, c = _profiles(profile, m, c, quiet=as_json)
     from autoplan.calibration.calfile import load_and_apply
 
-    c, cal = load_and_apply(calibration, c)
+    c, cal = load_and_apply(calibration, c, cluster)
     fixed, excluded = search_constraints(parse_constraints(fix or [], "--fix"),
                                          parse_constraints(exclude or [], "--exclude"))
     allowed = frozenset(a.strip() for item in (allow or []) for a in item.split(",") if a.strip())

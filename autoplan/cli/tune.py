@@ -57,7 +57,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
     from autoplan.calibration.calfile import load_and_apply
 
-    spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus))
+    spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus), cluster)
     problem = Problem(model=load_model(model), cluster=spec, workload=make_workload(seq, gbs), engine=engine,
                       precision=precision, calibration=cal)
     console = progress_console()

@@ -70,6 +70,15 @@ class Calibration:
     tp_overlap_hidden: float = 0.95  # refitted 2026-12-02 (at its bound)
     # Fraction of EP all-to-all hidden with moe_a2a_overlap (DeepSeek-V3 DualPipe / Megatron 1F1B a2a overlap).
     a2a_overlap_hidden: float = 0.75  # refitted 2026-12-03 (was 0.88); the hidden part is also capped by MoE compute
+    # Flex token dispatcher (DeepEP / HybridEP) bottleneck bandwidths as fractions of the link rates, counted as
+    # collectives.flex_all_to_all_time counts bytes. Measured, not fitted: DeepEP V1 normal kernels on H800
+    # (profiles/gpu_reference.md sec. 3 rows "H800 intra-/inter-node EP all-to-all", S3: deepseek-ai/DeepEP
+    # docs/legacy.md): NVLink 153 (dispatch) and 158 (combine) GB/s at EP8 of H800's 200 GB/s per direction
+    # (profiles/gpus/h800.yaml) -> 155.5 / 200 = 0.78; RDMA 43, 43 (EP16), 58, 57 (EP32), 51, 50 (EP64) GB/s of the
+    # CX7 400 Gb/s NIC's 50 GB/s -> mean 50.3 / 50 = 1.01 (above 1: DeepEP counts the tokens bound for the own node
+    # in its RDMA bytes, as the pricing does).
+    flex_nvlink_eff: float = 0.78
+    flex_network_eff: float = 1.01
     # Fraction of the last-microbatch backward (forward) during which DP grad reduce (param gather) can overlap.
     dp_overlap_window: float = 0.85
     # Megatron's default DP bucket is 40M parameters (megatron/core/distributed/distributed_data_parallel_config.py

@@ -74,27 +74,44 @@ def expected_remote_nodes(n_nodes, topk):
     return (nodes - 1.0) * (1.0 - (1.0 - 1.0 / nodes) ** topk)
 
 
-def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Hardware):
+def distinct_destinations(members, topk):
+    """Expected number of distinct members (nodes, or GPUs) among those hosting a token's `topk` experts, its own
+    included, the experts drawn uniformly from `members` equal members: members (1 - (1 - 1/members)^k)
+    (`expected_remote_nodes` plus the own member's share)."""
+    m = np.maximum(np.asarray(members, dtype=float), 1.0)
+    return m * (1.0 - (1.0 - 1.0 / m) ** topk)
+
+
+def flex_all_to_all_time(token_bytes, topk, group_size, ranks_per_domain, hw: Hardware, nvlink_eff, network_eff):
     """Seconds for one dispatch (or combine) of the flex token dispatcher (DeepEP / HybridEP) over `group_size`
     expert-parallel ranks, `ranks_per_domain` of them per NVLink domain; `token_bytes` = bytes of the rank's
     routed tokens (one copy each), `topk` experts per token.
 
     DeepEP's normal kernels send a token once per destination node over RDMA and forward it to that node's experts
     over NVLink (deepseek-ai/DeepEP README, "asymmetric-domain bandwidth forwarding"; DeepSeek-V3 report
-    arXiv:2412.19437 sec. 3.2.2: each token reaches at most M nodes over IB, then NVLink), and HybridEP does the
-    same across an NVLink domain (Megatron megatron/core/transformer/moe/token_dispatcher.py `_HybridEPManager`).
-    The network carries one copy per (token, remote node), `expected_remote_nodes`; NVLink carries each expert copy
-    once except those whose expert sits on the GPU the token lands on, k (1 - 1/g). The two links work in
-    parallel and the slower decides, as for the alltoall dispatcher in `collective_time`."""
+    arXiv:2412.19437 sec. 3.2.2: each token reaches at most M nodes over IB, then NVLink), once per destination GPU
+    however many of its experts sit there; HybridEP does the same across an NVLink domain (Megatron
+    megatron/core/transformer/moe/token_dispatcher.py `_HybridEPManager`).
+
+    Bytes and rates are counted the way DeepEP's published figures count them (profiles/gpu_reference.md S3,
+    deepseek-ai/DeepEP docs/legacy.md; its tests divide `num_rdma_token_sent` = tokens x distinct destination
+    nodes, its own node included, and `recv_x` = tokens x distinct destination GPUs, by the kernel time): the
+    network carries token_bytes x `distinct_destinations(nodes, k)` at `network_eff` of the NIC rate, NVLink
+    token_bytes x `distinct_destinations(group_size, k)` at `nvlink_eff` of the NVLink rate (per direction);
+    the two links work in parallel and the slower decides. With those counts the efficiencies are DeepEP's
+    measured bottleneck bandwidths over the link rates (Calibration.flex_*_eff).
+
+    Latency: one per-step latency per peer, as for the pairwise all-to-all (`_STEPS`); DeepEP publishes no
+    fixed cost of its normal kernels (its low-latency table, 77 us at EP8 to 194 us at EP256, is bandwidth-bound:
+    docs/legacy.md gives 39-98 GB/s beside it), so none other is assumed."""
     n = np.asarray(group_size, dtype=float)
     g = np.maximum(np.minimum(np.asarray(ranks_per_domain, dtype=float), n), 1.0)
     nodes = np.ceil(n / g)
     size = np.asarray(token_bytes, dtype=float)
-    net = size * expected_remote_nodes(nodes, topk)
-    nv = size * topk * (1.0 - 1.0 / g)
-    nv_bw = hw.nvlink_bytes_per_s * hw.nvlink_bus_eff
-    net_bw = hw.network_bytes_per_s * hw.network_bus_eff
+    net = size * distinct_destinations(nodes, topk)
+    nv = size * distinct_destinations(n, topk)
+    nv_bw = hw.nvlink_bytes_per_s * nvlink_eff
+    net_bw = hw.network_bytes_per_s * network_eff
     spans = nodes > 1
-    n_safe = np.maximum(n, 2.0)
-    latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS["all_to_all"](n_safe)
-    return np.where(n <= 1, 0.0, latency + np.maximum(nv / nv_bw, net / net_bw))
+    latency = np.where(spans, hw.network_latency_s, hw.nvlink_latency_s) * _STEPS["all_to_all"](np.maximum(n, 2.0))
+    return np.where(n <= 1, 0.0, latency + np.maximum(nv / nv_bw, np.where(spans, net / net_bw, 0.0)))

@@ -187,7 +187,7 @@ def _cp_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration,
                                + np.maximum(2 * cp_fwd - cal.attention_bwd_ratio * attn_core, 0.0))
 
 
-def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
+def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh, cal: Calibration):
     """Seconds of one expert-parallel all-to-all (a dispatch or a combine) of one micro batch and layer."""
     in_domain = np.minimum(lay.ep, np.maximum(hw.domain_size // lay.etp, 1))
     inter = np.where(lay.ep > 1, (lay.ep - in_domain) / np.maximum(lay.ep - 1, 1), 0.0)
@@ -196,13 +196,14 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh):
     a2a = collective_time("all_to_all", C.BF16 * sh.routed_tokens * topk * width, lay.ep,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
-    flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw)
+    flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw,
+                                cal.flex_nvlink_eff, cal.flex_network_eff)
     return np.where(lay.moe_flex_dispatcher, flex, a2a)
 
 
 def _ep_comm(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Calibration, cpt: _Compute, paired):
     """Exposed expert-parallel all-to-all: dispatch + combine forward, and both again backward."""
-    a2a = _a2a_time(m, hw, lay, sh)
+    a2a = _a2a_time(m, hw, lay, sh, cal)
     one_pass = 2 * a2a * st.moe  # dispatch + combine of one pass (forward or backward)
     # The 1F1B all-to-all overlap runs one micro batch's forward beside another's backward (Megatron
     # `overlap_moe_expert_parallel_comm`, pipeline_parallel/combined_1f1b.py: "EP A2A in forward step is hidden by
@@ -243,7 +244,7 @@ def _selective_extra(m: ModelSpec, hw: Hardware, lay: Layouts, sh, st, cal: Cali
     total = (st.layers - st.moe) * dense
     if m.is_moe:
         total = total + st.moe * C.selective_recompute_time(m, sh, lay, hw, cal, moe=True,
-                                                            a2a_fwd=2 * _a2a_time(m, hw, lay, sh))
+                                                            a2a_fwd=2 * _a2a_time(m, hw, lay, sh, cal))
     return total
 
 

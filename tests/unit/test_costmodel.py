@@ -175,7 +175,29 @@ def test_flex_dispatcher_cuts_network_all_to_all_only():
     across = cluster(32, nvlink_domain_size=8)
     assert ep_comm(across, Strategy(ep=32, moe_flex_dispatcher=True)) < 0.6 * ep_comm(across, Strategy(ep=32))
     inside = cluster(8)
-    assert ep_comm(inside, Strategy(ep=8, moe_flex_dispatcher=True)) == pytest.approx(ep_comm(inside, Strategy(ep=8)))
+    # Inside a node a token goes once to each GPU holding one of its experts (5.25 of 8 GPUs for k = 8), not once
+    # per expert: cheaper than the alltoall dispatcher there too.
+    assert ep_comm(inside, Strategy(ep=8, moe_flex_dispatcher=True)) < ep_comm(inside, Strategy(ep=8))
+
+
+def test_flex_dispatch_counts_bytes_and_rates_as_deepep_measures_them():
+    """One dispatch: token bytes x distinct destination nodes (own included) over the NIC at the DeepEP RDMA
+    fraction, token bytes x distinct destination GPUs over NVLink at the DeepEP NVLink fraction, the slower one,
+    plus the pairwise all-to-all's per-peer latency."""
+    from autoplan.costmodel.calibration import DEFAULT
+    from autoplan.costmodel.collectives import distinct_destinations, flex_all_to_all_time
+    from autoplan.costmodel.hardware import hardware_of
+
+    hw = hardware_of(cluster(32, nvlink_domain_size=8))
+    size = 64e6
+    t = float(flex_all_to_all_time(size, 8, 32, 8, hw, DEFAULT.flex_nvlink_eff, DEFAULT.flex_network_eff))
+    net = size * 4 * (1 - 0.75 ** 8) / (hw.network_bytes_per_s * DEFAULT.flex_network_eff)
+    nv = size * 32 * (1 - (31 / 32) ** 8) / (hw.nvlink_bytes_per_s * DEFAULT.flex_nvlink_eff)
+    assert t == pytest.approx(31 * hw.network_latency_s + max(net, nv))
+    assert distinct_destinations(4, 8) == pytest.approx(4 * (1 - 0.75 ** 8))
+    inside = float(flex_all_to_all_time(size, 8, 8, 8, hw, DEFAULT.flex_nvlink_eff, DEFAULT.flex_network_eff))
+    assert inside == pytest.approx(7 * hw.nvlink_latency_s + size * distinct_destinations(8, 8)
+                                   / (hw.nvlink_bytes_per_s * DEFAULT.flex_nvlink_eff))
 
 
 def test_vectorised_matches_scalar(dense):

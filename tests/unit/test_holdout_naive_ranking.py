@@ -50,9 +50,11 @@ def test_both_architectures_keep_training_and_held_out_families():
 
 
 def test_a_row_trains_only_when_family_and_source_both_train():
-    train_src = next(s for s in holdout.SOURCES if s not in holdout.held_out_sources() and s.startswith("mb-"))
+    train_src = next(s for s in holdout.SOURCES if s not in holdout.held_out_sources() + holdout.TEST_SOURCES
+                     and s.startswith("mb-"))
     held_src = next(s for s in holdout.held_out_sources() if s.startswith("mb-"))
-    train_model = "GPT OSS 120B" if "gpt-oss" not in holdout.held_out_families() else "LLAMA3_70B"
+    train_model = next(m for m, f in (("LLAMA3_70B", "llama3"), ("GPT3-5B", "gpt3"))
+                       if f not in holdout.held_out_families() + holdout.TEST_FAMILIES)
     held_model = next(p for p, f in holdout.FAMILY_PREFIXES if f in holdout.held_out_families())
     row = lambda src: f"mb_{src[3:]}_pre-training_x_tok"  # noqa: E731
     assert holdout.side(train_model, row(train_src)) == "train"
@@ -133,3 +135,26 @@ def test_report_fits_on_training_rows_and_scores_only_held_out_ones():
     assert table["rows"] == 12 and table["held"] == 6
     # Every excluded row names its reason, and none of them is a regression judged from errors.
     assert excluded and all(why and "weaker GPU" not in why for _, why in excluded)
+
+
+def test_the_frozen_test_split_is_the_stated_rule_and_never_trains_or_validates():
+    # The family is the first MoE family in SHA-256 order that the validation rule trains on; the source is the
+    # newest Megatron-Bridge release in the table.
+    assert holdout.TEST_FAMILIES == (holdout.test_family_by_rule(),)
+    newest = max((s for s in holdout.SOURCES if s.startswith("mb-")), key=lambda s: tuple(map(int, s[3:].split("."))))
+    assert holdout.TEST_SOURCES == (newest,)
+    for offset in range(holdout.HOLD_EVERY):
+        assert not set(holdout.TEST_FAMILIES) & set(holdout.held_out_families(offset))
+        assert not set(holdout.TEST_SOURCES) & set(holdout.held_out_sources(offset))
+    rows = [SimpleNamespace(model_name=m, id=f"mb_{src[3:]}_pre-training_x_tok")
+            for m in ("GPT OSS 120B", "LLAMA3_70B", "DeepSeekV3") for src in holdout.SOURCES if src.startswith("mb-")]
+    for offset in range(holdout.HOLD_EVERY):
+        sides = holdout.split(rows, offset)
+        test = set(sides["test"])
+        assert test == {i for i, r in enumerate(rows) if r.model_name.startswith("GPT OSS") or "26.08" in r.id}
+        assert not test & (set(sides["train"]) | set(sides["holdout"]))
+
+
+def test_rotation_holds_out_other_names():
+    assert holdout.held_out_sources(0) != holdout.held_out_sources(1)
+    assert set(holdout.held_out_families(1)).isdisjoint(holdout.held_out_families(0))
