@@ -55,7 +55,9 @@ def from_hf_config(cfg: Mapping[str, Any], name: str, *, where: str | None = Non
     """A ModelSpec from a Hugging Face config mapping (`model_type` picks the parser; see autoplan.hf_config)."""
     where = where or f"HF config {name!r}"
     model_type = cfg.get("model_type")
-    if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES and hf_meta.available():
+    # A vision-language config goes to hf_config_fields, which points it to `autoplan vlm` (encoder and LLM together).
+    vision = isinstance(cfg.get("vision_config"), Mapping)
+    if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES and not vision and hf_meta.available():
         try:
             return _from_structure(cfg, name, model_type, where)
         except InputError as e:

@@ -117,11 +117,9 @@ def check_env() -> dict:
     minutes on a loaded 2-core host); in torch's default build folder, shared by every environment with the same
     Python, environments rebuild each other's op on each start. So checks use this interpreter's own folder
     (integrations/extlocks.py `environment_root`)."""
-    from autoplan.integrations.extlocks import environment_root
+    from autoplan.integrations.extlocks import with_own_build_folder
 
-    env = dict(os.environ)
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
-    return env
+    return with_own_build_folder(dict(os.environ), sys.executable)
 
 
 def engine_check(script: str, args: List[str], timeout_s: Optional[float]) -> subprocess.CompletedProcess:

@@ -54,6 +54,13 @@ def environment_root(python: str, env: Optional[dict] = None) -> Path:
     return Path(cache) / "torch_extensions" / f"autoplan-env-{tag}"
 
 
+def with_own_build_folder(env: dict, python: str) -> dict:
+    """`env` (a copy of os.environ) with TORCH_EXTENSIONS_DIR set to `python`'s environment_root, unless it names a
+    folder already: what engine checks and launches of emitted files run with."""
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(python)))
+    return env
+
+
 def find_locks(roots: Iterable[Path]) -> List[Path]:
     """Every extension-build lock under the roots (one or two folder levels down)."""
     found: List[Path] = []

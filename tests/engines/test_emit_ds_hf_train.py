@@ -13,7 +13,7 @@ import pytest
 
 from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed
-from autoplan.integrations.extlocks import environment_root
+from autoplan.integrations.extlocks import with_own_build_folder
 from autoplan.integrations.logparse import parse_log
 from autoplan.modelio import from_hf_config
 from conftest import deadline_s
@@ -58,7 +58,7 @@ def write_dataset(prefix, documents=40, seed=0):
 
 def run_launch(run_dir, env_extra, timeout):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port()), **env_extra}
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
+    with_own_build_folder(env, sys.executable)
     env.pop("SLURM_JOB_NODELIST", None)
     proc = subprocess.Popen(["bash", str(run_dir / "launch.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, cwd=run_dir, start_new_session=True)

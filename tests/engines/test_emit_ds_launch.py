@@ -11,7 +11,7 @@ import pytest
 
 from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed, hostfile_text, node_slots
-from autoplan.integrations.extlocks import environment_root
+from autoplan.integrations.extlocks import with_own_build_folder
 from engine_checks.plans import LLAMA_8B, TINY, make_plan
 from conftest import deadline_s
 
@@ -109,7 +109,7 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
            "MASTER_PORT": str(free_port())}
     # This environment's own op-build folder, as probes use: the shared default one is rebuilt (and can be left
     # locked) by other environments of the host (integrations/extlocks.py `environment_root`).
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
+    with_own_build_folder(env, sys.executable)
     env.pop("SLURM_JOB_NODELIST", None)
     proc = subprocess.Popen(["bash", str(tmp_path / "run" / "launch.sh"), "--iters", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path, start_new_session=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autoplan.integrations.deepspeed import emit_deepspeed
-from autoplan.integrations.extlocks import clear_orphans, environment_root, find_locks, is_stale, stale_message
+from autoplan.integrations.extlocks import clear_orphans, find_locks, is_stale, stale_message, with_own_build_folder
 from conftest import deadline_s
 from engine_checks.plans import TINY, TINY_MOE, make_plan
 
@@ -43,7 +43,7 @@ def start_emitted(tmp_path, plan, iters=3, env_extra=None):
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     # This environment's own op-build folder, as probes use: the shared default one is rebuilt (and can be left
     # locked) by other environments of the host (integrations/extlocks.py `environment_root`).
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(sys.executable)))
+    with_own_build_folder(env, sys.executable)
     # A lock a killed run left behind makes every DeepSpeed start wait on it forever: fail at once, naming it.
     for lock in find_locks([Path(env["TORCH_EXTENSIONS_DIR"])]):
         if is_stale(lock):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoplan.errors import InputError
-from autoplan.integrations.launchers import LaunchRequest, launch, torchrun_command
+from autoplan.integrations.launchers import KILL_GRACE_S, LaunchRequest, launch, torchrun_command
 from conftest import deadline_s
 
 FAKE_BIN = Path(__file__).parents[1] / "fixtures" / "bin"
@@ -127,7 +127,8 @@ def test_launcher_killed_leaves_no_rank_and_no_port(tmp_path, sig):
     parent.send_signal(sig)
     parent.wait(timeout=deadline_s(1))
     # SIGTERM, a grace period for the ranks to exit (they do at once), then SIGKILL.
-    _wait_for(lambda: not any(_alive(p) for p in pids), deadline_s(2, floor_s=10.0), "every rank gone")
+    _wait_for(lambda: not any(_alive(p) for p in pids), KILL_GRACE_S + deadline_s(2, floor_s=10.0),
+              "every rank gone")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
 
@@ -144,7 +145,8 @@ def test_launcher_killed_mid_build_leaves_no_build_lock(tmp_path):
     assert len(list(ext.glob("*/lock"))) == 2
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=deadline_s(1))
-    _wait_for(lambda: not any(_alive(p) for p in pids), deadline_s(2, floor_s=10.0), "every rank gone")
+    _wait_for(lambda: not any(_alive(p) for p in pids), KILL_GRACE_S + deadline_s(2, floor_s=10.0),
+              "every rank gone")
     _wait_for(lambda: not list(ext.glob("*/lock")), deadline_s(2), "the build locks removed")
 
 

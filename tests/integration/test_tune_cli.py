@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autoplan.integrations.launchers import KILL_GRACE_S
 from conftest import deadline_s
 from test_probe import FAKE_PRETRAIN
 
@@ -65,7 +66,7 @@ def test_deepspeed_tune_with_failing_and_hanging_probes_then_resume(tmp_path):
     assert all(t["measured_tokens_per_s_per_gpu"] > 0 and t["predicted_step_time_s"] > 0 for t in ok)
     assert report["best"]["number"] == max(ok, key=lambda t: t["measured_tokens_per_s_per_gpu"])["number"]
     best_dir = tmp_path / report["best"]["files"]
-    assert {"ds_config.json", "launch.sh", "ds_train.py", "model.json", "plan.json"} <= {
+    assert {"ds_config.json", "launch.sh", "ds_hf_train.py", "plan.json"} <= {
         p.name for p in best_dir.iterdir()}
     assert report["corrections"]["time_probes"] == 2
     assert not _processes_mentioning(str(tmp_path / "out" / "trials"))  # the hung probe left nothing
@@ -142,7 +143,8 @@ def test_tune_stopped_during_a_probe_then_resumed(tmp_path, sig):
     _wait_for(lambda: len(_processes_mentioning(str(root))) == 2, deadline_s(20), "the probe's two ranks")
     worker.send_signal(sig)
     _, err = worker.communicate(timeout=deadline_s(4))
-    _wait_for(lambda: not _processes_mentioning(str(root)), deadline_s(2, floor_s=10.0), "every rank gone")
+    _wait_for(lambda: not _processes_mentioning(str(root)), KILL_GRACE_S + deadline_s(2, floor_s=10.0),
+              "every rank gone")
     if sig != signal.SIGKILL:
         assert worker.returncode == 130 and "Traceback" not in err, err
         assert err.strip().splitlines()[-1] == "autoplan: interrupted; every process it started was stopped"
