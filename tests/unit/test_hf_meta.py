@@ -5,6 +5,7 @@ the built model, or refused naming what the cost model cannot price. Fixtures an
 tests/data/hf_configs/README.md."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -21,9 +22,14 @@ from autoplan.modelio import from_hf_config, load_model
 
 HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
-# The eight families added with the structural reader and four read before it.
+# The eight families added with the structural reader and four read before it. RELEASED are copies of released
+# models' config.json files taken from public repositories (tests/data/hf_configs/README.md names each file's
+# repository, commit and path); the others of the eight were written from published values.
+RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct",
+            "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b"]
 FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
             "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
+            "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct", "llama4_maverick_17b_128e_instruct",
             "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b"]
 
 # Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
@@ -36,6 +42,9 @@ PUBLISHED = {
     "qwen3_next_80b_a3b": (80e9, 1e9),
     "minimax_m2": (230e9, 10e9),
     "deepseek_v3_2": (671e9, 1e9),
+    "minimax_m2_7": (229e9, 1e9),  # the Hub's 229B for MiniMaxAI/MiniMax-M2.7
+    # Maverick's card: 400B total; its copy here holds the text_config only, so the language model is compared.
+    "llama4_maverick_17b_128e_instruct": (400e9, 1e9),
     "llama3_8b": (8e9, 1e9),
     "qwen3_30b_a3b": (30.5e9, 0.1e9),  # Qwen3-30B-A3B card: 30.5B total
     "deepseek_v3": (671e9, 1e9),
@@ -68,16 +77,34 @@ def test_parameter_count_is_the_published_total(name):
     assert abs(count_parameters(m.model_copy(update={"mtp_num_layers": 0}))[0] - total) < unit
 
 
-def test_llama4_multimodal_total_is_the_published_109b(structures):
-    cfg = hf("llama4_scout_17b_16e")
+def test_glm4_5_card_total_lies_between_the_model_without_and_with_its_mtp_layer():
+    """GLM-4.5's card gives 355B; the built model (no MTP layer) is 352.8B and with its one MTP layer 356.8B: the
+    card's figure is neither, so it is held between the two, not to a rounding of either."""
+    m = load_model(str(HF / "glm4_5.json"))
+    assert m.mtp_num_layers == 1
+    without = count_parameters(m.model_copy(update={"mtp_num_layers": 0}))[0]
+    assert without < 355e9 < count_parameters(m)[0]
+
+
+@pytest.mark.parametrize("name", RELEASED)
+def test_released_copies_are_unchanged_since_copied(name):
+    """Each copy's row in the README names its source and the SHA-256 of the bytes copied; an edit shows here."""
+    rows = [r for r in (HF / "README.md").read_text().splitlines() if r.startswith(f"| `{name}.json`")]
+    assert len(rows) == 1 and "byte copy" in rows[0]
+    assert hashlib.sha256((HF / f"{name}.json").read_bytes()).hexdigest() in rows[0]
+
+
+@pytest.mark.parametrize("name", ["llama4_scout_17b_16e", "llama4_scout_17b_16e_instruct"])
+def test_llama4_multimodal_total_is_the_published_109b(name, structures):
+    cfg = hf(name)
     config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     with torch.device("meta"):
         full = transformers.AutoModelForImageTextToText.from_config(config)
     total = sum(p.numel() for p in full.parameters())
     assert abs(total - 109e9) < 1e9
     # What autoplan prices is the language model: exactly the built text model, 17B active as the card says.
-    m = load_model(str(HF / "llama4_scout_17b_16e.json"))
-    assert count_parameters(m)[0] == structures["llama4_scout_17b_16e"].total_params < total
+    m = load_model(str(HF / f"{name}.json"))
+    assert count_parameters(m)[0] == structures[name].total_params < total
     assert abs(count_parameters(m)[1] - 17e9) < 1e9
 
 
@@ -86,10 +113,16 @@ def test_the_walk_finds_each_mixer_and_span(structures):
     assert kinds["qwen3_next_80b_a3b"] == {(("gated_deltanet",), "none"), (("attention",), "full")}
     assert kinds["falcon_h1_7b"] == {(("attention", "mamba2"), "full")}
     assert kinds["llama4_scout_17b_16e"] == {(("attention",), "chunked"), (("attention",), "full")}
+    assert kinds["llama4_scout_17b_16e_instruct"] == kinds["llama4_scout_17b_16e"]
+    maverick = structures["llama4_maverick_17b_128e_instruct"].layers  # MoE on every other layer
+    assert [r.mlp for r in maverick[:4]] == ["dense", "moe", "dense", "moe"] and maverick[1].experts == 128
+    assert maverick[0].dense_ffn == 16384 and maverick[1].expert_ffn == 8192
     assert kinds["deepseek_v3_2"] == {(("mla+dsa",), "full")}
     assert kinds["gpt_oss_120b"] == {(("attention",), "sliding"), (("attention",), "full")}
     glm = structures["glm4_5_air"].layers
     assert [r.mlp for r in glm[:2]] == ["dense", "moe"] and glm[1].experts == 128 and glm[1].shared_ffn == 1408
+    glm45 = structures["glm4_5"].layers
+    assert [r.mlp for r in glm45[:4]] == ["dense"] * 3 + ["moe"] and glm45[3].experts == 160
 
 
 TINY_BASE = {"hidden_size": 256, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
