@@ -175,13 +175,18 @@ def _qwen3_next(c: _Config) -> Dict[str, Any]:
         if bad:
             raise InputError(f"{c.where}: layer_types has {bad}; supported: linear_attention, full_attention")
         linear = sum(t == "linear_attention" for t in layer_types)
+        # The interval whose pattern the list is, if any: Megatron writes that pattern as --linear-attention-freq.
+        interval = next((n for n in range(1, num_layers + 1) if layer_types == [
+            "full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(num_layers)]), 0)
     else:
         interval = c.int_opt("full_attention_interval", 4)
         linear = sum((i + 1) % interval != 0 for i in range(num_layers))
     c.notes.append("qwen3_next: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; MTP layers are not "
                    "built by transformers and not priced")
     return {**fields, "rotary_percent": c.fraction("partial_rotary_factor", 0.25), "attention_output_gate": True,
-            "linear_attention_layers": linear,
+            # Qwen3NextRMSNorm: output * (1 + weight), weight initialised to zeros.
+            "layernorm_zero_centered": True,
+            "linear_attention_layers": linear, "linear_attention_freq": interval,
             "gdn_num_key_heads": c.int_req("linear_num_key_heads"),
             "gdn_num_value_heads": c.int_req("linear_num_value_heads"),
             "gdn_key_head_dim": c.int_req("linear_key_head_dim"),

@@ -151,9 +151,17 @@ class ModelSpec(BaseModel):
         "DeepSeek Sparse Attention lightning-indexer heads (DeepSeek-V3.2 index_n_heads); 0 = dense attention."))
     dsa_index_head_dim: int = Field(0, ge=0, description="Lightning-indexer head dim (index_head_dim).")
     dsa_index_topk: int = Field(0, ge=0, description="Keys each query attends to under DSA (index_topk).")
+    dsa_indexer_loss_coeff: Optional[float] = Field(None, ge=0.0, description=(
+        "Weight of the lightning indexer's KL loss against the attention scores, a training setting no Hugging Face "
+        "config holds (Megatron --dsa-indexer-loss-coeff; experimental_attention_variant/dsa.py multiplies the loss "
+        "by it, so a Megatron launch needs it given: --set dsa_indexer_loss_coeff=...); no effect on the price."))
     linear_attention_layers: int = Field(0, ge=0, description=(
         "Layers whose mixer is Gated DeltaNet linear attention instead of softmax attention (Qwen3-Next "
         "layer_types 'linear_attention'); the others use the attention fields."))
+    linear_attention_freq: int = Field(0, ge=0, description=(
+        "Where the softmax-attention layers sit among the Gated DeltaNet ones: layer i (from 0) is attention when "
+        "(i + 1) % N == 0 (Qwen3-Next full_attention_interval; Megatron --linear-attention-freq N, "
+        "experimental_attention_variant_module_specs.py get_linear_attention_pattern); 0 = not that pattern."))
     gdn_num_key_heads: int = Field(0, ge=0, description="Gated DeltaNet q/k heads (linear_num_key_heads).")
     gdn_num_value_heads: int = Field(0, ge=0, description="Gated DeltaNet v heads (linear_num_value_heads).")
     gdn_key_head_dim: int = Field(0, ge=0, description="Gated DeltaNet q/k head dim (linear_key_head_dim).")
@@ -162,6 +170,9 @@ class ModelSpec(BaseModel):
     shared_expert_gate: bool = Field(False, description=(
         "A sigmoid gate of width 1 on the shared expert's output (Qwen2-MoE / Qwen3-Next shared_expert_gate, h "
         "weights per MoE layer)."))
+    layernorm_zero_centered: bool = Field(False, description=(
+        "Norm scales stored as offsets from 1, applied as (1 + w) (Qwen3-Next Qwen3NextRMSNorm; Megatron "
+        "--apply-layernorm-1p, transformer_config.py layernorm_zero_centered_gamma); same shapes and cost."))
     parallel_mamba: bool = Field(False, description=(
         "Every layer runs a Mamba-2 mixer beside its attention on the same normed input and adds the two "
         "(Falcon-H1, modeling_falcon_h1.py FalconH1DecoderLayer); the mamba_* fields give its shapes."))
@@ -260,6 +271,12 @@ class ModelSpec(BaseModel):
                                          and self.dsa_index_head_dim):
             raise ValueError("DSA (dsa_index_heads > 0) needs MLA with q_lora_rank, dsa_index_head_dim and "
                              "dsa_index_topk > 0")
+        if self.linear_attention_freq and self.linear_attention_layers != sum(
+                (i + 1) % self.linear_attention_freq != 0 for i in range(self.num_layers)):
+            raise ValueError(f"linear_attention_freq={self.linear_attention_freq} makes "
+                             f"{sum((i + 1) % self.linear_attention_freq != 0 for i in range(self.num_layers))} of "
+                             f"{self.num_layers} layers Gated DeltaNet, not linear_attention_layers="
+                             f"{self.linear_attention_layers}")
         if self.linear_attention_layers and not (self.gdn_num_key_heads and self.gdn_num_value_heads
                                                  and self.gdn_key_head_dim and self.gdn_value_head_dim):
             raise ValueError("linear_attention_layers > 0 needs gdn_num_key_heads, gdn_num_value_heads, "

@@ -89,6 +89,12 @@ def check_megatron_plan(plan: Plan) -> None:
         # [V] learned absolute positions end at max_position_embeddings.
         m.position_embedding == "learned" and w.seq_len > m.max_position_embeddings and
         f"seq_len={w.seq_len} exceeds max_position_embeddings={m.max_position_embeddings} of learned positions",
+        # [RT] dsa.py DSAttention.forward multiplies the indexer's KL loss by config.dsa_indexer_loss_coeff (None
+        # fails there); a training setting no Hugging Face config holds, so it is asked for, not filled in.
+        m.dsa_index_heads and m.dsa_indexer_loss_coeff is None and
+        f"{m.name}'s DeepSeek sparse attention trains its indexer with a KL loss whose weight Megatron-LM needs "
+        f"(--dsa-indexer-loss-coeff) and the model's config does not give; pass --set dsa_indexer_loss_coeff=VALUE "
+        f"(0 leaves the indexer untrained)",
         _pipeline_split_problem(m, s),
         _window_problem(m, w.seq_len),
         inexpressible_problem(m),
@@ -146,18 +152,55 @@ def inexpressible_problem(m: ModelSpec) -> Optional[str]:
 
 
 def _mixers_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
-    """Attention and mixer variants of recent families (autoplan/hf_recent.py, hf_config.py) that the emitted
-    pretrain_gpt.py arguments do not build: written without them the files would train plain attention."""
+    """Attention and mixer variants of recent families (autoplan/hf_recent.py, hf_config.py) that no release's
+    pretrain_gpt.py arguments build (megatron_releases/*.txt): written without them the files would train plain
+    attention. Gated attention, Gated DeltaNet, DSA and the shared-expert gate are written (`_mixer_args`) when
+    their settings are complete."""
     return [
         ("q/k norms over the whole projection (qk_norm_scope=all_heads)", m.qk_norm_scope == "all_heads"),
-        ("a sigmoid gate on the attention output (attention_output_gate=true)", m.attention_output_gate),
+        # MLATransformerConfig.__post_init__: "Output gate is not supported for MLA yet."
+        ("a sigmoid gate on MLA's attention output (attention_output_gate with multi_latent_attention)",
+         m.attention_output_gate and m.multi_latent_attention),
         (f"chunked attention (attention_chunk_size={m.attention_chunk_size})", m.attention_chunk_size),
-        (f"DeepSeek sparse attention's indexer (dsa_index_heads={m.dsa_index_heads})", m.dsa_index_heads),
-        (f"Gated DeltaNet layers (linear_attention_layers={m.linear_attention_layers})", m.linear_attention_layers),
-        ("a shared-expert output gate (shared_expert_gate=true)", m.shared_expert_gate),
+        (f"Gated DeltaNet layers placed other than before every N-th attention layer (linear_attention_layers="
+         f"{m.linear_attention_layers}, linear_attention_freq=0)", m.linear_attention_layers and
+         not m.linear_attention_freq),
         ("a Mamba mixer beside attention (parallel_mamba=true)", m.parallel_mamba),
         (m.unexpressed[0] if m.unexpressed else "", bool(m.unexpressed)),
     ]
+
+
+def _mixer_args(m: ModelSpec) -> List[str]:
+    """The recent families' attention variants, as each release's parser names them (TransformerConfig fields,
+    megatron/core/transformer/transformer_config.py; gpt_builders.py builds the block with
+    get_transformer_block_with_experimental_attention_variant_spec when experimental_attention_variant is set):
+    - Gated DeltaNet (Qwen3-Next): experimental_attention_variant gated_delta_net on the layers
+      get_linear_attention_pattern marks 1, i.e. layer i unless (i + 1) % linear_attention_freq == 0 (the same rule
+      as Qwen3-Next's full_attention_interval), with the linear_* sizes (megatron/core/ssm/gated_delta_net.py);
+    - gated attention: attention_output_gate (attention.py _apply_output_gate: output * sigmoid(gate), the gate a
+      second per-head projection of the query's width, as Qwen3NextAttention's);
+    - DSA (DeepSeek-V3.2): experimental_attention_variant dsa with the indexer's heads, head dim and top-k
+      (experimental_attention_variant/dsa.py DSAIndexer: wq_b from the q latent, wk from the hidden state, a
+      LayerNorm on k, per-head weights, as DeepSeek-V3.2's Indexer) and its loss weight; RoPE fusion off, which
+      TransformerConfig.__post_init__ asserts for DSA;
+    - zero-centred norm scales (layernorm_zero_centered_gamma, --apply-layernorm-1p)."""
+    a: List[str] = []
+    if m.linear_attention_layers:
+        a += ["--experimental-attention-variant", "gated_delta_net",
+              "--linear-attention-freq", str(m.linear_attention_freq),
+              "--linear-conv-kernel-dim", str(m.gdn_conv_kernel),
+              "--linear-key-head-dim", str(m.gdn_key_head_dim), "--linear-value-head-dim", str(m.gdn_value_head_dim),
+              "--linear-num-key-heads", str(m.gdn_num_key_heads),
+              "--linear-num-value-heads", str(m.gdn_num_value_heads)]
+    if m.dsa_index_heads:
+        a += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa_index_heads),
+              "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk),
+              "--dsa-indexer-loss-coeff", _num(m.dsa_indexer_loss_coeff or 0.0), "--no-rope-fusion"]
+    if m.attention_output_gate:
+        a += ["--attention-output-gate"]
+    if m.layernorm_zero_centered:
+        a += ["--apply-layernorm-1p"]
+    return a
 
 
 def _mla_yarn_inexpressible(m: ModelSpec) -> List[Tuple[str, bool]]:
@@ -235,6 +278,7 @@ def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a += [] if m.add_bias_linear else ["--disable-bias-linear"]
     a += ["--add-qkv-bias"] if m.add_qkv_bias and not m.add_bias_linear else []
     a += ["--qk-layernorm"] if m.qk_layernorm else []
+    a += _mixer_args(m)
     if m.window_binds(seq_len):  # a window as long as the sequence is full attention (ModelSpec.window_note)
         # flash-attention's (left, right) window: `left` keys before the query plus itself, so HF sliding_window
         # 128 is 127,0 (Megatron-LM examples/gptoss/02_train.sh --window-size 127,0).
@@ -302,6 +346,8 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
          "--moe-ffn-hidden-size", str(m.moe_ffn_hidden_size)]
     if m.shared_expert_ffn_hidden_size:
         a += ["--moe-shared-expert-intermediate-size", str(m.shared_expert_ffn_hidden_size)]
+        # shared_experts.py SharedExpertMLP: output * sigmoid(Linear(h, 1)(input)), Qwen's shared_expert_gate.
+        a += ["--moe-shared-expert-gate"] if m.shared_expert_gate else []
     if m.first_k_dense_layers or m.moe_layer_freq > 1:
         a += ["--moe-layer-freq", moe_layer_pattern(m)]
     # Flex dispatcher with HybridEP, the backend that also runs across a multi-node NVLink domain [TC]

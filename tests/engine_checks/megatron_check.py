@@ -130,6 +130,24 @@ def transformer_kwargs(flags: Dict[str, Optional[str]]) -> Dict[str, Any]:
         kw.update(cuda_graph_impl="local" if impl == "full_iteration" else impl,
                   cuda_graph_scope=["full_iteration"] if impl == "full_iteration" else modules,
                   use_te_rng_tracker="te-rng-tracker" in flags)
+    # The recent families' attention variants (TransformerConfig fields of the same names; arguments.py generates
+    # their flags from them).
+    variant = flags.get("experimental-attention-variant")
+    kw.update(attention_output_gate="attention-output-gate" in flags, experimental_attention_variant=variant,
+              layernorm_zero_centered_gamma="apply-layernorm-1p" in flags,
+              moe_shared_expert_gate="moe-shared-expert-gate" in flags)
+    if variant == "gated_delta_net":
+        freq = flags["linear-attention-freq"]
+        kw.update(linear_attention_freq=_eval_pattern(freq) if "[" in freq else int(freq),
+                  linear_conv_kernel_dim=num("linear-conv-kernel-dim"), linear_key_head_dim=num("linear-key-head-dim"),
+                  linear_value_head_dim=num("linear-value-head-dim"),
+                  linear_num_key_heads=num("linear-num-key-heads"),
+                  linear_num_value_heads=num("linear-num-value-heads"))
+    if variant == "dsa":
+        kw.update(dsa_indexer_n_heads=num("dsa-indexer-n-heads"), dsa_indexer_head_dim=num("dsa-indexer-head-dim"),
+                  dsa_indexer_topk=num("dsa-indexer-topk"),
+                  dsa_indexer_loss_coeff=num("dsa-indexer-loss-coeff", float),
+                  apply_rope_fusion="no-rope-fusion" not in flags)  # arguments.py --no-rope-fusion, default on
     if "multi-latent-attention" in flags:
         kw.update(multi_latent_attention=True, q_lora_rank=num("q-lora-rank"), kv_lora_rank=num("kv-lora-rank"),
                   qk_head_dim=num("qk-head-dim"), qk_pos_emb_head_dim=num("qk-pos-emb-head-dim"),

@@ -67,3 +67,20 @@ def golden_plans():
         "deepspeed_zero3": (make_plan(LLAMA_8B, 16, 4096, 64, zero=3, mbs=2, recompute="full"), "deepspeed"),
         "deepspeed_pipeline": (make_plan(GPT2_SMALL, 8, 1024, 32, pp=2, zero=1, mbs=4), "deepspeed"),
     }
+
+
+def mixer_plans():
+    """Plans of the recent families whose attention variants the Megatron-LM files carry (integrations/megatron.py
+    _mixer_args): Qwen3-Next (Gated DeltaNet every layer but each 4th, gated attention, gated shared expert,
+    zero-centred norms) and DeepSeek-V3.2 (DSA), both read from their released config.json (tests/data/hf_configs)."""
+    from pathlib import Path
+
+    from autoplan.modelio import load_model
+
+    hf = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+    qwen = load_model(str(hf / "qwen3_next_80b_a3b.json"))
+    v32 = load_model(str(hf / "deepseek_v3_2.json"), ["dsa_indexer_loss_coeff=0.01"])
+    return {
+        "megatron_qwen3_next_gdn": make_plan(qwen, 64, 4096, 256, tp=2, pp=4, ep=8, etp=1, sp=True, zero=1),
+        "megatron_deepseek_v32_dsa": make_plan(v32, 64, 4096, 256, tp=2, ep=32, etp=1, sp=True, zero=1),
+    }

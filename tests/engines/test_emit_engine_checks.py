@@ -9,7 +9,7 @@ from autoplan.integrations.deepspeed import deepspeed_config
 from benchmarks.engine_fuzz import engine_check
 from autoplan.integrations.megatron import emit_megatron
 from conftest import deadline_s
-from engine_checks.plans import GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE, golden_plans, make_plan
+from engine_checks.plans import GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE, golden_plans, make_plan, mixer_plans
 
 pytestmark = pytest.mark.slow  # the engines' own checks, each in a subprocess
 
@@ -126,3 +126,25 @@ def test_megatron_core_accepts_deepseek_v3_routing(tmp_path):
     assert lines[0] == f"OK {good}", lines
     assert lines[1].startswith("REJECTED ") and "moe_router_group_topk (9)" in lines[1], lines
     assert lines[2].startswith("REJECTED ") and "sigmoid" in lines[2], lines
+
+
+def test_megatron_core_accepts_the_recent_attention_variants(tmp_path):
+    """Qwen3-Next's Gated DeltaNet, gated attention, gated shared expert and zero-centred norms, and DeepSeek-V3.2's
+    DSA reach TransformerConfig / MLATransformerConfig, which check them; the same files with value heads that are
+    no multiple of the key heads, or DSA under context parallelism, are refused there."""
+    pytest.importorskip("megatron.core")
+    plans = mixer_plans()
+    qwen = emit_megatron(plans["megatron_qwen3_next_gdn"])["megatron_args.txt"]
+    v32 = emit_megatron(plans["megatron_deepseek_v32_dsa"])["megatron_args.txt"]
+    files = {"qwen": qwen, "v32": v32,
+             "qwen_heads": qwen.replace("--linear-num-key-heads 16\n", "--linear-num-key-heads 12\n"),
+             "v32_cp": v32.replace("--context-parallel-size 1\n", "--context-parallel-size 2\n")}
+    assert all(files[bad] != files[good] for bad, good in (("qwen_heads", "qwen"), ("v32_cp", "v32")))
+    pairs = []
+    for name, text in files.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+        pairs.append((64, tmp_path / f"{name}.txt"))
+    lines = run_check("megatron_check.py", pairs)
+    assert lines[0] == f"OK {pairs[0][1]}" and lines[1] == f"OK {pairs[1][1]}", lines
+    assert lines[2].startswith("REJECTED ") and "linear_num_key_heads" in lines[2], lines
+    assert lines[3].startswith("REJECTED ") and "DSAttention" in lines[3], lines

@@ -13,7 +13,7 @@ from autoplan.integrations.megatron import moe_layer_pattern
 from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, RELEASES
 from engine_checks.golden import check_golden
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_70B, LLAMA_8B, MIXTRAL, TINY, golden_plans,
-                                 make_plan)
+                                 make_plan, mixer_plans)
 from conftest import deadline_s
 
 RELEASE_FILES = Path(__file__).parents[2] / "integrations" / "megatron_releases"
@@ -28,6 +28,50 @@ def release_names(tag=DEFAULT_RELEASE):
 @pytest.mark.parametrize("case", sorted(MEGATRON_CASES))
 def test_golden(case):
     check_golden(case, emit_megatron(MEGATRON_CASES[case]))
+
+
+MIXER_CASES = mixer_plans()
+
+
+@pytest.mark.parametrize("case", sorted(MIXER_CASES))
+def test_golden_recent_attention_variants(case):
+    check_golden(case, emit_megatron(MIXER_CASES[case]))
+
+
+def test_qwen3_next_is_written_as_megatron_builds_it():
+    f = flags(MIXER_CASES["megatron_qwen3_next_gdn"])
+    # gated_delta_net on layer i unless (i + 1) % 4 == 0: Qwen3-Next's full_attention_interval 4, 36 of 48 layers.
+    assert f["--experimental-attention-variant"] == "gated_delta_net" and f["--linear-attention-freq"] == "4"
+    assert (f["--linear-num-key-heads"], f["--linear-num-value-heads"]) == ("16", "32")
+    assert (f["--linear-key-head-dim"], f["--linear-value-head-dim"], f["--linear-conv-kernel-dim"]) == \
+        ("128", "128", "4")
+    for switch in ("--attention-output-gate", "--moe-shared-expert-gate", "--apply-layernorm-1p", "--qk-layernorm"):
+        assert switch in f and f[switch] is None, switch
+    assert f["--rotary-percent"] == "0.25"
+
+
+def test_deepseek_v32_is_written_with_its_indexer():
+    f = flags(MIXER_CASES["megatron_deepseek_v32_dsa"])
+    assert f["--experimental-attention-variant"] == "dsa" and "--multi-latent-attention" in f
+    assert (f["--dsa-indexer-n-heads"], f["--dsa-indexer-head-dim"], f["--dsa-indexer-topk"]) == ("64", "128", "2048")
+    assert f["--dsa-indexer-loss-coeff"] == "0.01" and "--no-rope-fusion" in f
+
+
+def test_dsa_without_the_indexer_loss_weight_asks_for_it():
+    plan = MIXER_CASES["megatron_deepseek_v32_dsa"]
+    plan = plan.model_copy(update={"model": plan.model.model_copy(update={"dsa_indexer_loss_coeff": None})})
+    with pytest.raises(InputError) as e:
+        megatron_args(plan)
+    assert "--set dsa_indexer_loss_coeff=" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("tag", sorted(RELEASES))
+def test_recent_attention_variants_are_in_every_release(tag):
+    """Each flag the variants write is in the release's parser; a release without one would refuse naming it."""
+    known = release_names(tag)
+    for plan in MIXER_CASES.values():
+        emitted = {a[2:] for a in megatron_args(plan, release=tag) if a.startswith("--")}
+        assert emitted <= known, sorted(emitted - known)
 
 
 def variety():

@@ -3,6 +3,7 @@ Qwen3-Next's Gated DeltaNet and gated attention, Falcon-H1's parallel Mamba mixe
 and `plan` / `estimate` of the twelve families from their config.json."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from autoplan.costmodel.layers.mixers import (chunked_keys, dsa_activation_bytes
                                               mixer_activation_bytes)
 from autoplan.costmodel.layers.mamba import mamba_activation_bytes
 from autoplan.costmodel.layout import layouts_from_strategies
-from autoplan.modelio import load_model
+from autoplan.modelio import from_hf_config, load_model
 from autoplan.strategy import Strategy
 from tests.conftest import run_cli
 
@@ -139,19 +140,32 @@ def test_context_parallel_is_refused_for_mixers_without_a_cp_path(name, capsys):
 
 @pytest.mark.parametrize("name, feature", [
     ("olmo2_1124_7b", "qk_norm_scope=all_heads"), ("granite_3_1_8b", "Granite's"),
-    ("llama4_scout_17b_16e_text", "attention_chunk_size"), ("qwen3_next_80b_a3b", "attention_output_gate"),
-    ("falcon_h1_7b", "parallel_mamba"), ("deepseek_v3_2", "dsa_index_heads"),
+    ("llama4_scout_17b_16e_text", "attention_chunk_size"), ("falcon_h1_7b", "parallel_mamba"),
 ])
 def test_megatron_launch_files_refuse_what_they_would_not_build(name, feature):
-    # Written without these the emitted pretrain_gpt.py arguments would train another model: refused, named.
+    # No release's arguments build these (megatron_releases/*.txt): written without them the emitted pretrain_gpt.py
+    # arguments would train another model, so they are refused, named.
     from autoplan.integrations.megatron import inexpressible_problem
 
     problem = inexpressible_problem(load_model(str(HF / f"{name}.json"), ()))
     assert problem is not None and feature in problem
 
 
+def test_gated_deltanet_placed_off_the_interval_is_refused():
+    from autoplan.integrations.megatron import inexpressible_problem
+
+    cfg = json.loads((HF / "qwen3_next_80b_a3b.json").read_text())
+    cfg["layer_types"] = ["full_attention"] * 12 + ["linear_attention"] * 36  # no full_attention_interval pattern
+    m = from_hf_config(cfg, "qwen3-next-front")
+    assert (m.linear_attention_layers, m.linear_attention_freq) == (36, 0)
+    assert "linear_attention_freq=0" in inexpressible_problem(m)
+    periodic = dict(cfg, layer_types=["full_attention" if (i + 1) % 3 == 0 else "linear_attention"
+                                      for i in range(48)])
+    assert from_hf_config(periodic, "qwen3-next-3").linear_attention_freq == 3
+
+
 def test_families_megatron_builds_are_not_refused():
     from autoplan.integrations.megatron import inexpressible_problem
 
-    for name in ("llama3_8b", "qwen3_30b_a3b", "glm4_5_air"):
+    for name in ("llama3_8b", "qwen3_30b_a3b", "glm4_5_air", "qwen3_next_80b_a3b", "deepseek_v3_2"):
         assert inexpressible_problem(load_model(str(HF / f"{name}.json"), ())) is None, name
