@@ -107,8 +107,11 @@ def write_files(files: Dict[str, str], out_dir: Path) -> None:
                        executable=[out_dir / name for name in files if name.endswith(".sh")])
 
 
-def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optional[str] = None) -> ProbeProgram:
-    """pretrain_gpt.py of a Megatron-LM checkout ($MEGATRON_LM) with the emitted megatron_args.txt."""
+def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optional[str] = None,
+                     release: Optional[str] = None) -> ProbeProgram:
+    """pretrain_gpt.py of a Megatron-LM checkout ($MEGATRON_LM) with the emitted megatron_args.txt, written for
+    `release` (a megatron_releases.py tag; default DEFAULT_RELEASE)."""
+    from autoplan.integrations.megatron_releases import DEFAULT_RELEASE
     from autoplan.integrations.megatron import emit_megatron, needs_max_connections_1
 
     root = megatron_lm or os.environ.get("MEGATRON_LM")
@@ -118,7 +121,7 @@ def megatron_program(plan: Plan, out_dir: Path, iters: int, megatron_lm: Optiona
     script = Path(root) / "pretrain_gpt.py"
     if not script.is_file():
         raise InputError(f"MEGATRON_LM={root!r} has no pretrain_gpt.py; point it at a Megatron-LM checkout")
-    files = emit_megatron(plan, probe=True, probe_iters=iters)
+    files = emit_megatron(plan, probe=True, probe_iters=iters, release=release or DEFAULT_RELEASE)
     write_files(files, out_dir)
     args: List[str] = []
     for line in files["megatron_args.txt"].splitlines():
@@ -146,9 +149,10 @@ def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
                         prepare_args=["-m", "autoplan.integrations.ds_ops", str(out_dir / "ds_config.json")])
 
 
-def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int) -> ProbeProgram:
+def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int,
+                  megatron_release: Optional[str] = None) -> ProbeProgram:
     if engine == "megatron":
-        return megatron_program(plan, out_dir, iters)
+        return megatron_program(plan, out_dir, iters, release=megatron_release)
     if engine == "deepspeed":
         return deepspeed_program(plan, out_dir, iters)
     raise InputError(f"unknown engine {engine!r}; valid engines: {', '.join(ENGINES)}")
@@ -235,14 +239,15 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
               warmup: int = DEFAULT_WARMUP, launcher: LauncherName = "torchrun",
               timeout_s: float = DEFAULT_TIMEOUT_S, fault: Optional[str] = None,
               program: Optional[ProbeProgram] = None, build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S,
-              log: Callable[[str], None] = lambda s: None) -> ProbeResult:
+              log: Callable[[str], None] = lambda s: None, megatron_release: Optional[str] = None) -> ProbeResult:
     """Emit, prepare the ops, launch, wait (or kill on timeout) and measure one plan. `fault` sets AUTOPLAN_FAULT
-    (testing hook); `log` receives progress lines ("building op X")."""
+    (testing hook); `log` receives progress lines ("building op X"); `megatron_release` is the Megatron-LM release
+    tag the Megatron files are written for."""
     check_iters(iters, warmup, timeout_s)
     if build_timeout_s <= 0:
         raise InputError(f"--build-timeout={build_timeout_s} must be > 0 seconds")
     out_dir = Path(out_dir).resolve()  # the ranks run inside it
-    program = program or build_program(plan, engine, out_dir, iters)
+    program = program or build_program(plan, engine, out_dir, iters, megatron_release)
     env = dict(program.env)
     if fault:
         env[FAULT_ENV] = fault

@@ -14,6 +14,8 @@ from autoplan.integrations.megatron_releases import DEFAULT_RELEASE, RELEASES, r
 from autoplan.results import Plan
 
 FORMATS = ("megatron", "deepspeed")
+MEGATRON_VERSION_HELP = (f"Megatron-LM release the Megatron files are written and checked for: {', '.join(RELEASES)} "
+                         f"(default {DEFAULT_RELEASE}; the number alone, e.g. 0.16, also works).")
 
 
 def register(app: typer.Typer) -> None:
@@ -49,11 +51,17 @@ def _check_formats(formats: List[str], option: str = "--format") -> None:
                          f"{', '.join(FORMATS)} (comma-separated for several)")
 
 
-def emit_request(emit: Optional[str], out: Optional[str]) -> List[str]:
-    """`plan --emit/--out`, checked before the search: the formats (none without --emit). --emit writes files, so
-    it needs --out; --out must be a folder."""
+def emit_request(emit: Optional[str], out: Optional[str], megatron_version: Optional[str] = None) -> List[str]:
+    """`plan --emit/--out/--megatron-version`, checked before the search: the formats (none without --emit).
+    --emit writes files, so it needs --out; --out must be a folder; --megatron-version a known release, given only
+    with Megatron files to write."""
     if out is not None:
         check_out_folder(out)
+    if megatron_version is not None:
+        release_tag(megatron_version)
+        if "megatron" not in (parse_formats(emit, "--emit") if emit else []):
+            raise InputError(f"--megatron-version {megatron_version} picks the release of emitted Megatron-LM files, "
+                             f"but --emit has no megatron; add --emit megatron --out DIR or drop --megatron-version")
     if not emit:
         return []
     formats = parse_formats(emit, "--emit")
@@ -96,10 +104,10 @@ def write_emitted(plan: Plan, formats: List[str], out_dir, probe: bool = False,
     return write_all(emitted_files(plan, formats, out_dir, probe, train_script, megatron_version))
 
 
-def emit_error(plan: Plan, fmt: str) -> Optional[str]:
+def emit_error(plan: Plan, fmt: str, megatron_version: Optional[str] = None) -> Optional[str]:
     """Why `fmt`'s emitter refuses the plan (its one-line InputError), or None when it writes it."""
     try:
-        emit_files(plan, fmt)
+        emit_files(plan, fmt, megatron_version=megatron_version)
     except InputError as e:
         return str(e)
     return None
@@ -115,21 +123,22 @@ def emit_fixed(fmt: str) -> Dict[str, object]:
 
 
 def search_emit_files(winner: Plan, formats: List[str], out_dir, engine_best: Callable[[str], Optional[Plan]],
-                      probe: bool = False) -> Tuple[Dict[Path, str], List[str], List[str]]:
+                      probe: bool = False, megatron_version: Optional[str] = None
+                      ) -> Tuple[Dict[Path, str], List[str], List[str]]:
     """`plan --emit`: each format gets the search's winner when its engine runs it, else that engine's own best
     plan (`engine_best(fmt)`: the same search with --engine fmt and what its files need fixed). Returns ({path: text}
     to write, one line per format saying which plan it got, one line per format that got nothing). With several
     formats, or a plan other than the winner, each goes to its own subfolder with the plan.json it was emitted
-    from."""
+    from. `megatron_version` is the Megatron-LM release the Megatron files are written and checked for."""
     _check_formats(formats, "--emit")
     files: Dict[Path, str] = {}
     said: List[str] = []
     missing: List[str] = []
     for fmt in formats:
-        plan, why_not = winner, emit_error(winner, fmt)
+        plan, why_not = winner, emit_error(winner, fmt, megatron_version)
         if why_not:
             plan = engine_best(fmt)
-            if plan is None or emit_error(plan, fmt):
+            if plan is None or emit_error(plan, fmt, megatron_version):
                 missing.append(f"{fmt}: nothing written; the winner {winner.strategy.label()} is refused ({why_not}) "
                                f"and no plan {fmt} runs fits; try `autoplan plan --engine {fmt}`")
                 continue
@@ -141,7 +150,7 @@ def search_emit_files(winner: Plan, formats: List[str], out_dir, engine_best: Ca
         # --out's plan.json is the winner's.
         own = len(formats) > 1 or plan is not winner
         folder = Path(out_dir) / fmt if own else Path(out_dir)
-        files.update(emitted_files(plan, [fmt], folder, probe=probe))
+        files.update(emitted_files(plan, [fmt], folder, probe=probe, megatron_version=megatron_version))
         if own:
             files[folder / "plan.json"] = plan.model_dump_json(indent=2)
     return files, said, missing
@@ -196,10 +205,7 @@ def emit_cmd(
     index: int = typer.Option(0, "--index", help="Which plan of `autoplan plan --json` output (0 = best)."),
     train_script: Optional[str] = typer.Option(None, "--train-script",
                                                help="DeepSpeed: your training script instead of ds_train.py."),
-    megatron_version: Optional[str] = typer.Option(
-        None, "--megatron-version",
-        help=f"Megatron-LM release the files are written and checked for: {', '.join(RELEASES)} (default "
-             f"{DEFAULT_RELEASE}; the number alone, e.g. 0.16, also works)."),
+    megatron_version: Optional[str] = typer.Option(None, "--megatron-version", help=MEGATRON_VERSION_HELP),
 ) -> None:
     """Write ready-to-run Megatron-LM or DeepSpeed launch files for a plan."""
     formats = parse_formats(fmt)

@@ -8,7 +8,7 @@ import typer
 
 from autoplan.cli.common import (CKPT_METHOD_HELP, DEFAULT_GBS, DEFAULT_SEQ, RESILIENCE_HELP, apply_resilience,
                                  load_inputs, print_json, read_strategy)
-from autoplan.cli.emit import emit_request
+from autoplan.cli.emit import MEGATRON_VERSION_HELP, emit_request
 from autoplan import keys as K
 from autoplan.numerics import PRECISION_HELP
 
@@ -48,6 +48,7 @@ def plan_cmd(
     explain: bool = typer.Option(False, "--explain", help="Why the winner wins."),
     emit: Optional[str] = typer.Option(None, "--emit", help="Write launch files: megatron,deepspeed."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for plan.json and emitted files."),
+    megatron_version: Optional[str] = typer.Option(None, "--megatron-version", help=MEGATRON_VERSION_HELP),
     seed: int = typer.Option(0, "--seed", help="Seed for the stochastic solvers."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Measured profile(s), comma-separated: layer "
                                           "times (autoplan profile) and/or collectives (autoplan profile-comm)."),
@@ -65,7 +66,7 @@ def plan_cmd(
         raise InputError(f"--objective {objective!r} must be throughput, goodput or cost")
     if top <= 0:
         raise InputError(f"--top={top} must be >= 1")
-    formats = emit_request(emit, out)  # refused before the search, so a bad --emit/--out writes nothing
+    formats = emit_request(emit, out, megatron_version)  # refused before the search: a bad one writes nothing
     m, c, wl = load_inputs(model, sets, cluster, gpus, seq, gbs)
     c = apply_resilience(c, ckpt_method, resilience)
     prof, c = _profiles(profile, m, c, quiet=as_json)
@@ -94,7 +95,8 @@ def plan_cmd(
         write_plan_report(report, result, problem, base_plan, prof)
     if out:
         _write_out(result, problem, out, formats,
-                   lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster))
+                   lambda engine: _engine_best(problem, engine, solver, seed, prof, result.plans[0].cluster),
+                   megatron_version)
     if as_json:
         payload = {"plans": [{"strategy": p.strategy.to_dict(), "estimate": p.estimate.contract(),
                               "num_gpus": p.cluster.num_gpus} for p in result.plans],
@@ -221,7 +223,7 @@ def _search_summary(result) -> dict:
             "feasible": result.feasible, "wall_s": round(result.wall_s, 3), "rejected": result.infeasible}
 
 
-def _write_out(result, problem, out, formats, engine_best):
+def _write_out(result, problem, out, formats, engine_best, megatron_version=None):
     """plan.json and the --emit formats' files in --out, written all or none."""
     import sys
     from pathlib import Path
@@ -238,7 +240,8 @@ def _write_out(result, problem, out, formats, engine_best):
     best = stamped(result.plans[0])
     files, said, missing = {Path(out) / "plan.json": best.model_dump_json(indent=2)}, [], []
     if formats:
-        emitted, said, missing = search_emit_files(best, formats, Path(out), lambda e: stamped(engine_best(e)))
+        emitted, said, missing = search_emit_files(best, formats, Path(out), lambda e: stamped(engine_best(e)),
+                                                   megatron_version=megatron_version)
         files.update(emitted)
     write_all(files)
     for line in said + missing:

@@ -12,8 +12,10 @@ import typer
 from rich.table import Table
 
 from autoplan.cli.console import console as _console, progress_console
+from autoplan.cli.emit import MEGATRON_VERSION_HELP
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
+from autoplan.integrations.megatron_releases import release_tag
 from autoplan.integrations.probe import (DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP,
                                          ENGINES, ProbeResult, load_plan_file, run_probe)
 
@@ -42,17 +44,22 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
                                               help="Seconds allowed for building the engine's ops before the "
                                                    "timed run (not part of --timeout)."),
           out: Optional[Path] = typer.Option(None, "--out", help="Folder for the probe files and log."),
+          megatron_version: Optional[str] = typer.Option(None, "--megatron-version", help=MEGATRON_VERSION_HELP),
           as_json: bool = typer.Option(False, "--json", help="Print the ProbeResult as JSON.")) -> None:
     """Emit the plan's probe files, train a few iterations, report measured vs predicted."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine!r} is unknown; valid engines: {', '.join(ENGINES)}")
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
+    release = release_tag(megatron_version) if megatron_version is not None else None
+    if release and engine != "megatron":
+        raise InputError(f"--megatron-version {megatron_version} picks the release of Megatron-LM files; "
+                         f"--engine {engine} writes none, drop it")
     plan = load_plan_file(plan_file)
     out_dir = out or Path(tempfile.mkdtemp(prefix="autoplan-probe-"))
     progress = progress_console()
     res = run_probe(plan, engine=engine, out_dir=out_dir, iters=iters, warmup=warmup, launcher=launcher,
-                    timeout_s=timeout, build_timeout_s=build_timeout,
+                    timeout_s=timeout, build_timeout_s=build_timeout, megatron_release=release,
                     log=lambda s: progress.print(s, highlight=False, markup=False))
     if as_json:
         print(json.dumps(res.model_dump(), indent=2))

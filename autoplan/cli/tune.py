@@ -16,8 +16,10 @@ import typer
 
 from autoplan.clusterio import load_cluster
 from autoplan.cli.console import console as _console, progress_console
+from autoplan.cli.emit import MEGATRON_VERSION_HELP
 from autoplan.errors import InputError, ProbeFailure
 from autoplan.integrations.launchers import LAUNCHERS
+from autoplan.integrations.megatron_releases import release_tag
 from autoplan.integrations.probe import DEFAULT_BUILD_TIMEOUT_S
 from autoplan.modelio import load_model
 from autoplan.numerics import PRECISION_HELP
@@ -49,12 +51,17 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          seeds: int = typer.Option(DEFAULT_SEEDS, "--seeds", help="Cost-model top plans enqueued first."),
          calibration: Optional[str] = typer.Option(None, "--calibration", help="Calibration file written by "
                                                    "`autoplan calibrate` (fitted constants of this cluster's GPU)."),
+         megatron_version: Optional[str] = typer.Option(None, "--megatron-version", help=MEGATRON_VERSION_HELP),
          as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
          html: Optional[str] = typer.Option(None, "--report", help="Write an HTML report: measured vs predicted.")
          ) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
+    release = release_tag(megatron_version) if megatron_version is not None else None
+    if release and engine != "megatron":
+        raise InputError(f"--megatron-version {megatron_version} picks the release of Megatron-LM files; "
+                         f"--engine {engine} writes none, drop it")
     from autoplan.calibration.calfile import load_and_apply
 
     spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus), cluster)
@@ -63,7 +70,8 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
     console = progress_console()
     report = run_tune(problem, trials=trials, out_dir=out, storage=storage, study_name=study_name,
                       budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
-                      probe_timeout_s=probe_timeout, build_timeout_s=build_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False))
+                      probe_timeout_s=probe_timeout, build_timeout_s=build_timeout, seeds=seeds, log=lambda s: console.print(s, highlight=False, markup=False),
+                      megatron_release=release)
     if html:
         from autoplan.report.write import write_tune_report
 

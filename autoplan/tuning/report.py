@@ -85,7 +85,7 @@ def trial_record(t: optuna.trial.FrozenTrial, cand: Optional[Candidate]) -> Tria
         probe_wall_s=a.get("probe_wall_s"))
 
 
-def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
+def write_best(problem: Problem, plan: Plan, out_dir: Path, megatron_release: Optional[str] = None) -> Path:
     """The best plan's training launch files (not the probe variant) and its plan JSON, under <out>/best/."""
     from autoplan.integrations.probe import write_files
 
@@ -99,8 +99,9 @@ def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
             files = emit_deepspeed(plan)
         else:
             from autoplan.integrations.megatron import emit_megatron
+            from autoplan.integrations.megatron_releases import DEFAULT_RELEASE
 
-            files = emit_megatron(plan)
+            files = emit_megatron(plan, release=megatron_release or DEFAULT_RELEASE)
     except InputError as e:  # e.g. DeepSpeed pipeline stages, which only the probe's stand-in model runs
         files = {"NOT_EMITTED.txt": f"no training launch files for this plan: {e}\n"}
     write_files(files, best_dir)
@@ -110,7 +111,7 @@ def write_best(problem: Problem, plan: Plan, out_dir: Path) -> Path:
 
 def build_report(problem: Problem, study: optuna.Study, candidates: List[Candidate], pruned: List[Pruned],
                  corr: Corrections, out_dir: Path, storage: Optional[str], wall_time_s: float,
-                 space_size: int) -> TuneReport:
+                 space_size: int, megatron_release: Optional[str] = None) -> TuneReport:
     by_key = {c.key: c for c in candidates}
     records = [trial_record(t, by_key.get(t.params.get("strategy", ""))) for t in study.get_trials(deepcopy=False)
                if t.state != optuna.trial.TrialState.WAITING]
@@ -120,7 +121,7 @@ def build_report(problem: Problem, study: optuna.Study, candidates: List[Candida
         top = max(ok, key=lambda r: r.measured_tokens_per_s_per_gpu)
         trial = study.trials[top.number]
         cand = by_key[trial.params["strategy"]]
-        folder = write_best(problem, plan_of(problem, cand), out_dir)
+        folder = write_best(problem, plan_of(problem, cand), out_dir, megatron_release)
         best = {"number": top.number, "label": top.label, "strategy": top.strategy,
                 "measured_tokens_per_s_per_gpu": top.measured_tokens_per_s_per_gpu,
                 "measured_step_time_s": top.measured_step_time_s, "files": str(folder)}

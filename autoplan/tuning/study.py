@@ -165,18 +165,21 @@ def run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[
              study_name: str = "autoplan-tune", budget_minutes: float = 60.0, iters: int = 6, warmup: int = 2,
              launcher: LauncherName = "torchrun", probe_timeout_s: float = 600.0,
              build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S, seeds: int = DEFAULT_SEEDS,
-             seed: int = 0, log: Callable[[str], None] = lambda s: None) -> TuneReport:
-    """Run up to `trials` probes in this worker (or until the budget or the candidates run out)."""
+             seed: int = 0, log: Callable[[str], None] = lambda s: None,
+             megatron_release: Optional[str] = None) -> TuneReport:
+    """Run up to `trials` probes in this worker (or until the budget or the candidates run out); Megatron files
+    (the probes' and best/'s) are written for `megatron_release` (a megatron_releases.py tag, default the newest)."""
     with storage_errors(storage):
         return _run_tune(problem, trials=trials, out_dir=out_dir, storage=storage, study_name=study_name,
                          budget_minutes=budget_minutes, iters=iters, warmup=warmup, launcher=launcher,
                          probe_timeout_s=probe_timeout_s, build_timeout_s=build_timeout_s, seeds=seeds, seed=seed,
-                         log=log)
+                         log=log, megatron_release=megatron_release)
 
 
 def _run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional[str], study_name: str,
               budget_minutes: float, iters: int, warmup: int, launcher: LauncherName, probe_timeout_s: float,
-              build_timeout_s: float, seeds: int, seed: int, log: Callable[[str], None]) -> TuneReport:
+              build_timeout_s: float, seeds: int, seed: int, log: Callable[[str], None],
+              megatron_release: Optional[str] = None) -> TuneReport:
     if trials <= 0:
         raise InputError(f"--trials={trials} must be > 0")
     if budget_minutes <= 0:
@@ -224,7 +227,7 @@ def _run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional
             res = run_probe(plan_of(problem, cand), engine=problem.engine,
                             out_dir=out_dir / "trials" / f"trial-{trial.number:03d}", iters=iters, warmup=warmup,
                             launcher=launcher, timeout_s=probe_timeout_s, fault=faults.get(trial.number),
-                            build_timeout_s=build_timeout_s, log=log)
+                            build_timeout_s=build_timeout_s, log=log, megatron_release=megatron_release)
         except BaseException as e:  # interrupted, or a stale build lock: record why, then stop the worker
             reason = (str(e) if isinstance(e, ProbeFailure) else
                       f"worker interrupted ({str(e) or 'SIGINT'})" if isinstance(e, KeyboardInterrupt) else
@@ -242,7 +245,8 @@ def _run_tune(problem: Problem, *, trials: int, out_dir: Path, storage: Optional
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
     corr = current_corrections(study, by_key)
     return build_report(problem, study, candidates, pruned + skipped, corr, out_dir, storage,
-                        wall_time_s=time.monotonic() - start, space_size=len(candidates) + len(pruned))
+                        wall_time_s=time.monotonic() - start, space_size=len(candidates) + len(pruned),
+                        megatron_release=megatron_release)
 
 
 _THREAD_LOCK = threading.Lock()

@@ -86,3 +86,19 @@ def test_a_fixed_pipeline_the_training_run_cannot_carry_is_named(tmp_path):
     assert out.returncode == 1 and "Traceback" not in out.stderr
     line = [x for x in out.stderr.splitlines() if x.startswith("emitted deepspeed")]
     assert line and "nothing written" in line[0] and "pp=2" in line[0]
+
+
+def test_megatron_version_picks_the_release_of_the_emitted_files(tmp_path):
+    out = plan_cli(*LLAMA_70B, "--emit", "megatron", "--out", str(tmp_path), "--megatron-version", "0.16")
+    assert out.returncode == 0, out.stderr
+    header = "# for Megatron-LM core_v0.16.1 (NVIDIA/Megatron-LM commit 55ac7082517c3878ae653c07c09c534b8aed49f6)"
+    for name in ("megatron_args.txt", "train.sh", "sbatch.sh"):
+        assert header in (tmp_path / name).read_text(), name
+
+
+def test_megatron_version_is_checked_before_the_search(tmp_path):
+    for args, message in ((["--emit", "megatron", "--megatron-version", "0.12"], "--megatron-version '0.12' is not"),
+                          (["--emit", "deepspeed", "--megatron-version", "0.16"], "--emit has no megatron")):
+        out = plan_cli(*LLAMA_70B, "--out", str(tmp_path / "o"), *args)
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert not (tmp_path / "o").exists()

@@ -178,6 +178,21 @@ def test_probe_cli_exit_codes(tmp_path, fake_megatron):
     assert bad.returncode == 2 and "valid engines" in bad.stderr
 
 
+def test_probe_cli_megatron_version_picks_the_files_release(tmp_path, fake_megatron):
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(tiny_plan().model_dump_json())
+    env = dict(os.environ, FAKE_MEGATRON_LOG=str(LOGS / "megatron_issue756_mixtral.log"))
+    ok = _cli([str(plan_file), "--engine", "megatron", "--launcher", "local", "--out", str(tmp_path / "a"),
+               "--megatron-version", "core_v0.17.1"], env)
+    assert ok.returncode == 0, ok.stderr
+    assert "# for Megatron-LM core_v0.17.1 " in (tmp_path / "a" / "megatron_args.txt").read_text()
+    for args, message in ((["--engine", "megatron", "--megatron-version", "0.9"], "--megatron-version '0.9' is not"),
+                          (["--engine", "deepspeed", "--megatron-version", "0.16"], "--engine deepspeed writes none")):
+        bad = _cli([str(plan_file), *args, "--out", str(tmp_path / "b")], env)
+        assert bad.returncode == 2 and message in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("sig, name", [(11, "SIGSEGV"), (9, "SIGKILL")])
 def test_crashed_rank_names_the_signal(tmp_path, fake_megatron, monkeypatch, sig, name):
     monkeypatch.setenv("FAKE_MEGATRON_LOG", str(LOGS / "megatron_issue756_mixtral.log"))

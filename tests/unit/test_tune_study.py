@@ -29,13 +29,15 @@ class FakeProbe:
 
     def __init__(self, mem_factor=None):
         self.calls = []
+        self.releases = []
         self.mem_factor = mem_factor
         self.lock = threading.Lock()
 
     def __call__(self, plan, *, engine, out_dir, iters, warmup, launcher, timeout_s, fault=None, build_timeout_s=None,
-                 log=None):
+                 log=None, megatron_release=None):
         with self.lock:
             self.calls.append((plan.strategy.label(), fault))
+            self.releases.append(megatron_release)
         est = plan.estimate
         status = {"fail": "failed", "hang": "hung"}.get(fault, "ok")
         step = est.step_time_s * SLOWDOWN if status == "ok" else None
@@ -82,6 +84,15 @@ def test_seeds_first_then_calibrated_order_and_faults_do_not_stop(tmp_path, fake
     assert report.best["number"] == max(ok, key=lambda t: t.measured_tokens_per_s_per_gpu).number
     assert (Path(report.best["files"]) / "ds_config.json").exists()
     assert (tmp_path / "tune_report.json").exists()
+
+
+def test_megatron_release_reaches_the_probes_and_the_best_files(tmp_path, fake):
+    megatron = Problem(model=load_model(str(TINY)), cluster=load_cluster("cpu", 2),
+                       workload=Workload(seq_len=128, global_batch_size=8), engine="megatron")
+    report = run_tune(megatron, trials=2, out_dir=tmp_path, seeds=2, launcher="local",
+                      megatron_release="core_v0.16.1")
+    assert fake.releases == ["core_v0.16.1"] * 2
+    assert "# for Megatron-LM core_v0.16.1 " in (Path(report.best["files"]) / "megatron_args.txt").read_text()
 
 
 def test_resume_continues_without_reseeding_or_repeats(tmp_path, fake):
