@@ -61,7 +61,7 @@ def fill_searched_switches(model: ModelSpec, cluster: ClusterSpec, workload: Wor
         return strategy, []
     try:
         filled = validate(model, cluster, workload, strategy_from_mapping({**s.model_dump(exclude_none=True),
-                                                                            **update}))
+                                                                            **update}), engine=engine)
     except InputError:
         return strategy, []
     return filled, ["switches not stated, set as the search sets them: "
@@ -88,7 +88,8 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     missing = [k for k in CONTRACT_KEYS if k not in given]
     if not missing:
         try:
-            return validate(model, cluster, workload, strategy_from_mapping(given)), numerics + split_notes
+            return (validate(model, cluster, workload, strategy_from_mapping(given), engine=engine),
+                    numerics + split_notes)
         except InputError:
             # An uneven pipeline split the user left out is chosen for them; anything else is their error.
             if any(k in given for k in SPLIT_KEYS) or given.get("pp", 1) == 1:
@@ -114,7 +115,7 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
     result = solve(problem, "enumerate", top_k=1)
     if result.space_size == 0:
         # No legal completion: the plain defaults name the broken rule (validate raises).
-        validate(model, cluster, workload, plain)
+        validate(model, cluster, workload, plain, engine=engine)
         from autoplan.solvers.policy import why_nothing_is_legal
 
         why = why_nothing_is_legal(problem)  # the first fixed key whose rule empties the space, with legal values
@@ -124,14 +125,14 @@ def _complete(model: ModelSpec, cluster: ClusterSpec, workload: Workload, given:
                             "keys you need"))
     if not result.plans:
         # Nothing legal fits: report the plain completion (it will say fits: false) after validating it.
-        strategy = validate(model, cluster, workload, plain)
+        strategy = validate(model, cluster, workload, plain, engine=engine)
         return strategy, numerics + [f"no completion of the given keys fits in memory; showing defaults for: "
                                      f"{', '.join(missing)}"] + split_notes + plain_notes
     chosen = result.plans[0].strategy
     extra = {k: given[k] for k in PASS_THROUGH if k in given}
     if extra:
         chosen = strategy_from_mapping({**chosen.model_dump(exclude_none=True), **extra})
-    chosen = validate(model, cluster, workload, chosen)
+    chosen = validate(model, cluster, workload, chosen, engine=engine)
     picked = ", ".join(f"{k}={_fmt(getattr(chosen, k))}" for k in missing if getattr(chosen, k) is not None)
     notes = numerics + split_notes + [f"chosen for you (fastest that fits): {picked}"]
     # Memory switches the search turns on where legal (solvers/space.py) are chosen too: name them.

@@ -365,13 +365,22 @@ SWITCHES: Tuple[Switch, ...] = (
                                                "fragmentation allowance is added (calibration.py).",
            searched="on (Megatron)", megatron=("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in train.sh",),
            imported=("megatron",), search=_megatron_only),
-    Switch("adam_bf16_states", bool, False, "Adam's two moments kept in bf16 (Megatron "
+    Switch("adam_bf16_states", bool, False, "Adam's two moments kept in bf16: Megatron "
                                             "--use-precision-aware-optimizer --exp-avg-dtype bf16 "
-                                            "--exp-avg-sq-dtype bf16): 8 optimizer bytes per parameter (fp32 master "
-                                            "+ two bf16 moments) instead of 12; needs the distributed optimizer "
-                                            "(zero=1); Megatron engine only.",
+                                            "--exp-avg-sq-dtype bf16, 8 optimizer bytes per parameter (fp32 master "
+                                            "+ two bf16 moments) instead of 12, needs the distributed optimizer "
+                                            "(zero=1); DeepSpeed bf16.bf16_optimizer_states, the moments of the "
+                                            "bf16 master weights (bf16_master_weights, which it needs): 6 bytes.",
            searched="fixed only (numerics)", megatron=("--use-precision-aware-optimizer", "--exp-avg-dtype bf16",
-                                                       "--exp-avg-sq-dtype bf16"), imported=("megatron",)),
+                                                       "--exp-avg-sq-dtype bf16"),
+           deepspeed="bf16.bf16_optimizer_states", imported=("megatron", "deepspeed")),
+    Switch("bf16_master_weights", bool, False, "DeepSpeed ZeRO's master weights and gradient partition kept in "
+                                               "bf16 (bf16.bf16_master_weights_and_grads): a 2-byte master copy "
+                                               "instead of 4 and bf16 partitioned gradients; needs zero>=1 and, "
+                                               "unless the Adam moments are bf16 too (adam_bf16_states), "
+                                               "ZeRO-Offload, which autoplan does not write; DeepSpeed engine only.",
+           searched="fixed only (numerics)", deepspeed="bf16.bf16_master_weights_and_grads",
+           imported=("deepspeed",)),
     Switch("fused_weighted_squared_relu", bool, False, (
         "Non-gated MoE experts weight their routed copies inside Megatron's fused squared-ReLU kernel "
         "(TransformerConfig.use_fused_weighted_squared_relu, set by Megatron-Bridge's Nemotron-3 recipes; no "

@@ -21,7 +21,7 @@ PRECISION_HELP = ("GEMM precision the search may use: bf16 (default: bf16 GEMMs,
 
 # Strategy keys that change the training's numerics, and the value each has when the user writes nothing.
 NUMERICS_DEFAULTS: Dict[str, Any] = {"fp8": "none", "fp8_recipe": None, "grad_reduce_bf16": False,
-                                     "adam_bf16_states": False}
+                                     "adam_bf16_states": False, "bf16_master_weights": False}
 # Switches that change memory only (the GEMMs and their inputs are the same): the search may turn them on.
 MEMORY_ONLY = ("fp8_param", "te_cross_entropy", "expandable_segments")
 

@@ -40,6 +40,8 @@ def strategy_view(s, engine: str) -> SimpleNamespace:
                            recompute_modules=np.int64(R.mask(s.recompute_modules)),
                            moe_a2a_overlap=np.bool_(s.moe_a2a_overlap),
                            cpu_offload_layers=np.int64(s.cpu_offload_layers),
+                           adam_bf16_states=np.bool_(s.adam_bf16_states),
+                           bf16_master_weights=np.bool_(s.bf16_master_weights),
                            deepspeed=np.bool_(engine == "deepspeed"))
 
 
@@ -85,10 +87,26 @@ RULES: Tuple[Rule, ...] = (
     Rule("overlap_param_gather", lambda m, v, x: v.overlap_grad_reduce,
          lambda c: "overlap_param_gather=true needs overlap_grad_reduce=true; set overlap_grad_reduce=true or "
                    "overlap_param_gather=false"),
-    Rule("adam_bf16_states", lambda m, v, x: (v.zero == 1) & ~v.deepspeed,
-         lambda c: f"adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs Megatron's "
-                   f"distributed optimizer (got zero={c.strategy.zero}, engine={c.engine}); set zero=1 on engine "
-                   f"megatron, or adam_bf16_states=false"),
+    Rule("adam_bf16_states", lambda m, v, x: np.where(v.deepspeed, (v.zero >= 1) & v.bf16_master_weights,
+                                                       v.zero == 1),
+         lambda c: f"adam_bf16_states=true needs Megatron's distributed optimizer (zero=1; "
+                   f"--use-precision-aware-optimizer with bf16 moments) or DeepSpeed's bf16 master weights (zero>=1 "
+                   f"and bf16_master_weights=true: runtime/config.py asserts bf16_optimizer_states needs "
+                   f"bf16_master_weights_and_grads) (got zero={c.strategy.zero}, engine={c.engine}, "
+                   f"bf16_master_weights={str(c.strategy.bf16_master_weights).lower()}); set them so, or "
+                   f"adam_bf16_states=false"),
+    # DeepSpeed runtime/config.py: bf16_master_weights_and_grads "is only supported with ZeRO Stage 1, 2, or 3".
+    Rule("bf16_master_weights", lambda m, v, x: v.deepspeed & (v.zero >= 1),
+         lambda c: f"bf16_master_weights=true is DeepSpeed's bf16.bf16_master_weights_and_grads, which needs ZeRO "
+                   f"stage 1, 2 or 3 (got engine={c.engine}, zero={c.strategy.zero}); use engine deepspeed with "
+                   f"zero>=1, or bf16_master_weights=false"),
+    # base_optimizer.py _configure_master_weights: bf16 master weights with fp32 optimizer states need ZeRO-Offload
+    # with DeepSpeedCPUAdam (stage_1_and_2.py / stage3.py pass it their offload check), which autoplan neither prices
+    # nor writes.
+    Rule("bf16_master_weights", lambda m, v, x: v.adam_bf16_states,
+         lambda c: "bf16_master_weights=true with fp32 Adam moments needs DeepSpeed's ZeRO-Offload with "
+                   "DeepSpeedCPUAdam (base_optimizer.py _configure_master_weights), which autoplan does not price or "
+                   "write; set adam_bf16_states=true (bf16.bf16_optimizer_states) or bf16_master_weights=false"),
     Rule("fused_weighted_squared_relu", lambda m, v, x: ~v.deepspeed & (m.is_moe and not m.gated_mlp),
          lambda c: f"fused_weighted_squared_relu=true needs a Megatron MoE model with non-gated experts (got "
                    f"engine={c.engine}, moe={c.model.is_moe}, activation={c.model.activation}); set "

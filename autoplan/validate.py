@@ -393,6 +393,8 @@ def _optimizer(c: Case) -> Optional[str]:
         # (megatron/core/optimizer/__init__.py); Megatron-Bridge turns it off under Megatron-FSDP
         # (scripts/performance/utils/overrides.py `_set_megatron_fsdp_overrides`); DeepSpeed has no such switch.
         SR.check(c, "adam_bf16_states", 0),
+        SR.check(c, "bf16_master_weights", 0),
+        SR.check(c, "bf16_master_weights", 1),
         # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
         SR.check(c, "fused_weighted_squared_relu", 0),
         # The switches DeepSpeed has none of (autoplan/keys.py megatron_only), e.g. te_op_fuser.

@@ -96,7 +96,7 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
         "gradient_accumulation_steps": gbs // (s.mbs * dp),
         "steps_per_print": 10,
         "gradient_clipping": 1.0,
-        "bf16": {"enabled": True},
+        "bf16": _bf16_section(s),
         "zero_optimization": _zero_section(plan),
         "wall_clock_breakdown": False,
     }
@@ -123,6 +123,17 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
         config["checkpoint"] = checkpoint
     check_deepspeed_keys(config)
     return config
+
+
+def _bf16_section(s) -> Dict[str, Any]:
+    """bf16 training; with the plan's 16-bit master weights and Adam moments as it was priced with them
+    (runtime/precision_config.py bf16_master_weights_and_grads, bf16_optimizer_states)."""
+    section: Dict[str, Any] = {"enabled": True}
+    if s.bf16_master_weights:
+        section["bf16_master_weights_and_grads"] = True
+    if s.adam_bf16_states:
+        section["bf16_optimizer_states"] = True
+    return section
 
 
 def node_slots(plan: Plan) -> List[int]:

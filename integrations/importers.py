@@ -236,22 +236,21 @@ def _read_ds_json(path: Union[str, Path]) -> Dict[str, Any]:
     return config
 
 
-# Master weights, gradients and Adam states kept in 16 bits under ZeRO (deepspeed runtime/precision_config.py
-# bf16_master_weights_and_grads / bf16_optimizer_states, fp16_master_weights_and_grads; runtime/zero/
-# stage_1_and_2.py and stage3.py allocate the master partition in that dtype, base_optimizer.py
-# _configure_master_weights). autoplan's DeepSpeed memory is fp32 master weights and Adam moments, 12 bytes per
-# parameter (autoplan/costmodel/memory.py optimizer_bytes_per_param): pricing these as written would over-state
-# the optimizer state, and dropping them would price another run, so they are refused by name.
-_LOW_PRECISION_MASTER = (("bf16", "bf16_master_weights_and_grads"), ("bf16", "bf16_optimizer_states"),
-                         ("fp16", "fp16_master_weights_and_grads"))
+# Master weights, gradients and Adam states kept in 16 bits under ZeRO (deepspeed runtime/precision_config.py;
+# runtime/zero/stage_1_and_2.py and stage3.py allocate the master partition in that dtype, base_optimizer.py
+# _configure_master_weights). The bf16 ones are read as written (strategy keys bf16_master_weights and
+# adam_bf16_states, priced in autoplan/costmodel/memory.py optimizer_bytes_per_param); autoplan trains in bf16, so
+# fp16 master weights are refused by name.
+_BF16_MASTER = (("bf16_master_weights_and_grads", "bf16_master_weights"), ("bf16_optimizer_states", "adam_bf16_states"))
 
 
-def _refuse_low_precision_master(config: Dict[str, Any]) -> None:
-    for section, key in _LOW_PRECISION_MASTER:
-        if (config.get(section) or {}).get(key):
-            raise InputError(f"ds_config {section}.{key}=true (16-bit master weights, gradients or Adam states) is "
-                             f"not priced: autoplan prices DeepSpeed's fp32 master weights and Adam states (12 bytes "
-                             f"per parameter); remove {section}.{key} to price the fp32 optimizer")
+def _low_precision_master(config: Dict[str, Any]) -> Dict[str, bool]:
+    if (config.get("fp16") or {}).get("fp16_master_weights_and_grads"):
+        raise InputError("ds_config fp16.fp16_master_weights_and_grads=true (fp16 master weights and gradients) is "
+                         "not priced: autoplan prices bf16 training; use bf16 with bf16_master_weights_and_grads, or "
+                         "remove it to price fp32 master weights")
+    bf16 = config.get("bf16") or {}
+    return {key: True for name, key in _BF16_MASTER if bf16.get(name)}
 
 
 def _offload_notes(zero: Dict[str, Any]) -> List[str]:
@@ -299,7 +298,7 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
         raise InputError(f"DeepSpeed config {path} holds no DeepSpeed setting (its keys: "
                          f"{', '.join(sorted(config)[:5])}): not a ds_config; pass the file given to "
                          f"deepspeed.initialize / --deepspeed_config")
-    _refuse_low_precision_master(config)
+    master = _low_precision_master(config)
     zero = config.get("zero_optimization", {}) or {}
     pipeline = config.get("pipeline", {}) or {}
     stage = _ds_int(zero, "stage", "zero_optimization.") or 0
@@ -309,7 +308,7 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
         raise InputError(f"{num_gpus} GPUs are not divisible by autotp_size*stages = {tp}*{pp}")
     micro, train = _ds_batch(config, num_gpus // (tp * pp), mbs, gbs)
     strategy: Dict[str, Any] = {"tp": tp, "pp": pp, "zero": min(stage, 3), **DEEPSPEED_FIXED,
-                                **_autoep(config, model, notes)}
+                                **_autoep(config, model, notes), **master}
     if micro is not None:
         strategy["mbs"] = micro
     # runtime/zero/config.py overlap_comm_valid: absent means on for stage 3 only.

@@ -130,8 +130,14 @@ def optimizer_bytes_per_param(lay: Layouts):
     bytes each; the master copy stays fp32, 4 bytes, counted whole: the distributed optimizer keeps it itself under
     FP8 (distrib_optimizer.py `_build_model_and_main_param_groups`, `shard_main_param = ....float()` unless
     `use_precision_aware_optimizer_no_fp8_or_ds_fp8`), and where TE holds it instead its 16-bit remainder
-    (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8."""
-    return np.where(lay.adam_bf16_states, FP32 + 2 * BF16, 3.0 * FP32)
+    (`store_param_remainders`) would be 2 bytes, so 4 is an upper bound there. 4 + 2 + 2 = 8.
+    DeepSpeed with bf16 master weights (`lay.bf16_master_weights`, bf16.bf16_master_weights_and_grads): ZeRO's
+    master partition is allocated in bf16 (runtime/zero/stage_1_and_2.py `weights_partition ... .to(dtype=
+    self.master_weights_and_grads_dtype)`, stage3.py `fp32_partitioned_groups_flat` in the same dtype), 2 bytes; with
+    bf16.bf16_optimizer_states (`adam_bf16_states`) Adam's moments, created like the master partition they update,
+    are bf16 too: 2 + 2 + 2 = 6."""
+    master = np.where(lay.bf16_master_weights, BF16, FP32)
+    return master + np.where(lay.adam_bf16_states, 2 * BF16, 2 * FP32)
 
 
 # Per token of one micro batch, the batch tensors a full-iteration graph copies into its static buffers: token ids,
@@ -188,7 +194,10 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     dp = lay.dp * lay.cp  # Megatron shards the optimizer over the data-parallel x context-parallel group
     total = params_dense + params_expert
     weights = np.where(lay.zero >= 3, BF16 * (params_dense / dp + params_expert / edp), BF16 * total)
-    grad_size = np.where(lay.grad_reduce_bf16, BF16, FP32)  # main-grad buffer dtype
+    # Main-grad buffer dtype; DeepSpeed's partitioned gradients (ZeRO-2/3) take the master weights' dtype
+    # (stage_1_and_2.py initialize_optimizer_states: the partition's .grad in `single_partition_of_fp32_groups`'
+    # dtype; stage3.py likewise), bf16 with bf16_master_weights.
+    grad_size = np.where(lay.grad_reduce_bf16 | (lay.bf16_master_weights & (lay.zero >= 2)), BF16, FP32)
     grads = np.where(lay.zero >= 2, grad_size * (params_dense / dp + params_expert / edp), grad_size * total)
     per_param = optimizer_bytes_per_param(lay)
     optimizer = np.where(lay.zero >= 1, per_param * (params_dense / dp + params_expert / edp), per_param * total)

@@ -80,6 +80,8 @@ def deepspeed_plans():
                                      recompute_layers=2),
         "moe_zero3": make_plan(TINY_MOE, 8, 64, 32, zero=3),
         "bf16_grads": make_plan(TINY, 8, 64, 32, zero=2, grad_reduce_bf16=True),
+        "bf16_master_and_states": make_plan(TINY, 8, 64, 32, zero=3, bf16_master_weights=True,
+                                            adam_bf16_states=True),
     })
     return plans
 
@@ -93,15 +95,23 @@ def test_deepspeed_accepts_emitted_configs(tmp_path):
         pairs.append((plan.cluster.num_gpus, path))
         s = plan.strategy
         expected_dp.append(plan.cluster.num_gpus // (s.tp * s.pp))
-    # A config DeepSpeed must refuse: the batch does not match micro x gas x dp.
+    # Configs DeepSpeed must refuse: bf16 optimizer states without bf16 master weights (runtime/config.py asserts),
+    # and a batch that does not match micro x gas x dp.
+    states = json.loads(pairs[-1][1].read_text())
+    assert states["bf16"]["bf16_optimizer_states"] is True
+    del states["bf16"]["bf16_master_weights_and_grads"]
+    (tmp_path / "states_only.json").write_text(json.dumps(states))
+    pairs.append((pairs[-1][0], tmp_path / "states_only.json"))
+    expected_dp.append(None)
     bad = json.loads(pairs[0][1].read_text())
     bad["train_batch_size"] += 1
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     pairs.append((pairs[0][0], tmp_path / "bad.json"))
     lines = run_check("deepspeed_check.py", pairs)
     assert len(lines) == len(pairs)
-    for line, dp in zip(lines[:-1], expected_dp):
+    for line, dp in zip(lines[:-2], expected_dp[:-1]):
         assert line.startswith("OK ") and line.endswith(f"dp={dp}"), line
+    assert lines[-2].startswith("REJECTED ") and "bf16_master_weights_and_grads" in lines[-2], lines[-2]
     assert lines[-1].startswith("REJECTED ") and "train_batch_size" in lines[-1]
 
 

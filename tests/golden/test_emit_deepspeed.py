@@ -189,3 +189,9 @@ def test_launch_names_what_ds_train_approximates():
     assert "softmax top-k router" in emit_deepspeed(make_plan(v3_like, 2, 64, 8), probe=True)["launch.sh"]
     # The training run builds the user's Hugging Face model itself: nothing is approximated.
     assert "stand-in" not in emit_deepspeed(make_plan(gpt_oss_like, 2, 64, 8))["launch.sh"]
+
+
+def test_bf16_master_weights_and_adam_states_are_written_as_priced():
+    config = deepspeed_config(make_plan(TINY, 8, 64, 16, zero=3, bf16_master_weights=True, adam_bf16_states=True))
+    assert config["bf16"] == {"enabled": True, "bf16_master_weights_and_grads": True, "bf16_optimizer_states": True}
+    assert deepspeed_config(make_plan(TINY, 8, 64, 16, zero=3))["bf16"] == {"enabled": True}

@@ -1,6 +1,6 @@
 """DeepSpeedExamples configs (tests/data/deepspeed_examples, sources in its SOURCES.md) read and completed under
-DeepSpeed's rules as `autoplan estimate --from-deepspeed` does, or refused by name: 16-bit master weights are named,
-ZeRO-0 configs are legal, keys DeepSpeed ignores are notes."""
+DeepSpeed's rules as `autoplan estimate --from-deepspeed` does, or refused by name: bf16 master weights and Adam
+states are read as written and priced so, ZeRO-0 configs are legal, keys DeepSpeed ignores are notes."""
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,8 @@ MODEL = load_model(str(Path(__file__).parents[1] / "data" / "hf_configs" / "gpt2
 # file: (GPUs, batch options for "auto" fields, strategy keys read, global batch) or the refusal's words
 CONFIGS = {
     "training__bf16_master_weight__configs__baseline.json": (8, {}, dict(zero=3, mbs=4), 32),
-    "training__bf16_master_weight__configs__bf16_full.json": "bf16.bf16_master_weights_and_grads=true",
+    "training__bf16_master_weight__configs__bf16_full.json": (
+        8, {}, dict(zero=3, mbs=4, bf16_master_weights=True, adam_bf16_states=True), 32),
     "training__BingBertSquad__deepspeed_bsz24_config.json": (8, {}, dict(zero=0, mbs=3),
                                                               24),
     "training__BingBertSquad__1-bit_adam__nccl__deepspeed_onebitadam_bsz96_config.json": (
@@ -80,3 +81,45 @@ def test_a_zero0_config_that_does_not_fit_is_shown_not_refused_for_a_key_it_neve
     s, notes = complete_strategy(model, load_cluster("h100", 8), imp.workload, dict(imp.strategy), engine="deepspeed")
     assert s.zero == 0 and s.mbs == 3
     assert any("no completion of the given keys fits" in n for n in notes)
+
+
+def test_bf16_master_weights_and_adam_states_are_priced_as_written():
+    """DeepSpeedExamples' bf16_full config (bf16 master weights, gradients and Adam states) against its baseline: the
+    optimizer state is 2 + 2 + 2 bytes per parameter instead of 4 + 4 + 4 (memory.optimizer_bytes_per_param) and the
+    ZeRO-3 gradient partition is bf16; the rest is the same run."""
+    from autoplan.costmodel.estimate import estimate
+
+    model, cluster, workload = load_model("llama3-8b", ()), load_cluster("h100", 8), Workload(seq_len=2048,
+                                                                                            global_batch_size=32)
+    mem = {}
+    for name in ("baseline", "bf16_full"):
+        imp = from_deepspeed_config(DATA / f"training__bf16_master_weight__configs__{name}.json", model, 8,
+                                    seq_len=2048)
+        s, _ = complete_strategy(model, cluster, workload, dict(imp.strategy), engine="deepspeed")
+        mem[name] = estimate(model, cluster, s, workload, engine="deepspeed").memory_breakdown
+    assert mem["bf16_full"]["optimizer"] == pytest.approx(mem["baseline"]["optimizer"] / 2)
+    assert mem["bf16_full"]["grads"] < mem["baseline"]["grads"]
+    assert mem["bf16_full"]["weights"] == mem["baseline"]["weights"]
+
+
+@pytest.mark.parametrize("keys, message", [
+    (dict(zero=2, bf16_master_weights=True), "needs DeepSpeed's ZeRO-Offload"),
+    (dict(zero=0, bf16_master_weights=True), "needs ZeRO stage 1, 2 or 3"),
+    (dict(zero=2, adam_bf16_states=True), "bf16_master_weights=false"),
+])
+def test_bf16_master_weights_deepspeed_would_refuse_are_refused_by_name(keys, message):
+    from autoplan.strategy import Strategy
+    from autoplan.validate import validate
+
+    with pytest.raises(InputError) as e:
+        validate(MODEL, load_cluster("h100", 8), Workload(seq_len=512, global_batch_size=32), Strategy(**keys),
+                 engine="deepspeed")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fp16_master_weights_are_refused_by_name(tmp_path):
+    config = tmp_path / "ds.json"
+    config.write_text('{"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}, '
+                      '"zero_optimization": {"stage": 2}}')
+    with pytest.raises(InputError, match="fp16.fp16_master_weights_and_grads=true"):
+        from_deepspeed_config(config, MODEL, 8, seq_len=512)
