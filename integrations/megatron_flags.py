@@ -63,6 +63,10 @@ READ_FLAGS = frozenset({
     "moe-router-group-topk", "moe-router-load-balancing-type", "hybrid-layer-pattern", "hybrid-override-pattern",
     "mtp-hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
     "moe-latent-size", "padded-vocab-size", "squared-relu",
+    "experimental-attention-variant", "linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim",
+    "linear-value-head-dim", "linear-num-key-heads", "linear-num-value-heads", "attention-output-gate",
+    "moe-shared-expert-gate", "apply-layernorm-1p", "dsa-indexer-n-heads", "dsa-indexer-head-dim",
+    "dsa-indexer-topk", "dsa-indexer-loss-coeff",
 })
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",

@@ -161,6 +161,7 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
                       first_k_dense_layers=first_dense, moe_layer_freq=freq)
     if not pattern:  # [V] --mtp-num-layers, default None: no MTP depth
         values["mtp_num_layers"] = typed(f, "mtp-num-layers", int, 0)
+    values.update(_attention_variant(f, layers, experts > 0, mla))
     values.update(hybrid)
     values.update(overrides)
     try:
@@ -168,6 +169,56 @@ def megatron_model(f: Dict[str, Optional[str]], seq_len: int, tp: int, overrides
     except ValidationError as e:
         err = e.errors()[0]
         raise InputError(f"Megatron arguments give an invalid model: {err['msg']}") from None
+
+
+def _attention_variant(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool, mla: bool) -> Dict[str, Any]:
+    """The recent families' attention variants the arguments build [TC] (transformer_config.py fields, defaults as
+    there; integrations/megatron.py _mixer_args writes them): Gated DeltaNet on the layers
+    get_linear_attention_pattern marks (experimental_attention_variant_module_specs.py: int N, layer i unless
+    (i + 1) % N == 0; or a 0/1 list), DSA's indexer, the attention output gate, the shared-expert gate and
+    zero-centred norm scales."""
+    out: Dict[str, Any] = dict(attention_output_gate="attention-output-gate" in f,
+                               layernorm_zero_centered="apply-layernorm-1p" in f)
+    if is_moe and "moe-shared-expert-gate" in f:  # [TC] "Only effective when moe-shared-expert-intermediate-size"
+        out["shared_expert_gate"] = bool(typed(f, "moe-shared-expert-intermediate-size", int, 0))
+    variant = typed(f, "experimental-attention-variant", str)
+    if variant is None:
+        return out
+    if variant == "gated_delta_net":
+        raw = f.get("linear-attention-freq")
+        if raw is None:  # [TC] asserts "linear_attention_freq must be set for linear gated_delta_net"
+            raise InputError("--experimental-attention-variant gated_delta_net needs --linear-attention-freq "
+                             "(Megatron refuses it without); add it")
+        if "[" in raw:
+            layout = eval_pattern(raw, "linear-attention-freq")
+            if len(layout) != num_layers:
+                raise InputError(f"--linear-attention-freq pattern has {len(layout)} entries for {num_layers} "
+                                 f"layers; it needs one per layer")
+            freq = next((n for n in range(1, num_layers + 1)
+                         if layout == [int((i + 1) % n != 0) for i in range(num_layers)]), 0)
+        else:
+            freq = typed(f, "linear-attention-freq", pos_int)
+            layout = [int((i + 1) % freq != 0) for i in range(num_layers)]
+        return {**out, "linear_attention_layers": sum(layout), "linear_attention_freq": freq,
+                "gdn_num_key_heads": typed(f, "linear-num-key-heads", pos_int, 16),
+                "gdn_num_value_heads": typed(f, "linear-num-value-heads", pos_int, 32),
+                "gdn_key_head_dim": typed(f, "linear-key-head-dim", pos_int, 128),
+                "gdn_value_head_dim": typed(f, "linear-value-head-dim", pos_int, 128),
+                "gdn_conv_kernel": typed(f, "linear-conv-kernel-dim", pos_int, 4)}
+    if variant == "dsa":
+        if not mla:  # experimental_attention_variant_module_specs.py: "Currently only MLA supports sparse attention."
+            raise InputError("--experimental-attention-variant dsa needs --multi-latent-attention (Megatron builds "
+                             "DSA on MLA only); add it")
+        sizes = {key: typed(f, flag, pos_int) for key, flag in (
+            ("dsa_index_heads", "dsa-indexer-n-heads"), ("dsa_index_head_dim", "dsa-indexer-head-dim"),
+            ("dsa_index_topk", "dsa-indexer-topk"))}
+        missing = [flag for flag, v in zip(("--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk"),
+                                           sizes.values()) if v is None]
+        if missing:  # [TC] None by default: the indexer cannot be built without them
+            raise InputError(f"--experimental-attention-variant dsa lacks {', '.join(missing)}; add them")
+        return {**out, **sizes, "dsa_indexer_loss_coeff": typed(f, "dsa-indexer-loss-coeff", float)}
+    raise InputError(f"--experimental-attention-variant {variant}: autoplan reads gated_delta_net or dsa; change the "
+                     f"argument")
 
 
 def _released_model_details(f: Dict[str, Optional[str]], is_moe: bool, mla: bool) -> Dict[str, Any]:

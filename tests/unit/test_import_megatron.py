@@ -8,8 +8,9 @@ from autoplan.integrations.megatron_flags import NOT_PRICED_FLAGS, READ_FLAGS
 from autoplan.integrations.megatron_model_args import padded_vocab
 from autoplan.strategy import strategy_from_mapping
 from autoplan.validate import effective_fp8_recipe
+from autoplan.costmodel.params import count_parameters
 from engine_checks.plans import (B200, DEEPSEEK_V2_LITE, GPT2_SMALL, LLAMA_8B, MIXTRAL, TINY, TINY_MOE,
-                                 golden_plans, make_plan)
+                                 golden_plans, make_plan, mixer_plans)
 
 ROUND_TRIP = {name: plan for name, (plan, engine) in golden_plans().items() if engine == "megatron"}
 ROUND_TRIP.update({
@@ -184,9 +185,9 @@ def test_flex_dispatcher_is_read_back(dispatcher, expected):
     assert from_megatron_args(text).strategy.get("moe_flex_dispatcher", False) is expected
 
 
-@pytest.mark.parametrize("case", sorted(ROUND_TRIP))
+@pytest.mark.parametrize("case", sorted(ROUND_TRIP) + sorted(mixer_plans()))
 def test_every_emitted_flag_is_read_or_known_not_to_change_the_price(case):
-    argv = emit_megatron(ROUND_TRIP[case])["megatron_args.txt"].split()
+    argv = emit_megatron({**ROUND_TRIP, **mixer_plans()}[case])["megatron_args.txt"].split()
     flags = {w[2:] for w in argv if w.startswith("--")}
     assert flags - READ_FLAGS - NOT_PRICED_FLAGS == set()
 
@@ -297,3 +298,29 @@ def test_routing_round_trips_and_sigmoid_ignores_pre_softmax(tmp_path):
                             "--moe-router-enable-expert-bias\n")
         path.write_text(text)
         assert from_megatron_args(str(path)).model.moe_router_norm_topk_prob is norm
+
+
+@pytest.mark.parametrize("case", sorted(mixer_plans()))
+def test_recent_attention_variants_round_trip(case):
+    """Qwen3-Next's and DeepSeek-V3.2's emitted arguments read back as the model they were written from: the
+    mixers, their sizes and gates, and so its parameter count."""
+    plan = mixer_plans()[case]
+    imported = from_megatron_args(emit_megatron(plan)["megatron_args.txt"]).model
+    fields = ("linear_attention_layers", "linear_attention_freq", "gdn_num_key_heads", "gdn_num_value_heads",
+              "gdn_key_head_dim", "gdn_value_head_dim", "gdn_conv_kernel", "attention_output_gate",
+              "shared_expert_gate", "layernorm_zero_centered", "dsa_index_heads", "dsa_index_head_dim",
+              "dsa_index_topk", "dsa_indexer_loss_coeff", "num_layers", "num_experts")
+    assert {k: getattr(imported, k) for k in fields} == {k: getattr(plan.model, k) for k in fields}
+    padded = plan.model.model_copy(update={"vocab_size": imported.vocab_size})
+    assert count_parameters(imported)[0] == count_parameters(padded)[0]
+
+
+def test_gated_deltanet_pattern_and_missing_sizes_are_read_or_named():
+    base = ("--num-layers 8 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1000 "
+            "--micro-batch-size 1 --global-batch-size 8 --experimental-attention-variant gated_delta_net ")
+    m = from_megatron_args(base + "--linear-attention-freq '[1]*3+[0]+[1]*3+[0]'").model
+    assert (m.linear_attention_layers, m.linear_attention_freq) == (6, 4)
+    m = from_megatron_args(base + "--linear-attention-freq '[0]*2+[1]*6'").model
+    assert (m.linear_attention_layers, m.linear_attention_freq) == (6, 0)
+    with pytest.raises(InputError, match="needs --linear-attention-freq"):
+        from_megatron_args(base)
