@@ -259,7 +259,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-def _architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
+def architecture_args(m: ModelSpec, seq_len: int) -> List[str]:
     a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size),
          "--ffn-hidden-size", str(m.ffn_hidden_size), "--num-attention-heads", str(m.num_attention_heads)]
     if m.multi_latent_attention:
@@ -500,7 +500,7 @@ def megatron_args(plan: Plan, *, probe: bool = False, probe_iters: int = PROBE_I
     check_megatron_plan(plan)
     m, s = plan.model, plan.strategy
     mtp = ["--mtp-num-layers", str(m.mtp_num_layers)] if m.mtp_num_layers else []  # [V] arguments.py
-    return for_release(_architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
+    return for_release(architecture_args(m, plan.workload.seq_len) + _moe_args(m, s) + mtp + _parallel_args(m, s)
                        + _precision_args(plan) + _recompute_args(s) + _cuda_graph_args(s) + _passthrough_args(s)
                        + _optimizer_args(m, s)
                        + _training_args(plan, probe, probe_iters), release)

@@ -151,7 +151,7 @@ def vlm_cmd(
 
 def _emit(spec, best, fr, formats, out: Path, world: int, seq: int, gbs: int) -> None:
     from autoplan.multimodal.emit_bridge import BRIDGE_RELEASE, bridge_overrides, bridge_yaml
-    from autoplan.multimodal.emit_mimo import MIMO_COMMIT, mimo_args
+    from autoplan.multimodal.emit_mimo import LAUNCH_ENV, MIMO_COMMIT, mimo_args
 
     files = {}
     if "bridge" in formats:
@@ -162,8 +162,12 @@ def _emit(spec, best, fr, formats, out: Path, world: int, seq: int, gbs: int) ->
         args = mimo_args(spec, best.placement, world, seq, gbs)
         pairs = [" ".join(args[i:i + 2]) if i + 1 < len(args) and not args[i + 1].startswith("--") else args[i]
                  for i in range(len(args)) if args[i].startswith("--")]
-        files["mimo_args.txt"] = f"# Megatron-LM examples/mimo/train.py at {MIMO_COMMIT} or later\n" + \
-            "\n".join(pairs) + "\n"
+        env = " ".join(f"{k}={v}" for k, v in LAUNCH_ENV)
+        files["mimo_args.txt"] = (
+            f"# Megatron-LM examples/mimo/pretrain_mimo.py at {MIMO_COMMIT} or later\n"
+            f"# launch environment: {env}\n"
+            f"# --model-provider: that commit registers only nemotron-moe-vlm; name a provider that builds this "
+            f"model\n" + "\n".join(pairs) + "\n")
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (out / name).write_text(text)

@@ -4,7 +4,8 @@ pyproject pins megatron-core >= 0.15, < 0.17, i.e. autoplan's pinned megatron-co
 
 The keys are fields of the model provider (Qwen25VLModelProvider / Qwen3VLModelProvider / Gemma3VLModelProvider,
 all GPTModelProvider -> TransformerConfig) and of TrainingConfig. The megatron-core parser could not be run here
-(its import needs the engine extra), so its checks on these fields are replicated, citing megatron-core 0.16.1
+(its import needs the engine extra), so its checks on these fields are replicated (benchmarks/vlm_parser_check.py runs
+the written files through Bridge's own override and validation code and compares verdicts), citing megatron-core 0.16.1
 megatron/core/transformer/transformer_config.py: heads divisible by TP (line 926), query groups (line 941), first /
 last stage layers > 0 (lines 1369, 1388), middle layers divisible by the middle stages (lines 1409, 1416)."""
 from __future__ import annotations
@@ -18,7 +19,9 @@ from autoplan.multimodal.spec import Freeze, MultimodalSpec
 BRIDGE_RELEASE = "Megatron-Bridge v0.3.1"
 # VLM model providers of that release (src/megatron/bridge/models/{qwen_vl,gemma_vl}).
 # Model keys that are the provider's own rather than TransformerConfig's: GPTModelProvider.seq_length and the freeze
-# switches of the VLM providers (models/qwen_vl/qwen25_vl_provider.py lines 50-52). An unknown key is skipped with a
+# switches of the VLM providers (models/qwen_vl/qwen25_vl_provider.py lines 50-52). The VLM recipes' dataset is a
+# VLM conversation provider whose length field is seq_length (data/vlm_datasets/mock_provider.py line 46, hf_provider.py,
+# preloaded_provider.py), not GPTDatasetConfig's sequence_length. An unknown key is skipped with a
 # warning by the override code (training/utils/omegaconf_utils.py `_apply_overrides`, line 453), so every key
 # written is one of these or a TransformerConfig field.
 PROVIDER_FIELDS = ("seq_length", "freeze_language_model", "freeze_vision_model", "freeze_vision_projection")
@@ -63,6 +66,10 @@ def bridge_overrides(spec: MultimodalSpec, p: Placement, freeze: Freeze, seq: in
                          f"--no-encoder-recompute")
     check_transformer_config(spec.llm.num_layers, spec.llm.num_attention_heads, spec.llm.num_query_groups, s.tp,
                              s.pp, s.first_stage_layers, s.last_stage_layers)
+    if p.llm_gpus % (s.tp * s.pp * s.cp):
+        # ConfigContainer.get_data_parallel_size (training/config.py): the world must divide by TP x PP x CP.
+        raise InputError(f"world size ({p.llm_gpus}) is not divisible by tensor x pipeline x context parallel "
+                         f"({s.tp} x {s.pp} x {s.cp})")
     model = {"tensor_model_parallel_size": s.tp, "pipeline_model_parallel_size": s.pp,
              "context_parallel_size": s.cp, "expert_model_parallel_size": s.ep, "sequence_parallel": s.sp,
              "seq_length": seq, "freeze_vision_model": freeze.vision_model,
@@ -74,7 +81,7 @@ def bridge_overrides(spec: MultimodalSpec, p: Placement, freeze: Freeze, seq: in
     if s.last_stage_layers is not None:
         model["num_layers_in_last_pipeline_stage"] = s.last_stage_layers
     return {"model": model, "train": {"micro_batch_size": s.mbs, "global_batch_size": gbs},
-            "dataset": {"sequence_length": seq}}
+            "dataset": {"seq_length": seq}}
 
 
 def bridge_yaml(overrides: Dict[str, Dict], header: List[str]) -> str:

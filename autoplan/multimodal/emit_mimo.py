@@ -1,4 +1,5 @@
-"""Megatron-LM MIMO example arguments (examples/mimo/train.py) for a disjoint encoder grid.
+"""Megatron-LM MIMO example arguments (examples/mimo/pretrain_mimo.py, the heterogeneous-grid entry point) for a
+disjoint encoder grid.
 
 The heterogeneous-grid arguments exist from Megatron-LM commit cfb8e46ffe08fa027c38ffbe3898e7d8937bd019
 (examples/mimo/training/args.py, 2026-08-18); megatron-core 0.16.1's examples/mimo has none of them, so the files are
@@ -7,16 +8,24 @@ for that commit or later. Its validation imports a megatron-core newer than the 
 commit: CP = 1 only (line 66), experts divisible by --llm-ep (line 76), (micro_batch_size x llm_dp x GTP) %
 encoder_dp == 0 (line 102), encoder ranks [0, encoder_tp x encoder_dp) disjoint from the language ranks from
 --llm-offset (line 114) and together covering the world exactly (line 122). The removed
---encoder-tensor-model-parallel-size / --encoder-pipeline-model-parallel-size are never written."""
+--encoder-tensor-model-parallel-size / --encoder-pipeline-model-parallel-size are never written.
+
+pretrain_mimo.py `_parse_and_validate` also runs Megatron-LM's validate_args on the language grid, so the language
+model's shape flags are written (integrations/megatron.architecture_args), and it refuses a run without
+--use-distributed-optimizer (pretrain_mimo.py line 67). validate_args asks for CUDA_DEVICE_MAX_CONNECTIONS=1 in the
+launch environment when TP or CP > 1 on GPUs before Blackwell (megatron/training/arguments.py line 1446): LAUNCH_ENV.
+benchmarks/vlm_parser_check.py runs the written arguments through that code."""
 from __future__ import annotations
 
 from typing import List
 
 from autoplan.errors import InputError
+from autoplan.multimodal.emit_bridge import check_transformer_config
 from autoplan.multimodal.placement import Placement
 from autoplan.multimodal.spec import MultimodalSpec
 
 MIMO_COMMIT = "cfb8e46ffe08fa027c38ffbe3898e7d8937bd019"
+LAUNCH_ENV = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
 GTP = 1  # generalized TP weight sharding: not planned (--tensor-parallel-num-weight-shards unset)
 
 
@@ -40,6 +49,25 @@ def check_mimo(spec: MultimodalSpec, p: Placement, world: int) -> None:
                          f"{len(enc | llm)} ranks covered, world {world}")
 
 
+def arg_list(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int) -> List[str]:
+    """The arguments for a disjoint placement, unchecked (mimo_args checks them first)."""
+    from integrations.megatron import architecture_args
+
+    s = p.llm
+    llm_dp = p.llm_gpus // (s.tp * s.pp * s.cp)
+    args = ["--encoder-tp", str(p.encoder_tp), "--encoder-dp", str(p.encoder_dp),
+            "--llm-offset", str(p.encoder_tp * p.encoder_dp), "--llm-tp", str(s.tp), "--llm-cp", str(s.cp),
+            "--llm-pp", str(s.pp), "--llm-dp", str(llm_dp), "--llm-ep", str(s.ep),
+            "--micro-batch-size", str(s.mbs), "--global-batch-size", str(gbs), "--bf16",
+            "--use-distributed-optimizer"]
+    args += architecture_args(spec.llm, seq)
+    if s.first_stage_layers is not None:
+        args += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
+    if s.last_stage_layers is not None:
+        args += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    return args
+
+
 def mimo_args(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int) -> List[str]:
     if p.kind != "disjoint":
         raise InputError("the MIMO example runs the encoder on its own ranks only; an encoder on pipeline stage 0 "
@@ -47,14 +75,7 @@ def mimo_args(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int
     if p.encoder_recompute:
         raise InputError("the MIMO example has no encoder recompute argument; plan without encoder recompute")
     check_mimo(spec, p, world)
-    s = p.llm
-    llm_dp = p.llm_gpus // (s.tp * s.pp * s.cp)
-    args = ["--encoder-tp", str(p.encoder_tp), "--encoder-dp", str(p.encoder_dp),
-            "--llm-offset", str(p.encoder_tp * p.encoder_dp), "--llm-tp", str(s.tp), "--llm-cp", str(s.cp),
-            "--llm-pp", str(s.pp), "--llm-dp", str(llm_dp), "--llm-ep", str(s.ep),
-            "--micro-batch-size", str(s.mbs), "--global-batch-size", str(gbs), "--seq-length", str(seq), "--bf16"]
-    if s.first_stage_layers is not None:
-        args += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
-    if s.last_stage_layers is not None:
-        args += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
-    return args
+    s = p.llm  # the language model's TransformerConfig is built from these arguments (core_transformer_config_from_args)
+    check_transformer_config(spec.llm.num_layers, spec.llm.num_attention_heads, spec.llm.num_query_groups, s.tp, s.pp,
+                             s.first_stage_layers, s.last_stage_layers)
+    return arg_list(spec, p, world, seq, gbs)

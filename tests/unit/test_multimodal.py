@@ -39,6 +39,13 @@ def test_parameter_count_matches_published_total(name):
     assert round(split.total / 1e9, _digits(PUBLISHED[name])) == PUBLISHED[name]
 
 
+def test_llava_count_equals_the_released_weight_index():
+    # tests/data/vlm/SOURCES: the byte-exact copy's repository holds the release's model.safetensors.index.json,
+    # "total_size": 14126854144 bytes of float16 weights.
+    split = param_split(load_multimodal(str(DATA / "llava_1_5_7b_hf.json")))
+    assert split.total * 2 == 14126854144
+
+
 def test_gemma3_vision_tower_matches_the_technical_report():
     # Gemma 3 technical report (arXiv:2503.19786) Table 1: the SigLIP vision encoder has 417M parameters.
     split = param_split(load_multimodal(str(DATA / "gemma_3_27b_it.json")))
