@@ -470,3 +470,18 @@ def test_runs_of_two_gpu_types_and_an_out_folder_are_refused(tmp_path):
     assert rc == 2 and "2 GPU types" in err and "b200: runs.csv row 2" in err and "h100: runs.csv row 1" in err
     rc, _, err = run("calibrate", str(table), "--out", str(tmp_path))
     assert rc == 2 and "is a folder" in err
+
+
+def test_readme_worked_example_is_current(tmp_path):
+    # README "Calibrate to your cluster": the calibrate command's run lines and its priors' spreads line, as printed.
+    readme = (HERE.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Calibrate to your cluster"):readme.index("## Goodput at scale")]
+    shown = [line for line in section.splitlines()
+             if line.startswith("h100_nemo2407.csv row") or line.startswith("priors' spreads:")]
+    assert len(shown) == 3
+    rc, stdout, err = run("calibrate", str(HERE.parent / "examples" / "calibrate" / "h100_nemo2407.csv"), "--out",
+                          str(tmp_path / "cal.json"))
+    assert rc == 0, err
+    printed = [line for line in stdout.splitlines()
+               if line.startswith("h100_nemo2407.csv row") or line.startswith("priors' spreads:")]
+    assert printed == shown
