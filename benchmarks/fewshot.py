@@ -98,7 +98,7 @@ def setup_runs(runs: Sequence[PublishedRun]) -> Dict[Tuple, List[PublishedRun]]:
     """The runs of every ranking setup with MIN_STRATEGIES or more strategies (benchmarks/ranking.py's grouping)."""
     from benchmarks import ranking
 
-    ranked = {s.key for s in ranking.setups(runs, [0.0] * len(runs))
+    ranked = {s.key for s in ranking.setups(runs, [1.0] * len(runs))
               if len(s.strategies) >= ranking.MIN_STRATEGIES}
     out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
     for r in runs:
