@@ -186,7 +186,8 @@ def main(argv=None) -> int:
         runs, predicted = [r for r in runs if not is_test(r)], (lambda r: True)
     else:
         predicted = is_test
-    print(f"Split: {args.split} ({'test rows left out' if args.split == 'validation' else 'pairs predicting a test row, setups holding one'})")
+    what = "test rows left out" if args.split == "validation" else "pairs predicting a test row, setups holding one"
+    print(f"Split: {args.split} ({what})")
     if args.part in ("all", "mape"):
         few_shot_table(runs, sources, log, predicted)
     if args.part in ("all", "ranking"):

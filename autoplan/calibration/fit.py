@@ -8,7 +8,8 @@ Objective (a maximum a-posteriori fit with Gaussian priors and Gaussian log-time
 with C the runs' covariance (`run_covariance`: measurement noise RUN_SIGMA, and the model's own error MODEL_SIGMA
 shared by the runs of one model)
 
-over the transformed constants z (autoplan/calibration/params.py), minimised by a coarse search along each constant
+over the transformed constants z (autoplan/calibration/params.py; on a catalogue GPU every prior_sd may be scaled
+down to a reference stack's spread first, `prior_spreads`), minimised by a coarse search along each constant
 (steps of its prior spread) followed by Levenberg-Marquardt (Levenberg 1944, Marquardt 1963) with finite-difference
 derivatives, every step clipped into the constants' bounds. With one
 run the prior terms decide how its error is shared among the constants it is sensitive to; more runs pull each
