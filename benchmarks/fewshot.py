@@ -16,8 +16,14 @@ predicted and measured tokens/s/GPU over its strategies (mean and minimum over t
 uncalibrated model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left
 out.
 
-    python -m benchmarks.fewshot                  # both parts, about 20 minutes on 2 cores
+Split (`benchmarks/holdout.py`): by default (`--split validation`) the rows of the frozen test split are left out
+altogether (no group, setup or pair holds one); these are the figures the model and the fit are chosen by.
+`--split test` evaluates the test split once a change is final: the pairs whose predicted run is a test row (the
+calibration run is any other run of its group) and the ranking setups that hold a test row.
+
+    python -m benchmarks.fewshot                  # both parts on the validation rows, about 20 minutes on 2 cores
     python -m benchmarks.fewshot --part ranking   # the ranking part only
+    python -m benchmarks.fewshot --split test     # the frozen test split (once a change is final)
 """
 from __future__ import annotations
 
@@ -66,15 +72,19 @@ def groups(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[Tuple,
     return {k: v for k, v in out.items() if len(v) >= 2}
 
 
-def few_shot(group: List[PublishedRun], log=print) -> List[Tuple[str, float, float, float]]:
-    """(arch, calibrated error, uncalibrated error, naive error) of every (calibration run, predicted run) pair."""
+def few_shot(group: List[PublishedRun], log=print, predicted=lambda run: True
+             ) -> List[Tuple[str, float, float, float]]:
+    """(arch, calibrated error, uncalibrated error, naive error) of every (calibration run, predicted run) pair whose
+    predicted run passes `predicted`."""
     priors = priors_of(group[0].cluster)
     prior_pred = predict(group, priors)
     measured = np.array([r.measured_tokens_per_gpu for r in group])
     out = []
     for i, cal_run in enumerate(group):
         values = fit([measured_run(cal_run)]).values
-        others = [j for j in range(len(group)) if j != i]
+        others = [j for j in range(len(group)) if j != i and predicted(group[j])]
+        if not others:
+            continue
         pred = predict([group[j] for j in others], {**priors, **values})
         naive = NaiveBar.fit([cal_run])
         for k, j in enumerate(others):
@@ -88,7 +98,7 @@ def setup_runs(runs: Sequence[PublishedRun]) -> Dict[Tuple, List[PublishedRun]]:
     """The runs of every ranking setup with MIN_STRATEGIES or more strategies (benchmarks/ranking.py's grouping)."""
     from benchmarks import ranking
 
-    ranked = {s.key for s in ranking.setups(runs, [0.0] * len(runs))
+    ranked = {s.key for s in ranking.setups(runs, [1.0] * len(runs))
               if len(s.strategies) >= ranking.MIN_STRATEGIES}
     out: Dict[Tuple, List[PublishedRun]] = defaultdict(list)
     for r in runs:
@@ -115,24 +125,33 @@ def setup_ranking(setup: List[PublishedRun], log=print) -> Tuple[float, float, f
     return float(np.nanmean(rhos)), float(np.nanmin(rhos)), rank_rho(setup, priors)
 
 
-def discrepancy(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[str, Tuple[float, int]]:
-    """arch -> (pooled within-group standard deviation of the uncalibrated model's log error, groups): the scatter
-    of the model's error among runs of one (GPU, release, precision) group and architecture, where every constant is
-    the same, i.e. the model's setup-specific (structural) error that no cluster constant can remove. The test split
-    (benchmarks/holdout.py) is left out. autoplan/calibration/fit.py MODEL_SIGMA takes its values from here."""
+def discrepancy(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[str, Tuple[float, float, int]]:
+    """arch -> (within, between, groups) of the uncalibrated model's log error over the (GPU, release, precision)
+    groups of that architecture, the test split (benchmarks/holdout.py) left out:
+    - within: the pooled within-group standard deviation, the scatter among runs of one group where every constant
+      is the same, i.e. the model's setup-specific (structural) error that no cluster constant can remove
+      (autoplan/calibration/fit.py MODEL_SIGMA);
+    - between: the standard deviation of the group means less their sampling noise (one-way random-effects
+      estimate, var(means) - mean(within^2 / runs), floored at 0), i.e. the part of the error one cluster and stack
+      share, the part a calibration run can carry to its other runs (fit.STACK_SIGMA)."""
     from benchmarks import holdout
 
     runs = [r for r in runs if not holdout.is_test(r.model_name, r.id)]
     out = {}
     for arch in ("dense", "moe"):
-        sq, dof, n_groups = 0.0, 0, 0
+        sq, dof = 0.0, 0
+        means, sizes = [], []
         for key, group in groups([r for r in runs if r.arch == arch], sources).items():
             errs = np.log(predict(group, priors_of(group[0].cluster)) /
                           np.array([r.measured_tokens_per_gpu for r in group]))
             sq += float(np.sum((errs - errs.mean()) ** 2))
             dof += len(errs) - 1
-            n_groups += 1
-        out[arch] = (float(np.sqrt(sq / dof)) if dof else float("nan"), n_groups)
+            means.append(float(errs.mean()))
+            sizes.append(len(errs))
+        within = float(np.sqrt(sq / dof)) if dof else float("nan")
+        between = float(np.sqrt(max(0.0, float(np.var(means, ddof=1)) - float(np.mean(
+            [within ** 2 / n for n in sizes]))))) if len(means) > 1 else float("nan")
+        out[arch] = (within, between, len(means))
     return out
 
 
@@ -145,7 +164,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="No progress lines.")
     ap.add_argument("--part", choices=("all", "mape", "ranking", "discrepancy"), default="all",
                     help="Which figures to compute.")
+    ap.add_argument("--split", choices=("validation", "test"), default="validation",
+                    help="validation: the test split's rows left out (default); test: the frozen test split's pairs "
+                         "and setups (once a change is final).")
     args = ap.parse_args(argv)
+    from benchmarks import holdout
     from benchmarks.accuracy import headline_runs
     from benchmarks.published import read_rows
 
@@ -154,24 +177,34 @@ def main(argv=None) -> int:
     runs = [r for r in runs if r.id not in footnote]
     sources = {row["id"]: row["source"] for row in read_rows()}
     if args.part == "discrepancy":
-        for arch, (sd, n) in discrepancy(runs, sources).items():
-            print(f"model discrepancy {arch}: within-group SD of the uncalibrated log error {sd:.3f} ({n} groups)")
+        for arch, (within, between, n) in discrepancy(runs, sources).items():
+            print(f"model discrepancy {arch}: within-group SD of the uncalibrated log error {within:.3f}, "
+                  f"between-group SD of its group means {between:.3f} ({n} groups)")
         return 0
+    is_test = lambda r: holdout.is_test(r.model_name, r.id)  # noqa: E731
+    if args.split == "validation":
+        runs, predicted = [r for r in runs if not is_test(r)], (lambda r: True)
+    else:
+        predicted = is_test
+    what = "test rows left out" if args.split == "validation" else "pairs predicting a test row, setups holding one"
+    print(f"Split: {args.split} ({what})")
     if args.part in ("all", "mape"):
-        few_shot_table(runs, sources, log)
+        few_shot_table(runs, sources, log, predicted)
     if args.part in ("all", "ranking"):
-        ranking_table(runs, log)
+        ranking_table(runs, log, predicted)
     return 0
 
 
-def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log) -> None:
+def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log, predicted=lambda r: True) -> None:
     pairs: List[Tuple] = []
     print("Few-shot: calibrate on one run of a (GPU, release, precision) group, predict the others "
           "(MAPE of tokens/s/GPU over every pair)")
     print(f"  {'group':34s} {'runs':>4s} {'calibrated':>10s} {'uncalibrated':>12s} {'naive bar':>9s}")
     for key, group in sorted(groups(runs, sources).items()):
+        if not any(predicted(r) for r in group):
+            continue
         log(f"  group {key}")
-        rows = few_shot(group, log)
+        rows = few_shot(group, log, predicted)
         pairs += rows
         print(f"  {'/'.join(key):34s} {len(group):4d} {mape([r[1] for r in rows]):9.1f}% "
               f"{mape([r[2] for r in rows]):11.1f}% {mape([r[3] for r in rows]):8.1f}%")
@@ -183,13 +216,15 @@ def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log) -
               f"{mape([p[2] for p in sel]):11.1f}% {mape([p[3] for p in sel]):8.1f}%   (target <= {target:g}%)")
 
 
-def ranking_table(runs: Sequence[PublishedRun], log) -> None:
+def ranking_table(runs: Sequence[PublishedRun], log, predicted=lambda r: True) -> None:
     from benchmarks import ranking
 
     print(f"Ranking within multi-strategy setups ({ranking.MIN_STRATEGIES}+ strategies): Spearman rho after "
           f"calibrating on one of its runs (mean, min over the choices; target >= 0.9) and uncalibrated")
     means = []
     for key, setup in sorted(setup_runs(runs).items()):
+        if not any(predicted(r) for r in setup):
+            continue
         log(f"  setup {key}")
         mean, low, prior = setup_ranking(setup, log)
         means.append(mean)

@@ -3,7 +3,9 @@
 `autoplan calibrate` writes it; `estimate`, `plan` and `tune` read it with `--calibration FILE`. JSON, one object:
 `format`, `gpu` (the GPU id the runs ran on; the file applies only to clusters of that GPU), `created` (UTC),
 `autoplan_version`, `constants` (Calibration fields), `gpu_overrides` (GpuSpec fields), `priors`, `identified`,
-`unidentified` ({name: why}), `rms_log_error` (before / after) and `runs` (each run's source, setup, measured and
+`unidentified` ({name: why}), `prior_scale` (the factor the fit put on the priors' spreads: 1 for a cluster unlike
+the reference stack, below 1 when the runs read as a reference stack on a catalogue GPU; fit.prior_spreads),
+`rms_log_error` (before / after) and `runs` (each run's source, setup, measured and
 predicted step time before and after the fit)."""
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ class CalibrationFile(BaseModel):
     priors: Dict[str, float] = Field(description="Each fitted constant's prior (profile or Calibration default).")
     identified: List[str] = Field(description="Constants the runs determine (variance shrunk at least by half).")
     unidentified: Dict[str, str] = Field(description="Constants the runs do not determine, and why.")
+    prior_scale: float = Field(1.0, description="Factor on the priors' spreads chosen by the fit (fit.prior_spreads): "
+                                                "1 = the datasheet's, below 1 = a reference stack's.")
     rms_log_error_prior: float = Field(description="RMS of log(predicted / measured) step time with the priors.")
     rms_log_error_fit: float = Field(description="The same with the fitted constants.")
     runs: List[RunRecord] = Field(description="The runs fitted on.")
@@ -80,7 +84,7 @@ def from_fit(result: FitResult) -> CalibrationFile:
         constants={k: v for k, v in result.values.items() if homes[k] == "calibration"},
         gpu_overrides={k: v for k, v in result.values.items() if homes[k] == "gpu"},
         priors=dict(result.priors), identified=list(result.identified), unidentified=dict(result.unidentified),
-        rms_log_error_prior=rms_log_error(result.residuals, fitted=False),
+        prior_scale=result.prior_scale, rms_log_error_prior=rms_log_error(result.residuals, fitted=False),
         rms_log_error_fit=rms_log_error(result.residuals, fitted=True), runs=runs)
 
 

@@ -8,7 +8,8 @@ Objective (a maximum a-posteriori fit with Gaussian priors and Gaussian log-time
 with C the runs' covariance (`run_covariance`: measurement noise RUN_SIGMA, and the model's own error MODEL_SIGMA
 shared by the runs of one model)
 
-over the transformed constants z (autoplan/calibration/params.py), minimised by a coarse search along each constant
+over the transformed constants z (autoplan/calibration/params.py; on a catalogue GPU every prior_sd may be scaled
+down to a reference stack's spread first, `prior_spreads`), minimised by a coarse search along each constant
 (steps of its prior spread) followed by Levenberg-Marquardt (Levenberg 1944, Marquardt 1963) with finite-difference
 derivatives, every step clipped into the constants' bounds. With one
 run the prior terms decide how its error is shared among the constants it is sensitive to; more runs pull each
@@ -50,7 +51,15 @@ RUN_SIGMA = 0.02
 # cluster's; two runs of one model still tell the constants their difference. Pooled within-group SD over the
 # published runs, test split left out (`python -m benchmarks.fewshot --part discrepancy`, benchmarks/README.md
 # "Few-shot calibration"), per architecture of the run.
-MODEL_SIGMA = {"dense": 0.078, "moe": 0.156}
+MODEL_SIGMA = {"dense": 0.078, "moe": 0.147}
+# How far one reference software stack on a catalogue GPU sits from the priors: the standard deviation, in log step
+# time, of the uncalibrated model's mean error over the runs of one (GPU, software release, precision) group, less
+# the sampling noise of those means (one-way random effects, method of moments, each architecture about its own
+# mean, pooled over the 44 groups of the published runs, test split left out; `python -m benchmarks.fewshot --part
+# discrepancy`, benchmarks/README.md "Few-shot calibration"). The priors' own spreads (calibration/params.py,
+# +-30% on efficiencies) are the datasheet's, for a cluster nothing is known about; on a catalogue GPU a reference
+# stack moves the step time by this much, so the fit weighs both hypotheses (`prior_spreads`).
+STACK_SIGMA = 0.043
 IDENTIFIED_SHARE = 0.5
 CONFOUNDED = 0.8  # |posterior correlation| with another constant at which the runs cannot tell the two apart
 SENSITIVE = 1e-3  # |d log step / d z| below this for every run: no run exercises the constant
@@ -89,6 +98,7 @@ class FitResult:
     unidentified: Dict[str, str]  # name -> why
     data_share: Dict[str, float]  # 1 - posterior / prior variance
     residuals: Tuple[RunResidual, ...]
+    prior_scale: float = 1.0  # factor on every constant's prior spread (`prior_spreads`): 1 = the datasheet's
 
 
 def priors_of(cluster: ClusterSpec, base: Calibration = DEFAULT) -> Dict[str, float]:
@@ -147,6 +157,36 @@ def check_one_gpu(runs: Sequence[MeasuredRun]) -> None:
                          f"a calibration describes one GPU type: calibrate each GPU's runs into its own file")
 
 
+def is_catalogue_gpu(cluster: ClusterSpec) -> bool:
+    """The cluster's GPU is a bundled profile as shipped (profiles/gpus), not a datasheet the user wrote."""
+    from autoplan.clusterio import gpu_ids, load_gpu
+
+    return cluster.gpu.id in gpu_ids() and load_gpu(cluster.gpu.id) == cluster.gpu
+
+
+def log_evidence(residual: np.ndarray, cov: np.ndarray) -> float:
+    """log N(residual; 0, cov) up to the constant: the runs' marginal likelihood under a linearised model."""
+    _, logdet = np.linalg.slogdet(cov)
+    return float(-0.5 * residual @ np.linalg.solve(cov, residual) - 0.5 * logdet)
+
+
+def prior_spreads(jd: np.ndarray, residual: np.ndarray, cov: np.ndarray, sd: np.ndarray, catalogue: bool) -> float:
+    """The factor on the constants' prior spreads `sd`: 1 (the datasheet's) or the one at which the constants move
+    the runs' log step time by STACK_SIGMA (root mean square over the runs, linearised at the priors: `jd` the
+    derivatives there), whichever gives the runs' `residual` at the priors the larger marginal likelihood
+    (`log_evidence`, covariance `cov` + J diag(sd^2) J'; equal prior odds). Only a catalogue GPU has a reference
+    stack to be near; a datasheet GPU keeps the datasheet's spreads. One run a few percent off is then taken as a
+    reference stack plus its model's own error; a run far off, or runs whose differences the priors cannot explain,
+    as a cluster unlike the reference, and the constants follow them."""
+    spread = jd @ np.diag(sd ** 2) @ jd.T
+    total = float(np.sqrt(np.mean(np.diag(spread))))
+    if not catalogue or total <= STACK_SIGMA:
+        return 1.0
+    scale = STACK_SIGMA / total
+    stack, wide = (log_evidence(residual, cov + k * k * spread) for k in (scale, 1.0))
+    return scale if stack > wide else 1.0
+
+
 def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
         constants: Sequence[Constant] = CONSTANTS) -> FitResult:
     """Fit `constants` to the runs (all on one GPU type); see the module docstring."""
@@ -181,6 +221,9 @@ def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
 
     z = z0.copy()
     lp = log_pred(z)
+    scale = prior_spreads(jacobian(z, lp), lp - measured, run_covariance(runs), sd,
+                          is_catalogue_gpu(runs[0].cluster))
+    sd = sd * scale
     cost = float(np.sum(residuals(z, lp) ** 2))
     for _ in range(SEARCH_PASSES):
         for i in range(len(z)):
@@ -211,7 +254,7 @@ def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
             if damping > 1e8:
                 break
     jd = jacobian(z, lp)
-    identified, unidentified, share = identifiability(jd, constants, whiten)
+    identified, unidentified, share = identifiability(jd, constants, whiten, scale)
     values = values_of(z)
     prior_evs, fit_evs = predict.evaluations(priors), predict.evaluations(values)
     residual_rows = tuple(
@@ -220,14 +263,14 @@ def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
         for run, pe, fe in zip(runs, prior_evs, fit_evs))
     return FitResult(priors={c.name: priors[c.name] for c in constants},
                      values={c.name: values[c.name] for c in constants}, identified=identified,
-                     unidentified=unidentified, data_share=share, residuals=residual_rows)
+                     unidentified=unidentified, data_share=share, residuals=residual_rows, prior_scale=scale)
 
 
-def identifiability(jd: np.ndarray, constants: Sequence[Constant], whiten: np.ndarray
+def identifiability(jd: np.ndarray, constants: Sequence[Constant], whiten: np.ndarray, prior_scale: float = 1.0
                     ) -> Tuple[Tuple[str, ...], Dict[str, str], Dict[str, float]]:
-    """(identified names, {unidentified name: why}, {name: data share}) from the data rows' derivatives and the
-    whitening of their covariance (`run_covariance`)."""
-    sd = np.array([c.prior_sd for c in constants])
+    """(identified names, {unidentified name: why}, {name: data share}) from the data rows' derivatives, the
+    whitening of their covariance (`run_covariance`) and the factor on the prior spreads (`prior_spreads`)."""
+    sd = np.array([c.prior_sd for c in constants]) * prior_scale
     scaled = whiten @ jd
     info = scaled.T @ scaled
     cov = np.linalg.inv(info + np.diag(1.0 / sd ** 2))

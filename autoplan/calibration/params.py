@@ -12,7 +12,9 @@ Coordinates: "log" fits log(x) (a multiplicative correction; prior_sd 0.3 is abo
 Prior spreads are judgement, stated here once: +-30% (0.3) for efficiencies whose datasheet / microbenchmark value
 is measured on a comparable part (GEMM, attention, HBM, bus efficiencies), a factor of ~2 (0.7) for shape constants
 and per-op costs that vary with software (GEMM half size, per-op overhead, overlap), a factor of ~3 (1.0) for the
-grouped-GEMM token half point (one H800 FP8 table, calibration.py)."""
+grouped-GEMM token half point (one H800 FP8 table, calibration.py). They are a datasheet's spreads, for a cluster
+nothing is known about; on a catalogue GPU the fit may scale them all down to a reference stack's
+(autoplan/calibration/fit.py `prior_spreads`, `STACK_SIGMA`)."""
 from __future__ import annotations
 
 import math

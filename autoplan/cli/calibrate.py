@@ -124,6 +124,10 @@ def render(cal, result) -> List[str]:
         lines.append(f"{r.run.label[:34]:34s} {r.run.strategy.label(r.run.model.is_moe)[:36]:36s} "
                      f"{r.run.step_time_s:10.4g} {r.predicted_prior_s:9.4g} {r.error_prior:+7.1%} "
                      f"{r.predicted_fit_s:9.4g} {r.error_fit:+7.1%} {mem:>18s}")
+    lines += ["", "priors' spreads: " + ("the datasheet's (the runs read as a cluster unlike the reference stack)"
+                                      if result.prior_scale == 1.0 else
+                                      f"x{result.prior_scale:.2f}, a reference stack's (the runs read as one; "
+                                      f"fit.STACK_SIGMA)")]
     lines += ["", f"{'constant':26s} {'prior':>10s} {'fitted':>10s} {'runs fix':>8s}  status"]
     for name, prior in result.priors.items():
         status = "identified" if name in result.identified else "not identified"

@@ -68,6 +68,7 @@ def test_runs_csv_fit_moves_towards_the_runs_and_estimate_uses_it(tmp_path):
     assert [r["label"] for r in cal["runs"]] == ["runs.csv row 1", "runs.csv row 2"]
     assert all(r["source"] == str(table) for r in cal["runs"])
     assert cal["rms_log_error_fit"] < cal["rms_log_error_prior"] / 3
+    assert cal["prior_scale"] == 1.0  # runs this far from the priors read as a cluster unlike the reference stack
     for r in cal["runs"]:
         assert abs(r["predicted_fit_s"] / r["measured_step_time_s"] - 1) < abs(
             r["predicted_prior_s"] / r["measured_step_time_s"] - 1)
@@ -81,6 +82,35 @@ def test_runs_csv_fit_moves_towards_the_runs_and_estimate_uses_it(tmp_path):
                        "--gbs", "64", "--strategy", A, "--calibration", str(out), "--json")
     assert rc == 0, err
     assert json.loads(est)["step_time_s"] == pytest.approx(cal["runs"][0]["predicted_fit_s"], rel=1e-9)
+
+
+def test_one_run_near_the_reference_stack_moves_a_catalogue_gpu_little_and_a_datasheet_gpu_most(tmp_path):
+    # One run 6% slower than the priors say: on the catalogue h100 that reads as a reference stack plus the model's
+    # own error (fit.STACK_SIGMA, fit.MODEL_SIGMA), so the constants move a little; on a datasheet GPU with the
+    # same numbers nothing says where a reference stack sits, and the constants take most of it.
+    import yaml
+
+    from autoplan.clusterio import load_gpu
+
+    datasheet = tmp_path / "h100-datasheet.yaml"
+    datasheet.write_text(yaml.safe_dump({"gpu": {**load_gpu("h100").model_dump(mode="json"), "id": "h100-datasheet"},
+                                         "num_gpus": 8}))
+    moved = {}
+    for cluster in ("h100", str(datasheet)):
+        step = 1.06 * estimate(load_model("llama3-8b"), load_cluster(cluster, 8),
+                               default_completion(parse_strategy_text(A)),
+                               Workload(seq_len=4096, global_batch_size=64)).step_time_s
+        table = write_table(tmp_path / "runs.csv", [["llama3-8b", cluster, 8, 4096, 64, A, f"{step:.6f}", ""]])
+        out = tmp_path / "cal.json"
+        rc, stdout, err = run("calibrate", str(table), "--out", str(out))
+        assert rc == 0, err
+        cal = json.loads(out.read_text())
+        (r,) = cal["runs"]
+        prior_err = math.log(r["predicted_prior_s"] / step)
+        assert prior_err == pytest.approx(-math.log(1.06), rel=1e-3)
+        moved[cluster] = 1 - math.log(r["predicted_fit_s"] / step) / prior_err
+        assert ("reference stack" in stdout) and ((cal["prior_scale"] < 1) == (cluster == "h100")), stdout
+    assert 0 < moved["h100"] < 0.5 < moved[str(datasheet)]
 
 
 def best_strategy(cluster, cal):
@@ -440,3 +470,18 @@ def test_runs_of_two_gpu_types_and_an_out_folder_are_refused(tmp_path):
     assert rc == 2 and "2 GPU types" in err and "b200: runs.csv row 2" in err and "h100: runs.csv row 1" in err
     rc, _, err = run("calibrate", str(table), "--out", str(tmp_path))
     assert rc == 2 and "is a folder" in err
+
+
+def test_readme_worked_example_is_current(tmp_path):
+    # README "Calibrate to your cluster": the calibrate command's run lines and its priors' spreads line, as printed.
+    readme = (HERE.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Calibrate to your cluster"):readme.index("## Goodput at scale")]
+    shown = [line for line in section.splitlines()
+             if line.startswith("h100_nemo2407.csv row") or line.startswith("priors' spreads:")]
+    assert len(shown) == 3
+    rc, stdout, err = run("calibrate", str(HERE.parent / "examples" / "calibrate" / "h100_nemo2407.csv"), "--out",
+                          str(tmp_path / "cal.json"))
+    assert rc == 0, err
+    printed = [line for line in stdout.splitlines()
+               if line.startswith("h100_nemo2407.csv row") or line.startswith("priors' spreads:")]
+    assert printed == shown
