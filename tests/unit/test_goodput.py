@@ -31,9 +31,11 @@ def test_daly_interval_is_the_mtbf_past_twice_the_mtbf():
     assert float(daly_interval(3 * HOUR, 1 * HOUR)) == 1 * HOUR
 
 
-def test_young_1974_worked_case():
-    """Young's tau = sqrt(2 delta M) as worked in Low et al. 2012 (Distributed GraphLab, PVLDB 5(8), sec. 4.3):
-    64 machines with a per-machine MTBF of 1 year and a 2-minute checkpoint give an interval of about 3 hours."""
+def test_young_1974_interval_on_a_published_case():
+    """Young's (1974, CACM 17(9):530-531) T_c = sqrt(2 T_s T_f) as Low et al. 2012 work it (Distributed GraphLab,
+    PVLDB 5(8), sec. 4.3): 64 machines with a per-machine MTBF of 1 year and a 2-minute checkpoint give an interval
+    of about 3 hours. Young's own example (one IBM 360/50 installation) is not reproduced: its numbers are in no
+    source available here (docs/sources.md, "Goodput")."""
     mtbf = 365 * 24 * HOUR / 64
     assert round(float(young_interval(2 * MINUTE, mtbf)) / HOUR) == 3
 
