@@ -13,7 +13,8 @@ R, which a failure during it starts over. The expected wall time of one tau of u
     T(tau) = M exp(R / M) (exp((tau + delta) / M) - 1)                      (Daly 2006, the complete cost function)
 
 and the useful-time fraction is tau / T(tau). Daly's higher-order optimum interval (his eq. 37) and Young's first
-order one (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9)) are below.
+order one (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9):530-531)
+are below.
 
 An asynchronous save stalls training for its copy to host memory (Megatron's FileSystemWriterAsync.preload_tensors,
 megatron/core/dist_checkpointing/strategies/filesystem_async.py, copies every tensor to the host and then calls
