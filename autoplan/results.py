@@ -55,7 +55,10 @@ class Estimate(BaseModel):
     checkpoint_method: Optional[str] = Field(None, description="blocking, async or local.")
     checkpoint_interval_s: Optional[float] = Field(None, description="Training time between checkpoints, s.")
     checkpoint_interval_steps: Optional[int] = Field(None, description="The same in steps (--save-interval).")
-    checkpoint_stall_s: Optional[float] = Field(None, description="Training time each save stalls, s.")
+    checkpoint_stall_s: Optional[float] = Field(
+        None, description="Training time each save costs, s: its blocking part plus checkpoint_overlap_s.")
+    checkpoint_overlap_s: Optional[float] = Field(
+        None, description="Of which the steps overlapping an asynchronous save's background write lose, s.")
     checkpoint_persist_s: Optional[float] = Field(None, description="After the stall, until the save is durable, s.")
     checkpoint_gib_per_rank: Optional[float] = Field(None, description="Bytes a rank saves per checkpoint, GiB.")
     restart_s: Optional[float] = Field(None, description="Failure to training again (incl. the load), s.")

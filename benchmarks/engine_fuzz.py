@@ -124,12 +124,15 @@ def check_env() -> dict:
 
 def engine_check(script: str, args: List[str], timeout_s: Optional[float]) -> subprocess.CompletedProcess:
     """`python tests/engine_checks/<script> *args` in ROOT. For a DeepSpeed check (args[1] is a DeepSpeed config)
-    its ops are built first by `python -m autoplan.integrations.ds_ops`, with no deadline: build time is not check
-    time, and a stale build lock ends that step with its one-line message instead of a wait with no end."""
+    its ops are built first by `python -m autoplan.integrations.ds_ops` (ds_ops.prepare_args, the probe's
+    preparation step), with no deadline: build time is not check time, and a stale build lock ends that step with
+    its one-line message instead of a wait with no end."""
+    from autoplan.integrations.ds_ops import prepare_args
+
     env = check_env()
     if script.startswith("deepspeed") and len(args) > 1:
-        built = subprocess.run([sys.executable, "-m", "autoplan.integrations.ds_ops", str(args[1])],
-                               capture_output=True, text=True, cwd=ROOT, env=env)
+        built = subprocess.run([sys.executable, *prepare_args(args[1])], capture_output=True, text=True, cwd=ROOT,
+                               env=env)
         if built.returncode != 0:
             raise RuntimeError(f"building DeepSpeed's ops failed (exit {built.returncode}): "
                                f"{(built.stdout + built.stderr).strip()[-500:]}")

@@ -30,6 +30,13 @@ from typing import Any, Dict, List
 OP_PREFIX = "AUTOPLAN_OP "
 STALE_LOCK_EXIT = 4
 POLL_S = 1.0
+MODULE = "autoplan.integrations.ds_ops"
+
+
+def prepare_args(ds_config) -> List[str]:
+    """Interpreter arguments that prepare the ops of DeepSpeed config `ds_config`: `python *prepare_args(path)`,
+    run in the interpreter and environment the ranks will use (the probe's preparation step, the engine checks)."""
+    return ["-m", MODULE, str(ds_config)]
 
 
 def optimizer_builders(config: Dict[str, Any], accelerator: str) -> List[str]:

@@ -21,7 +21,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Mapping, Optional
 
 # Seconds a lock may exist with no process in its folder before it counts as stale: the holder spends that time
 # only hashing the sources and writing build.ninja before ninja starts in the folder (cpp_extension.py
@@ -54,10 +54,18 @@ def environment_root(python: str, env: Optional[dict] = None) -> Path:
     return Path(cache) / "torch_extensions" / f"autoplan-env-{tag}"
 
 
+def own_build_folder(caller_env: Mapping[str, str], python: str) -> Dict[str, str]:
+    """{"TORCH_EXTENSIONS_DIR": `python`'s environment_root} for a launch from `caller_env`, or {} when
+    `caller_env` names a build folder already (a non-empty TORCH_EXTENSIONS_DIR, which is then left as it is)."""
+    if caller_env.get("TORCH_EXTENSIONS_DIR"):
+        return {}
+    return {"TORCH_EXTENSIONS_DIR": str(environment_root(python))}
+
+
 def with_own_build_folder(env: dict, python: str) -> dict:
-    """`env` (a copy of os.environ) with TORCH_EXTENSIONS_DIR set to `python`'s environment_root, unless it names a
-    folder already: what engine checks and launches of emitted files run with."""
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(environment_root(python)))
+    """`env` (a copy of os.environ) with own_build_folder applied: what engine checks and launches of emitted files
+    run with."""
+    env.update(own_build_folder(env, python))
     return env
 
 

@@ -174,21 +174,26 @@ class Reaper:
         self.proc.wait()
 
 
-def kill_groups(pgids: List[int], grace_s: float = KILL_GRACE_S) -> None:
-    """kill_group for several groups, sharing one grace period."""
-    for pgid in pgids:
+def kill_groups(procs: List[subprocess.Popen], grace_s: float = KILL_GRACE_S) -> None:
+    """End the process groups `procs` lead (each started in a session of its own) and reap the leaders: SIGTERM
+    every group, wait until all of them are gone or `grace_s` has passed, SIGKILL what is left. A leader that ended
+    is reaped while waiting, so its zombie does not keep its group counted alive for the whole grace period."""
+    for proc in procs:
         try:
-            os.killpg(pgid, signal.SIGTERM)
+            os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(group_alive(g) for g in pgids):
+    while time.monotonic() < deadline and any(p.poll() is None or group_alive(p.pid) for p in procs):
         time.sleep(0.05)
-    for pgid in pgids:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for proc in procs:
+        if proc.poll() is None or group_alive(proc.pid):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        proc.wait()
 
 
 def run_group(commands: List[List[str]], envs: List[Dict[str, str]], cwd: str, log_path: Path,
@@ -211,9 +216,7 @@ def run_group(commands: List[List[str]], envs: List[Dict[str, str]], cwd: str, l
     finally:
         # On a hang, an interrupt, or when one rank died while its peers wait forever in a collective, this ends
         # the ranks; after a clean exit it ends stragglers the ranks forked and left behind.
-        kill_groups([p.pid for p in procs], grace_s=KILL_GRACE_S if codes_failed(procs) else 1.0)
-        for proc in procs:
-            proc.wait()
+        kill_groups(procs, grace_s=KILL_GRACE_S if codes_failed(procs) else 1.0)
         reaper.release()
     timed_out = codes is None
     return LaunchOutcome(launcher=launcher, command=commands[0], timed_out=timed_out,

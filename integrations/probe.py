@@ -135,6 +135,7 @@ def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
     """The emitted ds_train.py with the emitted ds_config.json and model.json (autoplan.integrations.deepspeed);
     the same arguments launch.sh passes, with --iters set to the probe's count."""
     from autoplan.integrations.deepspeed import emit_deepspeed
+    from autoplan.integrations.ds_ops import prepare_args
 
     write_files(emit_deepspeed(plan, probe=True), out_dir)
     s = plan.strategy
@@ -146,7 +147,7 @@ def deepspeed_program(plan: Plan, out_dir: Path, iters: int) -> ProbeProgram:
         args += ["--recompute-method", s.recompute_method or "uniform", "--recompute-layers",
                  str(s.recompute_layers or 1)]
     return ProbeProgram(script=str(out_dir / "ds_train.py"), args=args, log_format="ds_train",
-                        prepare_args=["-m", "autoplan.integrations.ds_ops", str(out_dir / "ds_config.json")])
+                        prepare_args=prepare_args(out_dir / "ds_config.json"))
 
 
 def build_program(plan: Plan, engine: Engine, out_dir: Path, iters: int,
@@ -252,8 +253,8 @@ def run_probe(plan: Plan, *, engine: Engine, out_dir: Path, iters: int = DEFAULT
     if fault:
         env[FAULT_ENV] = fault
     prepare = program.prepare_args if launcher != "slurm" else []  # Slurm ranks build on their own nodes
-    if prepare and not os.environ.get("TORCH_EXTENSIONS_DIR"):
-        env["TORCH_EXTENSIONS_DIR"] = str(extlocks.environment_root(sys.executable))
+    if prepare:  # the build folder the caller's environment names, else this Python environment's own
+        env.update(extlocks.own_build_folder(os.environ, sys.executable))
     nodes = plan.cluster.num_nodes
     req = LaunchRequest(script=program.script, args=program.args, nproc_per_node=plan.cluster.num_gpus // nodes,
                         nnodes=nodes, env=env, cwd=str(out_dir),

@@ -103,6 +103,7 @@ def goodput_table(e: Estimate) -> Table:
             ("checkpoint per rank", f"{e.checkpoint_gib_per_rank:,.2f} GiB"),
             ("checkpoint interval", f"{e.checkpoint_interval_steps} steps = {e.checkpoint_interval_s:,.0f} s"),
             ("save stall", f"{e.checkpoint_stall_s:.3f} s"),
+            ("of which overlapped steps", f"{e.checkpoint_overlap_s:.3f} s"),
             ("durable after", f"{e.checkpoint_persist_s:.2f} s"),
             ("restart (incl. load)", f"{e.restart_s:,.0f} s"),
             ("lost work per failure", f"{e.lost_work_s:,.0f} s"),

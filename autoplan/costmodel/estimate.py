@@ -200,6 +200,6 @@ def _goodput_fields(ev: Evaluation, i: int, cluster: ClusterSpec, tokens_per_s: 
     return dict(goodput_tokens_per_s=tokens_per_s * fraction, useful_fraction=fraction,
                 checkpoint_method=cluster.resilience.ckpt_method, checkpoint_interval_s=float(g.interval_s[0]),
                 checkpoint_interval_steps=int(g.interval_steps[0]), checkpoint_stall_s=float(g.stall_s[0]),
-                checkpoint_persist_s=float(g.persist_s[0]),
+                checkpoint_overlap_s=float(g.overlap_s[0]), checkpoint_persist_s=float(g.persist_s[0]),
                 checkpoint_gib_per_rank=float(g.ckpt_bytes_per_rank[0]) / GIB, restart_s=float(g.restart_s[0]),
                 lost_work_s=float(g.lost_work_s[0]), expected_job_mtbf_s=g.job_mtbf_s)

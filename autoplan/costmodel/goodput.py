@@ -13,14 +13,24 @@ R, which a failure during it starts over. The expected wall time of one tau of u
     T(tau) = M exp(R / M) (exp((tau + delta) / M) - 1)                      (Daly 2006, the complete cost function)
 
 and the useful-time fraction is tau / T(tau). Daly's higher-order optimum interval (his eq. 37) and Young's first
-order one (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9)) are below.
+order one (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9):530-531)
+are below.
 
-An asynchronous save stalls training only for its copy to host memory (delta); it becomes durable P seconds later,
-and a failure inside that window rolls back one interval further. To first order (P < tau) that window adds P to the
-work lost per failure, so P is added to R in T(tau); benchmarks/goodput_sim.py simulates the exact rule and checks
-the difference. Megatron waits for the previous asynchronous save before it starts the next
-(megatron/training/checkpointing.py save_checkpoint: `if args.async_save and not is_empty_async_queue()` finalizes
-it, blocking), so an interval is never shorter than P."""
+An asynchronous save stalls training for its copy to host memory (Megatron's FileSystemWriterAsync.preload_tensors,
+megatron/core/dist_checkpointing/strategies/filesystem_async.py, copies every tensor to the host and then calls
+torch.cuda.synchronize() before the background writer starts); it becomes durable P seconds later, and a failure
+inside that window rolls back one interval further. The background write is not free for the steps it overlaps:
+they share the rank's host memory, PCIe, CPU and network with the writer and run at (1 - s) of their speed for those
+P seconds (s = ResilienceSpec.async_overlap_slowdown), so each save costs s P of training time besides its stall
+(`overlap_loss`): a segment of tau work that follows a save takes tau + delta + s P of wall time, the first one after
+a restart (nothing in flight) tau + delta. Summing over the segments of one failure-free stretch (exponential, mean
+M) as Daly does gives the same T(tau) with delta + s P in delta's place and R + (1 - s) P in R's place: P for the
+rollback window (a failure strikes inside it with probability 1 - exp(-P/M) per save), less the s P the first
+segment after a restart does not pay. This is exact for P <= tau; benchmarks/goodput_sim.py plays the rules one
+failure at a time and checks it. Daly's optimum interval depends on delta and M only, so it is taken at delta + s P.
+Megatron waits for the previous asynchronous save before it starts the next (megatron/training/checkpointing.py
+save_checkpoint: `if args.async_save and not is_empty_async_queue()` finalizes it, blocking), so an interval is never
+shorter than P."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +54,21 @@ def daly_interval(delta, mtbf):
     return np.where(delta < 2.0 * mtbf, tau, mtbf)
 
 
+def overlap_loss(persist, slowdown):
+    """Training time the steps overlapping a background write of `persist` seconds lose, s: they run at
+    (1 - slowdown) of their speed meanwhile (module docstring). Added to the blocking stall, it is the delta of
+    T(tau) and of the optimum interval."""
+    return slowdown * np.asarray(persist, dtype=float)
+
+
+def daly_terms(blocking, persist, overlap, restart):
+    """(delta, R) of Daly's T(tau) for saves that block training `blocking` s, are durable `persist` s after that and
+    cost the steps they overlap `overlap` s, with restarts of `restart` s (module docstring)."""
+    return blocking + overlap, restart + persist - overlap
+
+
 def useful_fraction(tau, delta, restart, mtbf):
-    """tau / T(tau) of Daly's complete cost function (module docstring); `restart` includes any rollback window."""
+    """tau / T(tau) of Daly's complete cost function (module docstring), delta and R as `daly_terms` gives them."""
     tau = np.asarray(tau, dtype=float)
     wall = mtbf * np.exp(np.asarray(restart, dtype=float) / mtbf) * np.expm1((tau + delta) / mtbf)
     return tau / wall
@@ -83,7 +106,8 @@ class Goodput:
 
     interval_s: np.ndarray  # compute time between checkpoints, a whole number of steps
     interval_steps: np.ndarray
-    stall_s: np.ndarray  # training time lost to each save
+    stall_s: np.ndarray  # training time lost to each save: the blocking stall plus overlap_s
+    overlap_s: np.ndarray  # of which the steps overlapping the background write lose (0 for a blocking save)
     persist_s: np.ndarray  # from the stall's end until the save is durable (0 for a blocking save)
     load_s: np.ndarray
     restart_s: np.ndarray  # failure to training again: scheduler, start-up, communicators, load, repair wait
@@ -124,18 +148,21 @@ def goodput_terms(spec: ResilienceSpec, step_time_s, local_bytes, unique_bytes, 
     rank's node writes, so the slowest node sets the pace."""
     step = np.asarray(step_time_s, dtype=float)
     mtbf = job_mtbf_s(spec, nodes, gpus_per_node)
-    ckpt, stall, persist, load = _save_times(spec, np.asarray(local_bytes, dtype=float),
-                                             np.asarray(unique_bytes, dtype=float), world, gpus_per_node,
-                                             host_bytes_per_s, network_bytes_per_s_per_node)
+    ckpt, blocking, persist, load = _save_times(spec, np.asarray(local_bytes, dtype=float),
+                                                np.asarray(unique_bytes, dtype=float), world, gpus_per_node,
+                                                host_bytes_per_s, network_bytes_per_s_per_node)
+    overlap = overlap_loss(persist, spec.async_overlap_slowdown)
     restart = (spec.scheduler_s + spec.process_start_s + comm_init_s(spec, world) + load
                + repair_wait_s(spec, nodes, gpus_per_node))
+    stall, cycle_restart = daly_terms(blocking, persist, overlap, restart)
     tau = np.maximum(daly_interval(stall, mtbf), persist)
     steps = np.maximum(1, np.ceil(np.maximum(np.round(tau / step), persist / step)))
     tau = steps * step
-    fraction = useful_fraction(tau, stall, restart + persist, mtbf)
+    fraction = useful_fraction(tau, stall, cycle_restart, mtbf)
     segment = tau + stall  # a failure in it strikes on average M - L / (exp(L / M) - 1) into it (exponential)
     lost = mtbf - segment / np.expm1(segment / mtbf) + persist
-    return Goodput(interval_s=tau, interval_steps=steps.astype(np.int64), stall_s=stall, persist_s=persist,
+    return Goodput(interval_s=tau, interval_steps=steps.astype(np.int64), stall_s=stall, overlap_s=overlap,
+                   persist_s=persist,
                    load_s=load, restart_s=np.broadcast_to(restart, tau.shape), lost_work_s=lost,
                    useful_fraction=fraction, ckpt_bytes_per_rank=ckpt, job_mtbf_s=mtbf)
 

@@ -2,7 +2,6 @@
 a few steps."""
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from autoplan.integrations.deepspeed import emit_deepspeed
 from autoplan.integrations.extlocks import clear_orphans, find_locks, is_stale, stale_message, with_own_build_folder
+from autoplan.integrations.launchers import kill_groups
 from conftest import deadline_s
 from engine_checks.plans import TINY, TINY_MOE, make_plan
 
@@ -55,13 +55,9 @@ def start_emitted(tmp_path, plan, iters=3, env_extra=None):
 
 
 def terminate_group(proc):
-    """SIGTERM torchrun (it stops the workers, each in a session of its own); SIGKILL the group if that hangs too."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=deadline_s(20))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """End torchrun as the probe launcher ends its ranks (integrations/launchers.py kill_groups): SIGTERM its group
+    (torchrun stops the workers, each in a session of its own), SIGKILL it if that hangs too."""
+    kill_groups([proc], grace_s=deadline_s(20))
     # Every rank loads DeepSpeed's shm op under torch's build lock (torch/utils/cpp_extension.py `_jit_compile`
     # takes the FileBaton on each load): a rank stopped there leaves it. Remove the ones this run created, as the
     # probe launcher's reaper does (integrations/launchers.py).

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autoplan.errors import InputError
-from autoplan.integrations.launchers import KILL_GRACE_S, LaunchRequest, launch, torchrun_command
+from autoplan.integrations.launchers import KILL_GRACE_S, LaunchRequest, kill_groups, launch, torchrun_command
 from conftest import deadline_s
 
 FAKE_BIN = Path(__file__).parents[1] / "fixtures" / "bin"
@@ -92,6 +92,28 @@ def test_local_failure_kills_waiting_peer(tmp_path):
     assert out.wall_time_s < deadline_s(6)
     time.sleep(0.2)
     assert _pids(tmp_path) and not any(_alive(p) for p in _pids(tmp_path))
+
+
+IGNORES_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
+               "time.sleep(300)"
+
+
+def test_kill_groups_ends_when_the_groups_do_and_reaps_them():
+    """kill_groups (the launchers' and the engine tests' one way to end a launched group) returns once a group that
+    exits on SIGTERM is gone, not after the whole grace period its leader's zombie used to fill, and reaps the
+    leader; a group that ignores SIGTERM is killed when the grace period ends."""
+    grace = deadline_s(4, floor_s=20.0)
+    quits = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    stays = subprocess.Popen([sys.executable, "-c", IGNORES_TERM], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    assert stays.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    kill_groups([quits], grace_s=grace)
+    assert time.monotonic() - start < grace / 2
+    assert quits.returncode == -signal.SIGTERM
+    kill_groups([stays], grace_s=0.5)
+    assert stays.returncode == -signal.SIGKILL
+    stays.stdout.close()
 
 
 @pytest.mark.slow

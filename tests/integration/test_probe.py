@@ -319,3 +319,32 @@ def test_each_virtual_environment_has_its_own_build_folder(tmp_path):
         roots.append(extlocks.environment_root(str(tmp_path / name / "bin" / "python"), env={}))
     assert roots[0] != roots[1]
     assert roots[0] == extlocks.environment_root(str(tmp_path / "env-a" / "bin" / "python"), env={})
+
+
+def test_probe_and_engine_launches_pick_the_build_folder_by_one_rule():
+    """extlocks.own_build_folder is the one rule for the op-build folder: a folder the caller's environment names is
+    kept (the probe adds nothing to its launch), an unset or empty one becomes this Python environment's own;
+    with_own_build_folder (engine checks, emitted-file launches) applies the same rule to a copy of the environment."""
+    from autoplan.integrations import extlocks
+
+    own = {"TORCH_EXTENSIONS_DIR": str(extlocks.environment_root(sys.executable))}
+    assert extlocks.own_build_folder({"TORCH_EXTENSIONS_DIR": "/srv/ext"}, sys.executable) == {}
+    assert extlocks.own_build_folder({}, sys.executable) == own
+    assert extlocks.own_build_folder({"TORCH_EXTENSIONS_DIR": ""}, sys.executable) == own
+    assert extlocks.with_own_build_folder({"TORCH_EXTENSIONS_DIR": "/srv/ext"}, sys.executable) == {
+        "TORCH_EXTENSIONS_DIR": "/srv/ext"}
+    assert extlocks.with_own_build_folder({"TORCH_EXTENSIONS_DIR": ""}, sys.executable) == own
+
+
+def test_deepspeed_ops_are_prepared_by_one_command(tmp_path):
+    """The probe's preparation step and the engine checks run the same command (ds_ops.prepare_args), and it names
+    a module this interpreter finds."""
+    import importlib.util
+
+    from autoplan.integrations.ds_ops import MODULE, prepare_args
+    from autoplan.integrations.probe import deepspeed_program
+
+    program = deepspeed_program(tiny_plan(), tmp_path, iters=4)
+    assert program.prepare_args == prepare_args(tmp_path / "ds_config.json") == [
+        "-m", MODULE, str(tmp_path / "ds_config.json")]
+    assert importlib.util.find_spec(MODULE) is not None
