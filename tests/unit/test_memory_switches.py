@@ -60,8 +60,13 @@ def test_bf16_adam_moments_need_the_megatron_distributed_optimizer(dense):
     for s, engine in ((Strategy(zero=3, adam_bf16_states=True), "megatron"),
                       (Strategy(zero=1, adam_bf16_states=True), "deepspeed")):
         msg = first_broken_rule(dense, cluster(8), workload(2048, 8), s, engine=engine)
-        assert msg.startswith("adam_bf16_states=true (--use-precision-aware-optimizer with bf16 moments) needs")
+        assert msg.startswith("adam_bf16_states=true needs Megatron's distributed optimizer (zero=1; ")
+        assert f"engine={engine}" in msg and "bf16_master_weights=false" in msg
     assert first_broken_rule(dense, cluster(8), workload(2048, 8), Strategy(zero=1, adam_bf16_states=True)) is None
+    # DeepSpeed's bf16 optimizer states are legal beside its bf16 master weights (runtime/config.py).
+    assert first_broken_rule(dense, cluster(8), workload(2048, 8),
+                             Strategy(zero=1, adam_bf16_states=True, bf16_master_weights=True),
+                             engine="deepspeed") is None
 
 
 def test_gated_experts_keep_the_routing_probabilities_not_their_output(moe, monkeypatch):
