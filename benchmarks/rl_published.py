@@ -191,6 +191,8 @@ def main() -> int:
     print()
     _sensitivity()
     print()
+    _mean_bound()
+    print()
     _timing()
     return 0
 
@@ -228,6 +230,27 @@ def _sensitivity() -> None:
             (plan,), _ = search(m, c, job, run.fixed, top_k=1)
             cells.append(f"{plan.step_time_s:7.0f}/{plan.phases['rollout']:6.0f}/{plan.phases['train']:6.0f}")
         print(f"{run.name:36} " + " ".join(f"{x:>22}" for x in cells))
+
+
+def _mean_bound() -> None:
+    """The largest mean response length each published update_actor time allows: the update's model FLOPs
+    (6 x parameters per token, Narayanan et al. 2021; attention and recompute left out, so it is a lower bound on
+    the work) at 100% of the GPU's dense bf16 peak on the training GPUs. An assumed mean above it cannot reproduce
+    the published time with any efficiency."""
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.params import count_parameters
+
+    print("largest mean response length each published update_actor time allows (6 x params x tokens at 100% of "
+          "bf16 peak on the training GPUs)")
+    for run in runs():
+        if "train_s" not in run.published:
+            continue
+        m, hw = load_model(run.model, run.sets), hardware_of(load_cluster(run.gpu, run.gpus))
+        gpus = run.fixed.placement.train_gpus
+        tokens = run.published["train_s"] * gpus * hw.peak_flops_bf16 / (6.0 * float(count_parameters(m)[0]))
+        bound = tokens / run.job.sequences - run.job.prompt_len
+        print(f"  {run.name:36} update_actor {run.published['train_s']:7.1f} s on {gpus:3d} GPUs: mean response "
+              f"<= {bound:6.0f} tokens (assumed {run.job.response_len})")
 
 
 def _timing() -> None:
