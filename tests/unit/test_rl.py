@@ -367,3 +367,26 @@ def test_deepseek_v3_colocated_gpu_memory_is_not_under_the_published_figure():
     (plan,), _ = search(load_model(run.model, run.sets), load_cluster(run.gpu, run.gpus), run.job, run.fixed,
                         top_k=1)
     assert plan.peak_mem_gib >= run.published["gpu_mem_gib"]
+
+
+def test_a_colocated_refit_holds_the_actor_and_the_engine_weights_together():
+    """verl's rollout_mode brings the offloaded actor weights back, resumes the engine's weights and syncs them
+    through one 512 MiB bucket before the KV cache returns (autoplan/rl/memory.py): with a small memory share the
+    refit, not the generation, is the rollout side's peak."""
+    from autoplan.rl.refit import BUCKET_BYTES
+    from autoplan.rl.train import price_training
+
+    m = load_model("llama3-70b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    rollout = {"tp": 4, "engines": 4, "gpu_memory_utilization": 0.5}
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    (plan,), _ = search(m, c, _job(), Fixed(train={"tp": 4, "pp": 2}, offload="all", placement=col,
+                                            rollout=rollout), top_k=1)
+    lay = RolloutLayout(**rollout)
+    tp = price_training(m, c, _job(), [plan.strategy], ["all"])
+    expect = (float(tp.context_bytes[0]) + float(tp.weights_bytes[0]) + R.engine_weights(m, lay).total
+              + sum(R.engine_runtime_bytes(m, lay, hw).values()) + BUCKET_BYTES) / GIB
+    assert plan.memory_gib["refit"] == pytest.approx(expect, rel=1e-6)
+    assert plan.memory_gib["refit"] > plan.memory_gib["rollout"]
+    assert plan.peak_mem_gib >= plan.memory_gib["refit"]
