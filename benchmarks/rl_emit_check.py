@@ -16,8 +16,24 @@ cannot run here without another torch; each emitted flag is instead looked up in
 pinned sources: slime's own ("--..." literals under slime/), Megatron-LM's (under megatron/) and SGLang's ServerArgs
 fields (sglang/srt/arg_groups/fields/*.py and server_args.py; slime adds them with the --sglang- prefix).
 
+slime's own parser (--slime-python): `slime.utils.arguments.parse_args` (SGLang's ServerArgs and router arguments,
+Megatron-LM's training parser, then slime's, Megatron's and SGLang's validation) run on the emitted flags in a
+separate interpreter that holds torch 2.13 (CPU), sglang 0.5.15.post1 and sglang-router installed with --no-deps
+plus the light packages their argument modules import, with slime's sources (--slime-src, a checkout holding slime/
+and scripts/models/) and Megatron-LM at slime's pinned commit (--slime-megatron-src) on its path. What the user's
+own script adds is added as slime's example scripts do: the model's Megatron arguments (MODEL_ARGS of slime's
+scripts/models/<model>.sh; Qwen2.5-Math-7B uses qwen2.5-7B.sh, the same architecture), a folder holding the
+model's Hugging Face config.json (tests/data/hf_configs) for --hf-checkpoint and an empty one for --ref-load, and
+the run length (--num-rollout 1). Three things of the check machine are answered for it, in the check process only:
+torchvision (imported at module level by sglang/srt/utils/common.py and its multimodal helpers; PyPI has no CPU
+build for torch 2.13) is a stand-in whose functions raise if called (argument parsing calls none) and
+transformers is told it is absent; Megatron's validation asks the GPU's compute capability (grouped GEMMs, and
+megatron/training/utils.py get_device_arch_version for tp/cp > 1), answered 9.0 (H100, H20); Hugging Face is read
+offline.
+
 Run: python -m benchmarks.rl_emit_check --verl-python /tmp/verlcheck/bin/python --verl-recipes DIR
        --slime-src DIR --megatron-src DIR --sglang-src DIR
+       [--slime-python PY --slime-megatron-src DIR]
 """
 from __future__ import annotations
 
@@ -28,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Set
+from typing import Dict, List, Set
 
 CASES = [  # name, autoplan rl arguments
     ("qwen3-30b-a3b grpo colocated 32xh100", ["--model", "qwen3-30b-a3b", "--cluster", "h100", "--gpus", "32",
@@ -93,6 +109,111 @@ if spec["recipe"]:
                 missing.append(key)
 print(json.dumps({"composed": len(core), "recipe_missing": missing}))
 '''
+
+
+SLIME_PARSE = r'''
+import importlib.abc, importlib.machinery, json, os, sys, types
+spec = json.loads(sys.argv[1])
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.update(spec["env"])
+
+
+class _Absent:
+    def __init__(self, *a, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        raise NotImplementedError("torchvision stand-in of the argument check")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Absent()
+
+
+class _StandIn(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name == "torchvision" or name.startswith("torchvision."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+
+        def attr(name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return _Absent
+        module.__getattr__ = attr
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+sys.meta_path.insert(0, _StandIn())
+import torch
+torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+torch.cuda.get_device_properties = lambda *a, **k: types.SimpleNamespace(major=9, minor=0, name="NVIDIA H100")
+import transformers.utils as tu, transformers.utils.import_utils as iu
+tu.is_torchvision_available = iu.is_torchvision_available = lambda: False
+sys.path[:0] = [spec["slime_src"], spec["megatron_src"]]
+sys.argv = ["train.py"] + spec["argv"]
+from slime.utils.arguments import parse_args
+args = parse_args()
+keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "expert_model_parallel_size",
+        "context_parallel_size", "rollout_num_gpus_per_engine", "rollout_num_gpus", "colocate", "sglang_dp_size",
+        "sglang_ep_size", "sglang_mem_fraction_static", "n_samples_per_prompt", "rollout_batch_size",
+        "global_batch_size")
+print(json.dumps({k: getattr(args, k, None) for k in keys}))
+'''
+
+# Model -> (slime scripts/models/<script>, tests/data/hf_configs/<config.json>) for the parser check.
+SLIME_MODELS = {"qwen3-30b-a3b": ("qwen3-30B-A3B.sh", "qwen3_30b_a3b.json"),
+                "deepseek-v3": ("deepseek-v3.sh", "deepseek_v3.json"),
+                "qwen2.5-math-7b": ("qwen2.5-7B.sh", "qwen2.5_7b.json")}
+HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs"
+
+
+def slime_model_args(slime_src: Path, script: str) -> List[str]:
+    """MODEL_ARGS of slime's scripts/models/<script>, as bash expands them."""
+    p = subprocess.run(["bash", "-c", f'source "{slime_src / "scripts" / "models" / script}" >/dev/null; '
+                       'printf "%s\\0" "${MODEL_ARGS[@]}"'], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{script}: {p.stderr.strip()}")
+    return [w for w in p.stdout.split("\0") if w]
+
+
+def slime_parse(python: str, slime_src: Path, megatron_src: Path, model: str, emitted: List[str],
+                tmp: Path, env: Dict[str, str]) -> dict:
+    """Run slime's parse_args on `emitted` (plus what the user's script adds; module doc) in `python`, with the
+    environment `env` the emitted run script exports: the parsed values, or {"error": last line}."""
+    script, config = SLIME_MODELS[model]
+    hf = tmp / f"hf-{model}"
+    hf.mkdir(parents=True, exist_ok=True)
+    (hf / "config.json").write_text((HF_CONFIGS / config).read_text())
+    argv = list(emitted)
+    for flag, folder in (("--hf-checkpoint", hf), ("--ref-load", tmp / f"ref-{model}")):
+        if flag in argv:
+            folder.mkdir(parents=True, exist_ok=True)
+            argv[argv.index(flag) + 1] = str(folder)
+    argv = slime_model_args(slime_src, script) + argv + ["--num-rollout", "1"]
+    spec = {"slime_src": str(slime_src), "megatron_src": str(megatron_src), "argv": argv, "env": env}
+    p = subprocess.run([python, "-c", SLIME_PARSE, json.dumps(spec)], capture_output=True, text=True, cwd=tmp)
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def slime_parser_missing(python: str, slime_src: Path, megatron_src: Path) -> str:
+    """'' when `python` imports slime's parser with these sources (as SLIME_PARSE does), else why not (one line)."""
+    probe = SLIME_PARSE.split("sys.argv = ")[0] + "from slime.utils.arguments import parse_args\n"
+    spec = {"slime_src": str(slime_src), "megatron_src": str(megatron_src), "argv": [], "env": {}}
+    try:
+        p = subprocess.run([python, "-c", probe, json.dumps(spec)], capture_output=True, text=True)
+    except OSError as e:
+        return f"{python}: {e}"
+    return "" if p.returncode == 0 else (p.stderr.strip().splitlines() or ["?"])[-1]
 
 
 def _flags_in(folder: Path, pattern: str) -> Set[str]:
@@ -170,7 +291,18 @@ def check_slime(name, args_list, a, tmp: Path, known) -> str:
         if w in slime or w in megatron:
             continue
         unknown.append(w)
-    return f"{len(words)} flags, all defined" if not unknown else f"UNKNOWN flags: {' '.join(unknown)}"
+    named = f"{len(words)} flags, all defined" if not unknown else f"UNKNOWN flags: {' '.join(unknown)}"
+    if not a.slime_python:
+        return named
+    emitted = [w for w in (out / "slime_args.txt").read_text().split("\n") if w]
+    model = args_list[args_list.index("--model") + 1]
+    env = dict(re.findall(r"^export (\w+)=(\S+)$", (out / "run_slime.sh").read_text(), flags=re.M))
+    parsed = slime_parse(a.slime_python, Path(a.slime_src), Path(a.slime_megatron_src), model, emitted, out, env)
+    if "error" in parsed:
+        return f"{named}; REJECTED by slime's parse_args: {parsed['error']}"
+    return f"{named}; accepted by slime's parse_args (tp {parsed['tensor_model_parallel_size']}, pp " \
+           f"{parsed['pipeline_model_parallel_size']}, ep {parsed['expert_model_parallel_size']}, engine GPUs " \
+           f"{parsed['rollout_num_gpus_per_engine']}, colocate {parsed['colocate']})"
 
 
 def main() -> int:
@@ -180,6 +312,8 @@ def main() -> int:
     ap.add_argument("--slime-src")
     ap.add_argument("--megatron-src")
     ap.add_argument("--sglang-src")
+    ap.add_argument("--slime-python", help="interpreter that can import slime's parser (module doc)")
+    ap.add_argument("--slime-megatron-src", help="Megatron-LM at slime's pinned commit (holds megatron/)")
     a = ap.parse_args()
     known = None
     if a.slime_src and a.megatron_src and a.sglang_src:
@@ -192,7 +326,7 @@ def main() -> int:
         for name, args_list in CASES:
             v = check_verl(name, args_list, a, tmp)
             s = check_slime(name, args_list, a, tmp, known) if known else "not checked (sources not given)"
-            failures += v.startswith("REJECTED") + s.startswith("UNKNOWN")
+            failures += v.startswith("REJECTED") + s.startswith("UNKNOWN") + ("REJECTED" in s)
             print(f"{name}\n  verl : {v}\n  slime: {s}")
     print(f"emit check: {failures} rejected")
     return 1 if failures else 0

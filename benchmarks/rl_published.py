@@ -28,6 +28,14 @@ Sources (verl @ b178a3cd, 2026-01-29; slime @ 624b824a):
   0.7, 128 prompts x 8, max response 32,768, 4 optimizer steps per rollout; no host-RAM figure is published: the
   check is that it fits in a DGX H100's 2 TB.
 
+What the published columns time (verl's hybrid worker, verl/workers/fsdp_workers.py `generate_sequences` at
+2bb42bae, the commit that added docs/advance/one_step_off.md, lines 972-983; the Megatron worker alike): on a
+colocated run the trainer's "gen" timer wraps the whole call, which switches to rollout mode (actor weights back on
+the GPU, weights synced into the engine, KV cache resumed), generates, and switches back, while "generate_sequences"
+times the generation alone. So a colocated run's "gen" is compared with the predicted rollout + refit (gen_s) and
+its "generate_sequences" with the predicted rollout (rollout_s); on a split pool (one-step-off) generation is all
+the engine does and "generate_sequences" is rollout_s.
+
 Assumed inputs (not published; fixed here before any comparison and used for every row of a run):
 - mean prompt length 256 tokens for the DAPO-Math-17k prompts of every run;
 - mean response length 2048 tokens for the Qwen2.5-Math-7B runs (OSO, FA) and 4096 for R1 and GLM (their pages
@@ -101,13 +109,13 @@ def runs() -> List[Run]:
                {"step_s": 1700, "rollout_s": 1050, "rollout_share": 1050 / 1700, "gpu_mem_gib": 66 * gib,
                 "host_gib_per_node": 1500 * gib})]
     for label, longest, train, n_col in (("FSDP2", 20480, FSDP, 12), ("Megatron", 8192, MEG7B, 16)):
-        pub = {"FSDP2": ((749, 321, 88, 286), (520, 458, 108, 337)),
-               "Megatron": ((699, 207, 119, 344), (566, 501, 120, 347))}[label]
+        pub = {"FSDP2": ((749, 321, 247, 88, 286), (520, 458, 108, 337)),
+               "Megatron": ((699, 207, 162, 119, 344), (566, 501, 120, 347))}[label]
         out.append(Run(f"OSO colocate {label} 16xH20", *MATH, "h20", 16,
                        _job(512, n_col, QWEN_MATH_RESPONSE, longest, 16, ref=False),
                        _fixed(train, "swap", {"tp": 2, "dp": 1, "ep": 1, "engines": 8,
                                               "gpu_memory_utilization": 0.8}, _col(16)),
-                       dict(zip(("step_s", "rollout_s", "old_log_prob_s", "train_s"), pub[0]))))
+                       dict(zip(("step_s", "gen_s", "rollout_s", "old_log_prob_s", "train_s"), pub[0]))))
         out.append(Run(f"OSO one-step-off {label} 12+4xH20", *MATH, "h20", 16,
                        _job(512, 12, QWEN_MATH_RESPONSE, longest, 16, ref=False, mode="one-step-off"),
                        _fixed(train, "none", {"tp": 2, "dp": 1, "ep": 1, "engines": 2,
@@ -121,7 +129,7 @@ def runs() -> List[Run]:
                                                                           ref=False),
                        _fixed(FSDP, "swap", {"tp": 4, "dp": 1, "ep": 1, "engines": n // 4,
                                              "gpu_memory_utilization": 0.8}, _col(n)),
-                       dict(zip(("step_s", "rollout_s", "old_log_prob_s", "train_s"), sync))))
+                       dict(zip(("step_s", "gen_s", "old_log_prob_s", "train_s"), sync))))
         out.append(Run(f"FA fully-async {n // 2}:{n // 2}xH20", *MATH, "h20", n,
                        _job(512, 16, QWEN_MATH_RESPONSE, 28672, 16, ref=False, mode="async"),
                        _fixed(FSDP, "none", {"tp": 4, "dp": 1, "ep": 1, "engines": n // 8,
@@ -144,27 +152,67 @@ def runs() -> List[Run]:
 def predicted(plan, run: Run) -> Dict[str, float]:
     e = plan.to_dict(run.job)["estimate"]
     ph = e["phase_times_s"]
-    out = {"step_s": e["step_time_s"], "rollout_s": ph["rollout"], "old_log_prob_s": ph["old_log_prob"],
+    out = {"step_s": e["step_time_s"], "rollout_s": ph["rollout"], "gen_s": ph["rollout"] + ph["refit"],
+           "old_log_prob_s": ph["old_log_prob"],
            "train_s": ph["train"], "rollout_share": ph["rollout"] / e["step_time_s"],
            "gpu_mem_gib": e["peak_mem_gib"], "host_gib_per_node": e["host_mem_gib"], "fits": float(e["fits"]),
            "host_fits_2TB": float(e["host_mem_gib"] <= HOST_GIB)}
     return out
 
 
+def naive_bar():
+    """The naive bar of benchmarks/naive.py (one effective TFLOP/s per GPU x precision x architecture, else a
+    fraction of peak), fitted on every published training row of benchmarks/published.py; no RL row is used."""
+    from benchmarks.naive import NaiveBar
+    from benchmarks.published import load_runs
+
+    return NaiveBar.fit(load_runs()[0])
+
+
+def naive(bar, run: Run, m, c) -> Dict[str, float]:
+    """What the naive bar says of a run: every phase is its model FLOPs (Megatron's formula,
+    costmodel/flops.model_flops_per_token; a forward pass one third of it) over the phase's GPUs at the bar's
+    effective bf16 TFLOP/s for the GPU and architecture, generation priced like a forward pass; the phases
+    combine as the search combines them. It has no memory, host-RAM or fit figures."""
+    from types import SimpleNamespace
+
+    from autoplan.costmodel.flops import model_flops_per_token
+
+    like = SimpleNamespace(gpu=run.gpu, arch="moe" if m.is_moe else "dense", precision="bf16", strategy=None,
+                           cluster=c)
+    rate = bar.tflops(like) * 1e12
+    pl, job = run.fixed.placement, run.job
+    work = model_flops_per_token(m, job.mean_seq_len) * job.sequences * job.mean_seq_len
+    train = work / (pl.train_gpus * rate)
+    forward = train / 3.0
+    rollout = work / 3.0 / (pl.rollout_gpus * rate)
+    ref = forward if job.use_ref else 0.0
+    old_lp = 0.0 if job.mode == "async" else forward
+    trainer = ref + old_lp + train
+    step = rollout + trainer if job.mode == "on-policy" else max(rollout, trainer)
+    return {"step_s": step, "rollout_s": rollout, "gen_s": rollout, "old_log_prob_s": old_lp, "train_s": train,
+            "rollout_share": rollout / step}
+
+
 def main() -> int:
     rows, choice_rows = [], []
     sync_steps: Dict[int, float] = {}
+    naive_sync: Dict[int, float] = {}
+    bar = naive_bar()
     for run in runs():
         m = load_model(run.model, run.sets)
         c = load_cluster(run.gpu, run.gpus)
         (plan,), _ = search(m, c, run.job, run.fixed, top_k=1)
         got = predicted(plan, run)
+        bare = naive(bar, run, m, c)
         if run.name.startswith("FA colocate"):
             sync_steps[run.gpus] = got["step_s"]
+            naive_sync[run.gpus] = bare["step_s"]
         if "speedup_vs_sync" in run.published:
             got["speedup_vs_sync"] = sync_steps[run.gpus] / got["step_s"]
+            bare["speedup_vs_sync"] = naive_sync[run.gpus] / bare["step_s"]
         for key, pub in run.published.items():
-            rows.append((run.name, key, pub, got[key]))
+            rows.append((run.name, key, pub, got[key], bare.get(key)))
         free = Fixed(engine=run.fixed.engine)
         best, _ = search(m, c, run.job, free, top_k=1)
         b = best[0]
@@ -174,13 +222,19 @@ def main() -> int:
                             f"tp{b.rollout.tp} dp{b.rollout.dp} ep{b.rollout.ep} x{b.rollout.engines} "
                             f"{b.rollout.gpu_memory_utilization}"))
     print(f"autoplan rl vs published RL runs ({datetime.date.today()}); error = predicted / published - 1")
-    print(f"{'run':36} {'quantity':18} {'published':>10} {'predicted':>10} {'error':>8}")
-    within = 0
-    for name, key, pub, got in rows:
+    print("naive: the naive bar (benchmarks/naive.py, fitted on the published training rows; see `naive`)")
+    print(f"{'run':36} {'quantity':18} {'published':>10} {'predicted':>10} {'error':>8} {'naive':>10} {'error':>8}")
+    within, naive_within, naive_rows = 0, 0, 0
+    for name, key, pub, got, bare in rows:
         err = got / pub - 1.0
         within += abs(err) <= 0.20
-        print(f"{name:36} {key:18} {pub:10.2f} {got:10.2f} {err:+8.1%}")
-    print(f"rows within 20%: {within} of {len(rows)}")
+        cells = "         -        -"
+        if bare is not None:
+            naive_rows += 1
+            naive_within += abs(bare / pub - 1.0) <= 0.20
+            cells = f"{bare:10.2f} {bare / pub - 1.0:+8.1%}"
+        print(f"{name:36} {key:18} {pub:10.2f} {got:10.2f} {err:+8.1%} {cells}")
+    print(f"rows within 20%: {within} of {len(rows)}; naive bar: {naive_within} of the {naive_rows} rows it prices")
     print()
     print("planner's choice vs the published layout (predicted step time, s)")
     print(f"{'run':36} {'published layout':>16} {'fits':>5} {'planner':>9} {'fits':>5}  planner's layout")
@@ -190,6 +244,8 @@ def main() -> int:
     _decode()
     print()
     _sensitivity()
+    print()
+    _mean_bound()
     print()
     _timing()
     return 0
@@ -228,6 +284,27 @@ def _sensitivity() -> None:
             (plan,), _ = search(m, c, job, run.fixed, top_k=1)
             cells.append(f"{plan.step_time_s:7.0f}/{plan.phases['rollout']:6.0f}/{plan.phases['train']:6.0f}")
         print(f"{run.name:36} " + " ".join(f"{x:>22}" for x in cells))
+
+
+def _mean_bound() -> None:
+    """The largest mean response length each published update_actor time allows: the update's model FLOPs
+    (6 x parameters per token, Narayanan et al. 2021; attention and recompute left out, so it is a lower bound on
+    the work) at 100% of the GPU's dense bf16 peak on the training GPUs. An assumed mean above it cannot reproduce
+    the published time with any efficiency."""
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.params import count_parameters
+
+    print("largest mean response length each published update_actor time allows (6 x params x tokens at 100% of "
+          "bf16 peak on the training GPUs)")
+    for run in runs():
+        if "train_s" not in run.published:
+            continue
+        m, hw = load_model(run.model, run.sets), hardware_of(load_cluster(run.gpu, run.gpus))
+        gpus = run.fixed.placement.train_gpus
+        tokens = run.published["train_s"] * gpus * hw.peak_flops_bf16 / (6.0 * float(count_parameters(m)[0]))
+        bound = tokens / run.job.sequences - run.job.prompt_len
+        print(f"  {run.name:36} update_actor {run.published['train_s']:7.1f} s on {gpus:3d} GPUs: mean response "
+              f"<= {bound:6.0f} tokens (assumed {run.job.response_len})")
 
 
 def _timing() -> None:

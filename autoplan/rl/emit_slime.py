@@ -36,7 +36,11 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
         if s.recompute_modules:
             a += ["--recompute-modules", *s.recompute_modules]
     if job.use_ref:
-        a += ["--use-kl-loss"]
+        # slime_validate_args (slime/utils/arguments.py) refuses a KL loss without --ref-load, the reference
+        # model's Megatron checkpoint; slime's scripts name it after the HF checkpoint with a _torch_dist suffix
+        # (scripts/run-qwen3-30B-A3B.sh CKPT_ARGS: --hf-checkpoint /root/Qwen3-30B-A3B, --ref-load
+        # /root/Qwen3-30B-A3B_torch_dist).
+        a += ["--use-kl-loss", "--ref-load", f"{model_path.rstrip('/')}_torch_dist"]
     if plan.offload in ("optimizer", "all"):
         a += ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
     if pl.kind == "colocated":
@@ -69,5 +73,8 @@ def render(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node: i
               f"# slime: {plan.placement.kind} placement, predicted step {plan.step_time_s:.1f} s\n"
               "# MODEL_ARGS: the model's Megatron arguments (slime scripts/models/<model>.sh)\n"
               "set -euo pipefail\n"
+              "# Megatron's validation requires it with tp or cp > 1 (megatron/training/arguments.py); slime's own\n"
+              "# scripts set it for every run (scripts/run-qwen3-30B-A3B.sh RUNTIME_ENV_JSON)\n"
+              "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"
               f"python3 train.py ${{MODEL_ARGS[@]}} \\\n    {body} \"$@\"\n")
     return {"slime_args.txt": "\n".join(args) + "\n", "run_slime.sh": script}

@@ -6,6 +6,12 @@ states take on a node.
   "none": weights, gradients and optimizer states) beside the engine's memory (`rollout.rollout_gpu_bytes`). While
   training: the engine sleeps (vLLM sleep mode level 1: KV cache freed, weights to host; SGLang
   release_memory_occupation), so training has the GPU.
+- Colocated, while the weights are synced into the engine (verl `ActorRolloutRefWorker.rollout_mode`,
+  verl/workers/megatron_workers.py lines 676-736 at b178a3cd): the actor's weights come back to the GPU when
+  offloaded (`load_megatron_model_to_gpu(..., load_grad=False)`, line 682), the engine's weights are resumed, the
+  weights pass through one bucket of update_weights_bucket_megabytes (refit.BUCKET_BYTES; vllm_rollout.py
+  `ServerAdapter.update_weights` allocates it on the GPU, lines 156-158), and only after the actor's weights are
+  offloaded again (line 732) is the KV cache resumed: `refit_bytes`.
 - Split: each pool holds only its own phase.
 - Host RAM per node: the ranks on the node times what each keeps on the host: CPU Adam states (fp32 param, grad, m,
   v: train.CPU_ADAM_STATE_BYTES_PER_PARAM) when the optimizer is offloaded; bf16 weights and the gradients when
@@ -26,6 +32,14 @@ def resident_during_rollout(tp: TrainPhases, i: int, offload: str) -> float:
         return context
     kept = context + float(tp.weights_bytes[i] + tp.grads_bytes[i])
     return kept if offload == "optimizer" else kept + float(tp.optimizer_bytes[i])
+
+
+def refit_bytes(tp: TrainPhases, i: int, offload: str, engine_weight_bytes: float, engine_runtime_bytes: float,
+                bucket_bytes: float) -> float:
+    """GPU bytes of a colocated refit (see module doc): what training keeps, its weights brought back when they
+    were offloaded, the engine's weights and runtime memory, one transfer bucket; no KV cache yet."""
+    back = float(tp.weights_bytes[i]) if offload in ("all", "swap") else 0.0
+    return resident_during_rollout(tp, i, offload) + back + engine_weight_bytes + engine_runtime_bytes + bucket_bytes
 
 
 def host_bytes_per_rank(tp: TrainPhases, i: int, offload: str, colocated: bool, use_ref: bool,

@@ -22,6 +22,40 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
 - CUDA graphs: captured for batch sizes up to 512 (vLLM `CompilationConfig.max_cudagraph_capture_size` default 512;
   graphs of all sizes share one memory pool, sized by the largest capture), so their memory is one decode step's
   activations at that batch.
+- ENGINE_RUNTIME: what an engine holds outside its requested memory (gpu_memory_utilization, mem_fraction_static).
+  Sources: vLLM 0.11.0 (the PyPI wheel's sources) and SGLang 0.5.23 (the PyPI wheel's sources); the line numbers
+  are of those files. vLLM `vllm/v1/worker/gpu_worker.py` `Worker.init_device` (lines 165-183) builds the
+  distributed groups and only then takes the memory snapshot whose total * gpu_memory_utilization is the requested
+  memory ("Initialize the distributed environment BEFORE taking memory snapshot. This ensures NCCL buffers are
+  allocated before we measure available memory"), so the engine process's CUDA context, its NCCL communicators
+  and its custom all-reduce buffers lie outside the requested memory; CUDA graphs are captured after the KV cache
+  is sized (`compile_or_warm_up_model`, lines 342-344), outside it as well. The engine runs in a process of its
+  own in both frameworks (verl `verl/workers/rollout/vllm_rollout/vllm_rollout.py` `ServerAdapter`, line 65, at
+  verl b178a3cd; slime launches SGLang servers), so its CUDA context comes on top of the trainer's.
+  - NCCL communicators: `vllm/distributed/parallel_state.py` `GroupCoordinator.__init__` builds a device
+    communicator for every group with world_size > 1 (line 252) for the tp, dp and ep groups (lines 1152-1206; the
+    ep group spans dp x tp); `PyNcclCommunicator.__init__` runs a warm-up all-reduce at creation
+    (`vllm/distributed/device_communicators/pynccl.py` lines 137-139), so its buffers exist before the snapshot.
+    SGLang `sglang/srt/distributed/parallel_state.py`: the tp group (line 2691, all GPUs of the engine). Each is
+    priced as one training communicator (costmodel/calibration.py nccl_gib_per_group).
+  - Custom all-reduce: `vllm/distributed/device_communicators/custom_all_reduce.py` (world sizes 2, 4, 6, 8, line
+    51; none across nodes, lines 84-89; max_size 8 MiB, line 57, lowered to the capability table when symmetric
+    memory is on, lines 114-119; buffers meta_size + max_size, max_size and an 8 MiB rank_data table, lines
+    164-177); SGLang's `custom_all_reduce.py` the same (lines 41-42, 106-118). vLLM 0.11.0 also enables its
+    symmetric-memory all-reduce by default (`vllm/envs.py` VLLM_ALLREDUCE_USE_SYMM_MEM default 1, line 1411):
+    `symm_mem.py` `SymmMemCommunicator.__init__` allocates one buffer of SYMM_MEM_ALL_REDUCE_MAX_SIZES[capability]
+    [world size] bytes (lines 80-84; the sizes in `all_reduce_utils.py` lines 45-57) for the same world sizes.
+    SGLang's tp group is made with a device communicator (parallel_state.py lines 2686-2692); its MoE ep group
+    is made with use_pynccl=False (line 2913), so it is not counted.
+  - MLA workspace: `vllm/v1/attention/backends/mla/common.py` `determine_chunked_prefill_workspace_size` (lines
+    442-467: min(max(8 * max_model_len, 4 * max_num_seqs * block_size), 64 Ki) tokens) and the buffer of that many
+    rows of head_size (kv_lora_rank + rope dim) in the model dtype (lines 500-520), made with the attention
+    metadata builder when the KV cache is initialised, after the budget was computed.
+  - Not held by the emitted settings, so not counted: DeepEP buffers (SGLang `--moe-a2a-backend deepep`, sized by
+    DeepEP csrc/config.hpp `get_low_latency_rdma_size_hint`; neither emitter selects it), vLLM's symmetric-memory
+    all-reduce (VLLM_ALLREDUCE_USE_SYMM_MEM, off by default in 0.11.0). The sampler's logits workspace
+    (`_dummy_sampler_run` after capture, gpu_worker.py lines 407-416) reuses the profiling run's peak, which is
+    inside the requested memory (profile_activation_bytes).
 - Decode is memory-bound at small batch: a step reads every weight it uses plus the KV cache of the running
   sequences from HBM, at 0.92 of the datasheet rate (torchao's roofline planning factor, profiles/gpu_reference.md
   sec. 3, S2); at large batch the GEMMs bound it (2 FLOPs per active parameter per token, at the GPU's MAMF
@@ -43,9 +77,11 @@ import heapq
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Dict
 
 import numpy as np
 
+from autoplan.costmodel.calibration import DEFAULT as DEFAULT_CALIBRATION
 from autoplan.costmodel.collectives import collective_time
 from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.params import embedding_params, head_params, layer_params
@@ -67,6 +103,14 @@ STEP_OVERHEAD_S = 3.25e-3
 # Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
 MAX_NUM_SEQS = 1024
 MAX_NUM_BATCHED_TOKENS = 8192
+# Engine memory outside the requested fraction (ENGINE_RUNTIME in the module doc).
+NCCL_GIB_PER_GROUP = DEFAULT_CALIBRATION.nccl_gib_per_group  # one NCCL communicator, as the training cost model
+CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)  # vLLM/SGLang CustomAllreduce._SUPPORTED_WORLD_SIZES
+CUSTOM_AR_MAX_BYTES = 8192 * 1024  # vLLM CustomAllreduce max_size default; SGLang _MAX_CAR_SIZE (CUDA)
+# vLLM all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES, the larger of its capability 9.0 and 10.0 rows per world size
+# (the GPU's compute capability is not part of Hardware; the larger never counts less).
+SYMM_MEM_MAX_BYTES = {2: 64 * 2**20, 4: 32 * 2**20, 6: 128 * 2**20, 8: 128 * 2**20}
+MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size cap
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:
@@ -151,11 +195,55 @@ def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -
     return max(kv_cache_bytes(model, layout, hw), 0.0) / kv_bytes_per_token(model, layout.tp)
 
 
+def engine_nccl_groups(layout: RolloutLayout) -> int:
+    """NCCL communicators one engine GPU holds (see ENGINE_RUNTIME in the module doc): vLLM builds a device
+    communicator for each of its tp, dp and ep groups that has more than one rank (its ep group spans dp x tp
+    whether or not experts are split); SGLang for its tp group (all tp x dp GPUs of the engine)."""
+    size = layout.gpus_per_engine
+    if layout.engine == "sglang":
+        return int(size > 1)
+    return int(layout.tp > 1) + int(layout.dp > 1) + int(size > 1)
+
+
+def custom_all_reduce_bytes(layout: RolloutLayout, hw: Hardware) -> float:
+    """The engines' own all-reduce (IPC buffers over NVLink) on a tp group of 2, 4, 6 or 8 GPUs inside one node:
+    a metadata + max_size buffer, a max_size staging buffer and a max_size table of registered pointers, max_size
+    at most 8 MiB (both engines), and vLLM's symmetric-memory buffer beside it (see ENGINE_RUNTIME). A group across
+    nodes or of another size has none."""
+    group = layout.gpus_per_engine if layout.engine == "sglang" else layout.tp
+    if group not in CUSTOM_AR_WORLD_SIZES or group > hw.domain_size:
+        return 0.0
+    symm = SYMM_MEM_MAX_BYTES[group] if layout.engine == "vllm" else 0.0
+    return 3.0 * CUSTOM_AR_MAX_BYTES + symm
+
+
+def mla_workspace_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
+    """vLLM's MLA chunked-prefill workspace: at most 64 Ki tokens of one latent + rope row each, in the model's
+    dtype, allocated with the attention backend after the KV cache was sized (see ENGINE_RUNTIME); the cap is taken
+    (it is reached whenever max_model_len >= 8 Ki tokens, as in RL)."""
+    if layout.engine != "vllm" or not model.multi_latent_attention:
+        return 0.0
+    return MLA_WORKSPACE_TOKENS * (model.kv_lora_rank + model.qk_pos_emb_head_dim) * BF16
+
+
+def engine_runtime_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> Dict[str, float]:
+    """The engine's memory outside gpu_memory_utilization / mem_fraction_static, per GPU, by kind (see
+    ENGINE_RUNTIME in the module doc)."""
+    return {
+        "engine_cuda_context": CUDA_CONTEXT_GIB * GIB,
+        "engine_nccl": engine_nccl_groups(layout) * NCCL_GIB_PER_GROUP * GIB,
+        "custom_all_reduce": custom_all_reduce_bytes(layout, hw),
+        "mla_workspace": mla_workspace_bytes(model, layout),
+        "cuda_graphs": cuda_graph_bytes(model, layout),
+    }
+
+
 def rollout_gpu_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
     """What the engine takes on a GPU while it generates: the requested memory (weights + KV + profiling
-    activations) plus, for vLLM, CUDA graphs outside it; SGLang's CUDA graphs and activations also come from the
-    remaining (1 - mem_fraction_static), so they are added for both."""
-    return layout.gpu_memory_utilization * hw.capacity_bytes + cuda_graph_bytes(model, layout)
+    activations) plus what it holds outside it (`engine_runtime_bytes`). SGLang's CUDA graphs and activations come
+    from the remaining (1 - mem_fraction_static) of the memory it found free, so they are added for both; taking
+    the fraction of the whole GPU rather than of the memory found free never counts less."""
+    return layout.gpu_memory_utilization * hw.capacity_bytes + sum(engine_runtime_bytes(model, layout, hw).values())
 
 
 # ---- decode step time --------------------------------------------------------------------------------------------

@@ -308,6 +308,12 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     if critic:  # each trains while the other keeps what its offload setting leaves on the GPU
         train_peak = max(actor.peak_bytes + critic.resident_bytes, critic.peak_bytes + actor.resident_bytes)
     mem = {"train": train_peak / GIB, "rollout": (rollout_bytes + resident) / GIB}
+    if colocated:
+        runtime = sum(R.engine_runtime_bytes(model, lay, hw).values())
+        refit_gpu = M.refit_bytes(tp, i, off, engine_w, runtime, F.BUCKET_BYTES)
+        if critic:  # the critic keeps what its offload setting leaves
+            refit_gpu += critic.resident_bytes
+        mem["refit"] = refit_gpu / GIB
     peak = max(mem.values())
     host_rank = M.host_bytes_per_rank(tp, i, off, colocated, job.use_ref, engine_w) + (
         critic.host_bytes if critic else 0.0)

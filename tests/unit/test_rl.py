@@ -327,3 +327,66 @@ def test_cli_emits_verl_and_slime_settings(tmp_path, capsys):
     plan = json.loads(out)["plans"][0]
     assert args[args.index("--rollout-num-gpus-per-engine") + 1] == str(plan["rollout"]["tp"] * plan["rollout"]["dp"])
     assert ("--colocate" in args) == (plan["placement"]["kind"] == "colocated")
+
+
+# ---- the engine's memory outside its requested fraction (rollout.ENGINE_RUNTIME) ---------------------------------
+
+def test_engine_runtime_buffers_follow_the_engines_sources():
+    """vLLM: a device communicator per tp/dp/ep group of more than one rank, custom all-reduce (3 x 8 MiB) and the
+    symmetric-memory buffer on a tp group of 2-8 GPUs in one node, the MLA prefill workspace (64 Ki rows of
+    kv_lora_rank + rope dim, bf16), a CUDA context of its own; SGLang: one communicator for its tp group."""
+    hw = hardware_of(load_cluster("h100", 16))
+    nccl = R.NCCL_GIB_PER_GROUP * GIB
+    dense = load_model("llama3-8b", ())
+    one = R.engine_runtime_bytes(dense, RolloutLayout(tp=1, engines=16), hw)
+    assert one["engine_nccl"] == 0.0 and one["custom_all_reduce"] == 0.0 and one["mla_workspace"] == 0.0
+    assert one["engine_cuda_context"] == pytest.approx(R.CUDA_CONTEXT_GIB * GIB)
+    tp8 = R.engine_runtime_bytes(dense, RolloutLayout(tp=8, engines=2), hw)
+    assert tp8["engine_nccl"] == pytest.approx(2 * nccl)  # tp group and the ep group over the same 8 GPUs
+    assert tp8["custom_all_reduce"] == pytest.approx(3 * 8 * 2**20 + 128 * 2**20)
+    tp16 = R.engine_runtime_bytes(dense, RolloutLayout(tp=16, engines=1), hw)
+    assert tp16["custom_all_reduce"] == 0.0  # the group spans two nodes
+    v3 = load_model("deepseek-v3", ("mtp_num_layers=0",))
+    mla = R.engine_runtime_bytes(v3, RolloutLayout(tp=8, dp=2, engines=1), hw)
+    assert mla["engine_nccl"] == pytest.approx(3 * nccl)
+    assert mla["mla_workspace"] == pytest.approx(64 * 1024 * (512 + 64) * 2)
+    sgl = R.engine_runtime_bytes(v3, RolloutLayout(engine="sglang", tp=8, dp=2, ep=16, engines=1), hw)
+    assert sgl["engine_nccl"] == pytest.approx(nccl) and sgl["mla_workspace"] == 0.0
+    lay = RolloutLayout(tp=8, engines=2, gpu_memory_utilization=0.6)
+    assert R.rollout_gpu_bytes(dense, lay, hw) == pytest.approx(
+        0.6 * hw.capacity_bytes + sum(R.engine_runtime_bytes(dense, lay, hw).values()))
+
+
+@pytest.mark.xfail(strict=True, reason="the modelled rollout-phase memory of verl's DeepSeek-V3 run is 59.5 GiB, "
+                                       "3.3% under the published 66 GB; what the rest is has not been found")
+def test_deepseek_v3_colocated_gpu_memory_is_not_under_the_published_figure():
+    """verl docs/perf/dpsk.md: DeepSeek-V3 GRPO on 96 H20, 'GPU memory(GB) 66' (benchmarks/rl_published.py)."""
+    from benchmarks.rl_published import runs
+
+    run = next(r for r in runs() if r.name.startswith("V3 verl"))
+    (plan,), _ = search(load_model(run.model, run.sets), load_cluster(run.gpu, run.gpus), run.job, run.fixed,
+                        top_k=1)
+    assert plan.peak_mem_gib >= run.published["gpu_mem_gib"]
+
+
+def test_a_colocated_refit_holds_the_actor_and_the_engine_weights_together():
+    """verl's rollout_mode brings the offloaded actor weights back, resumes the engine's weights and syncs them
+    through one 512 MiB bucket before the KV cache returns (autoplan/rl/memory.py): with a small memory share the
+    refit, not the generation, is the rollout side's peak."""
+    from autoplan.rl.refit import BUCKET_BYTES
+    from autoplan.rl.train import price_training
+
+    m = load_model("llama3-70b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    rollout = {"tp": 4, "engines": 4, "gpu_memory_utilization": 0.5}
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    (plan,), _ = search(m, c, _job(), Fixed(train={"tp": 4, "pp": 2}, offload="all", placement=col,
+                                            rollout=rollout), top_k=1)
+    lay = RolloutLayout(**rollout)
+    tp = price_training(m, c, _job(), [plan.strategy], ["all"])
+    expect = (float(tp.context_bytes[0]) + float(tp.weights_bytes[0]) + R.engine_weights(m, lay).total
+              + sum(R.engine_runtime_bytes(m, lay, hw).values()) + BUCKET_BYTES) / GIB
+    assert plan.memory_gib["refit"] == pytest.approx(expect, rel=1e-6)
+    assert plan.memory_gib["refit"] > plan.memory_gib["rollout"]
+    assert plan.peak_mem_gib >= plan.memory_gib["refit"]
