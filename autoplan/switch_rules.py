@@ -2,12 +2,13 @@
 carry value v of the switch (a mask over a batch of `Layouts`, or a truth value for one strategy's view), and
 `message(case)` is the one line `validate` raises for one strategy that breaks it. `validate` (autoplan/validate.py)
 checks them in its rule order; the search (solvers/space.py) keeps only the candidates every rule of a `--fix`ed
-switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `strategy_view` of one strategy.
+switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `layout_rules.strategy_view` of one
+strategy (validate's `Case.view`). The layout and batch rules are written in the same two forms in
+autoplan/layout_rules.py.
 Sources are cited in validate.py beside the place each rule is checked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -28,19 +29,6 @@ class Rule:
     def broken(self, model, view, value) -> bool:
         """Whether one strategy's view with value `value` (on) breaks the rule."""
         return not bool(self.needs(model, view, value))
-
-
-def strategy_view(s, engine: str) -> SimpleNamespace:
-    """One strategy under the `Layouts` column names and encodings the rules read (numpy scalars, so ~ is a logical
-    not)."""
-    return SimpleNamespace(tp=np.int64(s.tp), pp=np.int64(s.pp), vpp=np.int64(s.vpp), ep=np.int64(s.ep),
-                           zero=np.int64(s.zero), sp=np.bool_(s.sp), fp8=np.bool_(s.uses_fp8),
-                           recompute=np.int64(RECOMPUTE_CODES[s.recompute]),
-                           overlap_grad_reduce=np.bool_(s.overlap_grad_reduce),
-                           recompute_modules=np.int64(R.mask(s.recompute_modules)),
-                           moe_a2a_overlap=np.bool_(s.moe_a2a_overlap),
-                           cpu_offload_layers=np.int64(s.cpu_offload_layers),
-                           deepspeed=np.bool_(engine == "deepspeed"))
 
 
 def _graphs(value, *names: str):
@@ -157,7 +145,7 @@ def check(case, key: str, index: int, on=None):
         return False, None
     value = K.BY_KEY[key].coded(value)  # as the column holds it (a module set as its bit mask)
     rule = BY_KEY[key][index]
-    return rule.broken(case.model, strategy_view(case.strategy, case.engine), value), lambda: rule.message(case)
+    return rule.broken(case.model, case.view, value), lambda: rule.message(case)
 
 
 def megatron_only_checks(case) -> tuple:

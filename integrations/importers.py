@@ -173,7 +173,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed
 # What DeepSpeed runs whatever its config says: no context parallelism, no interleaving, no Megatron sequence
-# parallelism, no TransformerEngine FP8 (integrations/engines.py _DEEPSPEED_RULES); experts replicated unless the
+# parallelism, no TransformerEngine FP8 (autoplan/deepspeed_rules.py); experts replicated unless the
 # config turns AutoEP on (`expert_parallel`).
 DEEPSPEED_FIXED = {"cp": 1, "vpp": 1, "sp": False, "fp8": "none", "ep": 1, "etp": 1}
 
