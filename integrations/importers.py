@@ -151,7 +151,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     seq = _job_value(flags, "seq-length", seq_len, "--seq", notes)
     if seq is None:
         raise InputError("Megatron arguments lack --seq-length; add it or pass --seq N")
-    tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
+    tp = MF.typed(flags, K.arg("tp"), MF.pos_int, 1)
     model = megatron_model(flags, seq, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
     if launch.fragment:
