@@ -27,6 +27,14 @@ def _rule(name: str, blocked, message) -> Rule:
     return Rule(name, lambda e, v: ~np.asarray(blocked(e, v), bool), message, engine="deepspeed")
 
 
+def _lacks(column: str, what: str, fix: str, shown=None) -> Rule:
+    """A setting DeepSpeed has no counterpart of: blocked wherever its column is set; the message names it as the
+    strategy states it (`shown`, else `column=true`)."""
+    shown = shown or (lambda c: f"{column}=true")
+    return _rule(f"ds_no_{column}", lambda e, v: getattr(v, column) != 0,
+                 lambda c: f"{what} ({shown(c)}); {_ALT} {fix}")
+
+
 def autotp_kv_heads_reason(tp: int, groups: int) -> str:
     # module_inject/tp_shard.py get_shard_size splits K/V by whole key-value heads; runtime/engine.py
     # _apply_autotp_partitioning leaves ranks past the kv-head count without an attention shard (Megatron instead
@@ -47,17 +55,14 @@ NO_VPP = _rule("ds_no_vpp", lambda e, v: v.vpp > 1,
 NO_SP = _rule("ds_no_sp", lambda e, v: (v.sp != 0) & (v.tp > 1),
               lambda c: f"DeepSpeed cannot run Megatron sequence parallelism (sp=true, tp={c.strategy.tp}); "
                         f"{_ALT} sp=false")
-NO_FP8 = _rule("ds_no_fp8", lambda e, v: v.fp8 != 0,
-               lambda c: f"DeepSpeed has no TransformerEngine FP8 training (fp8={c.strategy.fp8}); {_ALT} fp8=none")
-NO_OFFLOAD = _rule("ds_no_offload", lambda e, v: v.cpu_offload_layers > 0,
-                   lambda c: f"DeepSpeed's config cannot offload the activations of chosen layers "
-                             f"(cpu_offload_layers={c.strategy.cpu_offload_layers}); {_ALT} cpu_offload_layers=0")
-NO_TP_OVERLAP = _rule("ds_no_tp_overlap", lambda e, v: v.tp_comm_overlap != 0,
-                      lambda c: f"DeepSpeed cannot overlap TP communication with GEMMs (tp_comm_overlap=true); "
-                                f"{_ALT} tp_comm_overlap=false")
-NO_FLEX = _rule("ds_no_flex", lambda e, v: v.moe_flex_dispatcher != 0,
-                lambda c: f"DeepSpeed has no DeepEP / HybridEP token dispatcher (moe_flex_dispatcher=true); "
-                          f"{_ALT} moe_flex_dispatcher=false")
+NO_FP8 = _lacks("fp8", "DeepSpeed has no TransformerEngine FP8 training", "fp8=none",
+                lambda c: f"fp8={c.strategy.fp8}")
+NO_OFFLOAD = _lacks("cpu_offload_layers", "DeepSpeed's config cannot offload the activations of chosen layers",
+                    "cpu_offload_layers=0", lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers}")
+NO_TP_OVERLAP = _lacks("tp_comm_overlap", "DeepSpeed cannot overlap TP communication with GEMMs",
+                       "tp_comm_overlap=false")
+NO_FLEX = _lacks("moe_flex_dispatcher", "DeepSpeed has no DeepEP / HybridEP token dispatcher",
+                 "moe_flex_dispatcher=false")
 NO_EP = _rule("ds_no_ep", lambda e, v: v.ep > 1,
               lambda c: f"DeepSpeed cannot set expert parallelism from its config for this model "
                         f"(ep={c.strategy.ep}); {_ALT} ep=1")
@@ -90,12 +95,10 @@ NO_HYBRID = _rule("ds_no_hybrid", lambda e, v: np.asarray(bool(e.model.is_hybrid
 NO_MTP = _rule("ds_no_mtp", lambda e, v: np.asarray(e.model.mtp_num_layers > 0),
                lambda c: f"ds_train.py builds no multi-token-prediction depth (mtp_num_layers="
                          f"{c.model.mtp_num_layers}); use --engine megatron or plan the model with mtp_num_layers=0")
-NO_GRAPHS = _rule("ds_no_graphs", lambda e, v: v.cuda_graph_modules != 0,
-                  lambda c: f"the DeepSpeed launch files capture no CUDA graphs (cuda_graph_modules="
-                            f"{'+'.join(c.strategy.cuda_graph_modules or ())}); {_ALT} drop cuda_graph_modules")
-NO_OP_FUSER = _rule("ds_no_op_fuser", lambda e, v: v.te_op_fuser != 0,
-                    lambda c: f"DeepSpeed has no TransformerEngine op fuser (te_op_fuser=true); {_ALT} "
-                              f"te_op_fuser=false")
+NO_GRAPHS = _lacks("cuda_graph_modules", "the DeepSpeed launch files capture no CUDA graphs",
+                   "drop cuda_graph_modules",
+                   lambda c: f"cuda_graph_modules={'+'.join(c.strategy.cuda_graph_modules or ())}")
+NO_OP_FUSER = _lacks("te_op_fuser", "DeepSpeed has no TransformerEngine op fuser", "te_op_fuser=false")
 PIPE_BLOCK = _rule("ds_pipe_block", lambda e, v: (v.pp > 1) & (v.recompute == 2) & (v.recompute_block != 0),
                    lambda c: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method="
                              f"block, pp={c.strategy.pp}); use recompute_method=uniform")
