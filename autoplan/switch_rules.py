@@ -45,6 +45,11 @@ def _moe_ep(key: str) -> Rule:
                 lambda c: f"{key}=true needs an MoE model with ep>1 (ep={c.strategy.ep}); set {key}=false or ep>1")
 
 
+# Full recompute runs only under the full-iteration CUDA graph (the search also prunes its recompute options by it).
+FULL_RECOMPUTE_GRAPH = Rule(
+    "cuda_graph_modules", lambda m, v, x: (v.recompute != 2) | (np.asarray(x) == G.BIT["full_iteration"]),
+    lambda c: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
+              "use full_iteration or selective recompute")
 RULES: Tuple[Rule, ...] = (
     # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute.
     _moe_ep("moe_a2a_overlap"),
@@ -90,9 +95,7 @@ RULES: Tuple[Rule, ...] = (
     # recompute excludes a moe_router graph; with hidden dropout no captured mlp/moe block is recomputed.
     Rule("cuda_graph_modules", lambda m, v, x: ~v.deepspeed,
          lambda c: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
-    Rule("cuda_graph_modules", lambda m, v, x: (v.recompute != 2) | (np.asarray(x) == G.BIT["full_iteration"]),
-         lambda c: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
-                   "use full_iteration or selective recompute"),
+    FULL_RECOMPUTE_GRAPH,
     Rule("cuda_graph_modules", lambda m, v, x: v.cpu_offload_layers == 0,
          lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} cannot be combined with CUDA graphs "
                    f"(cuda_graph_modules={_shown(c)}); set cpu_offload_layers=0 or drop cuda_graph_modules"),
@@ -127,12 +130,13 @@ for _rule in RULES:
 del _rule
 
 
-def allowed(key: str, model, layouts, value) -> np.ndarray:
-    """The candidates of `layouts` that may carry `value` of switch `key` (off always may): every rule of the key."""
-    keep = np.ones(len(layouts), bool)
+def allowed(key: str, model, layouts, value, rules=None) -> np.ndarray:
+    """The candidates of `layouts` that may carry `value` of switch `key` (off always may): every rule of the key,
+    or those of `rules`."""
+    keep = np.ones(len(layouts.recompute), bool)
     if np.all(np.asarray(value) == 0):
         return keep
-    for rule in BY_KEY.get(key, ()):
+    for rule in BY_KEY.get(key, ()) if rules is None else rules:
         keep &= np.broadcast_to(np.asarray(rule.needs(model, layouts, value), bool), keep.shape)
     return keep
 

@@ -375,8 +375,9 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     graphs = _one(problem.fixed.get("cuda_graph_modules"))
-    if graphs and not G.is_full_iteration(graphs):
-        allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
+    if graphs and not SR.allowed("cuda_graph_modules", problem.model, LR.columns(recompute=[2]), G.mask(graphs),
+                                 rules=(SR.FULL_RECOMPUTE_GRAPH,))[0]:
+        allowed -= {"full"}  # full recompute only under the full-iteration graph (switch_rules.py)
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed and "recompute_method" in problem.fixed:
         # Method and layers both written: exactly those (a block of at most a chunk's layers), e.g. uniform/1 for
@@ -408,7 +409,7 @@ def zero_choices(problem: Problem, pp: int) -> List[int]:
 def fp8_choices(problem: Problem) -> List[bool]:
     """FP8 GEMMs off and/or on: what the fixed fp8 / fp8_recipe and the hardware allow, narrowed to the precision
     the user asked for (autoplan/numerics.py: bf16 unless --precision or a fixed fp8 says otherwise)."""
-    vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
+    vals = _legal(problem, (DS.NO_FP8,), "fp8", [False, True] if _has_fp8(problem) else [False])
     allowed = _choices(problem, "fp8", ["none", "hybrid", "e4m3"])
     if "fp8_recipe" in problem.fixed:
         allowed = [v for v in allowed if v != "none"]  # a fixed FP8 recipe needs FP8 GEMMs on every plan
