@@ -87,10 +87,13 @@ def keep_values(env: Env, rules, key: str, values, **fixed) -> list:
 
 # ---- world size ---------------------------------------------------------------------------------------------
 
-WORLD_TILES = Rule(
-    "world_tiles", lambda e, v: e.world % (v.tp * v.pp * v.cp) == 0,
-    lambda c: (f"world size {c.world} must be divisible by tp*pp*cp={c.strategy.tp}*{c.strategy.pp}*{c.strategy.cp}"
-               f"={c.model_parallel}; {vv.world_alternatives(c.model, c.world, c.strategy.tp, c.strategy.pp, c.strategy.cp)}"))
+def _world_message(c) -> str:
+    s = c.strategy
+    return (f"world size {c.world} must be divisible by tp*pp*cp={s.tp}*{s.pp}*{s.cp}={c.model_parallel}; "
+            f"{vv.world_alternatives(c.model, c.world, s.tp, s.pp, s.cp)}")
+
+
+WORLD_TILES = Rule("world_tiles", lambda e, v: e.world % (v.tp * v.pp * v.cp) == 0, _world_message)
 
 
 # ---- tensor parallelism -------------------------------------------------------------------------------------

@@ -263,7 +263,8 @@ def _virtual_pipeline(c: Case) -> Optional[str]:
     The other splits' VPP rules are in `_pipeline_split`."""
     if c.strategy.vpp == 1:
         return None
-    return _first((c.broken(LR.VPP_NEEDS_PP),) + (() if _split_methods(c.strategy) else (c.broken(LR.VPP_DIVIDES_RANK),)))
+    other_split = _split_methods(c.strategy)  # whose vpp rules `_pipeline_split` checks
+    return _first((c.broken(LR.VPP_NEEDS_PP),) + (() if other_split else (c.broken(LR.VPP_DIVIDES_RANK),)))
 
 
 # ---- sequence, sequence parallel, batch --------------------------------------------------------------------

@@ -56,8 +56,8 @@ def _zero_section(plan: Plan) -> Dict[str, Any]:
     zero: Dict[str, Any] = {K.deepspeed_leaf("zero"): s.zero}
     if s.zero == 0:
         return zero
-    zero.update({K.deepspeed_leaf("overlap_grad_reduce"): s.overlap_grad_reduce, "contiguous_gradients": True, "reduce_scatter": True,
-                 "reduce_bucket_size": BUCKET_ELEMENTS})
+    zero.update({K.deepspeed_leaf("overlap_grad_reduce"): s.overlap_grad_reduce, "contiguous_gradients": True,
+                 "reduce_scatter": True, "reduce_bucket_size": BUCKET_ELEMENTS})
     if s.zero < 3:
         zero["allgather_bucket_size"] = BUCKET_ELEMENTS
     else:

@@ -381,7 +381,8 @@ def _flex_dedup_dispatcher(f: Dict[str, Optional[str]]) -> bool:
     ncclep is left on the alltoall pricing."""
     if typed(f, K.arg("moe_flex_dispatcher"), str) != K.megatron_words("moe_flex_dispatcher")[0][1]:
         return False
-    return "moe-enable-deepep" in f or typed(f, K.arg("moe_flex_dispatcher", 1), str, "deepep") in ("deepep", "hybridep")
+    backend = typed(f, K.arg("moe_flex_dispatcher", 1), str, "deepep")
+    return "moe-enable-deepep" in f or backend in ("deepep", "hybridep")
 
 
 # The layout keys a model fragment may leave to the launcher, with the arguments that write each one. A fragment
