@@ -1,7 +1,8 @@
 """The search space: every legal strategy for a model, cluster and workload, as `Layouts` (struct of arrays).
 
-Every solver draws from here, so solvers cannot disagree about what is legal. Legality mirrors
-`autoplan.validate` (Megatron-LM's layout, batch and precision rules); a contract test checks that every point
+Every solver draws from here, so solvers cannot disagree about what is legal. Legality is `autoplan.validate`'s:
+the generators enumerate divisors and prune with the masks of the rules validate reads (autoplan/layout_rules.py,
+switch_rules.py, deepspeed_rules.py), never with a condition of their own; a contract test checks that every point
 generated here passes `validate`. Preferences that are not rules — TP inside the NVLink domain,
 sequence parallelism whenever tp > 1 (it only saves memory and elementwise time at the same communication
 volume: Korthikanti et al. 2022 sec. 4.2.2) — narrow the default space and are lifted with `allow`."""
