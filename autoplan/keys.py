@@ -131,6 +131,8 @@ def _tp_overlap_value(layouts, i: int) -> Optional[bool]:
 
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+# zero as Megatron-FSDP's --data-parallel-sharding-strategy (arguments.py choices) writes it.
+FSDP_SHARDING = {0: "no_shard", 1: "optim", 2: "optim_grads", 3: "optim_grads_params"}
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
 BOOL_TRUE = {"true", "1", "yes", "on"}
 BOOL_FALSE = {"false", "0", "no", "off"}
@@ -455,6 +457,76 @@ def imported_passthrough(flags: Mapping[str, Any], keys: Optional[Tuple[str, ...
     chosen = SWITCHES if keys is None else tuple(BY_KEY[k] for k in keys)
     return {k.name: True for k in chosen
             if k.passthrough and all(f.split()[0].lstrip("-") in flags for f in k.megatron)}
+
+
+def megatron_words(name: str, entry: Optional[int] = None) -> Tuple[Tuple[str, Optional[str]], ...]:
+    """Key `name`'s Megatron arguments as (argument without dashes, value): value None for a flag that takes none,
+    the written word for a fixed value ('--moe-token-dispatcher-type flex'), '' for one the strategy's value fills
+    (an upper-case placeholder: 'N', 'F', 'M...'). Entries that are not arguments (an environment variable) give
+    none. `entry`: of the i-th entry of `Key.megatron` only."""
+    out = []
+    entries = BY_KEY[name].megatron
+    for text in entries if entry is None else entries[entry:entry + 1]:
+        words = text.split()
+        for i, word in enumerate(words):
+            if not word.startswith("--"):
+                continue
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            value = None if nxt is None or nxt.startswith("--") else ("" if nxt[0].isupper() else nxt)
+            out.append((word[2:], value))
+    return tuple(out)
+
+
+def arg(name: str, i: int = 0) -> str:
+    """The i-th Megatron argument of key `name`, without dashes (as a parsed command line holds it)."""
+    return megatron_words(name)[i][0]
+
+
+def flag(name: str, i: int = 0) -> str:
+    """The i-th Megatron argument of key `name` as written on a command line ('--tensor-model-parallel-size')."""
+    return "--" + arg(name, i)
+
+
+def written(name: str, entry: Optional[int] = None) -> list:
+    """The arguments key `name` writes when on, for a key whose Megatron arguments carry no value of the strategy's
+    (flags and fixed words only, e.g. adam_bf16_states); `entry`: the i-th entry of `Key.megatron` only."""
+    out = []
+    for a, value in megatron_words(name, entry):
+        if value == "":
+            raise ValueError(f"{name}: --{a} takes the strategy's value; write it with `valued`")
+        out += ["--" + a] + ([] if value is None else [value])
+    return out
+
+
+def valued(name: str, value, i: int = 0) -> list:
+    """[the i-th Megatron argument of key `name`, its value as text]."""
+    return [flag(name, i), str(value)]
+
+
+def megatron_args() -> Dict[str, bool]:
+    """Every Megatron argument the registry names -> whether it takes a value (False: a store_true flag)."""
+    return {a: v is not None for k in KEYS for a, v in megatron_words(k.name)}
+
+
+def megatron_list_args() -> frozenset:
+    """The registry's Megatron arguments that take a list of words (nargs="+", a placeholder written 'M...')."""
+    return frozenset(w[2:] for k in KEYS for text in k.megatron for w, nxt in zip(text.split(), text.split()[1:])
+                     if w.startswith("--") and nxt.endswith("..."))
+
+
+def deepspeed_path(name: str) -> Tuple[str, ...]:
+    """Key `name`'s DeepSpeed config key as a path of nested sections ('zero_optimization.stage')."""
+    return tuple(BY_KEY[name].deepspeed.split("."))
+
+
+def deepspeed_leaf(name: str) -> str:
+    """The last part of key `name`'s DeepSpeed config key (what its section holds it under)."""
+    return deepspeed_path(name)[-1]
+
+
+def deepspeed_section(name: str) -> str:
+    """The section of key `name`'s DeepSpeed config key ('' at the top level)."""
+    return ".".join(deepspeed_path(name)[:-1])
 
 
 def _cell(text: str) -> str:

@@ -2,12 +2,13 @@
 carry value v of the switch (a mask over a batch of `Layouts`, or a truth value for one strategy's view), and
 `message(case)` is the one line `validate` raises for one strategy that breaks it. `validate` (autoplan/validate.py)
 checks them in its rule order; the search (solvers/space.py) keeps only the candidates every rule of a `--fix`ed
-switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `strategy_view` of one strategy.
+switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `layout_rules.strategy_view` of one
+strategy (validate's `Case.view`). The layout and batch rules are written in the same two forms in
+autoplan/layout_rules.py.
 Sources are cited in validate.py beside the place each rule is checked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -30,21 +31,6 @@ class Rule:
         return not bool(self.needs(model, view, value))
 
 
-def strategy_view(s, engine: str) -> SimpleNamespace:
-    """One strategy under the `Layouts` column names and encodings the rules read (numpy scalars, so ~ is a logical
-    not)."""
-    return SimpleNamespace(tp=np.int64(s.tp), pp=np.int64(s.pp), vpp=np.int64(s.vpp), ep=np.int64(s.ep),
-                           zero=np.int64(s.zero), sp=np.bool_(s.sp), fp8=np.bool_(s.uses_fp8),
-                           recompute=np.int64(RECOMPUTE_CODES[s.recompute]),
-                           overlap_grad_reduce=np.bool_(s.overlap_grad_reduce),
-                           recompute_modules=np.int64(R.mask(s.recompute_modules)),
-                           moe_a2a_overlap=np.bool_(s.moe_a2a_overlap),
-                           cpu_offload_layers=np.int64(s.cpu_offload_layers),
-                           adam_bf16_states=np.bool_(s.adam_bf16_states),
-                           bf16_master_weights=np.bool_(s.bf16_master_weights),
-                           deepspeed=np.bool_(engine == "deepspeed"))
-
-
 def _graphs(value, *names: str):
     """Whether a cuda_graph_modules bit mask captures any of `names`."""
     return np.bitwise_and(value, G.mask(names)) > 0
@@ -59,6 +45,11 @@ def _moe_ep(key: str) -> Rule:
                 lambda c: f"{key}=true needs an MoE model with ep>1 (ep={c.strategy.ep}); set {key}=false or ep>1")
 
 
+# Full recompute runs only under the full-iteration CUDA graph (the search also prunes its recompute options by it).
+FULL_RECOMPUTE_GRAPH = Rule(
+    "cuda_graph_modules", lambda m, v, x: (v.recompute != 2) | (np.asarray(x) == G.BIT["full_iteration"]),
+    lambda c: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
+              "use full_iteration or selective recompute")
 RULES: Tuple[Rule, ...] = (
     # 1F1B all-to-all overlap: MoE with ep > 1, interleaving when pp > 1, no full recompute.
     _moe_ep("moe_a2a_overlap"),
@@ -120,9 +111,7 @@ RULES: Tuple[Rule, ...] = (
     # recompute excludes a moe_router graph; with hidden dropout no captured mlp/moe block is recomputed.
     Rule("cuda_graph_modules", lambda m, v, x: ~v.deepspeed,
          lambda c: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
-    Rule("cuda_graph_modules", lambda m, v, x: (v.recompute != 2) | (np.asarray(x) == G.BIT["full_iteration"]),
-         lambda c: "recompute=full with CUDA graphs needs cuda_graph_modules=full_iteration; "
-                   "use full_iteration or selective recompute"),
+    FULL_RECOMPUTE_GRAPH,
     Rule("cuda_graph_modules", lambda m, v, x: v.cpu_offload_layers == 0,
          lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} cannot be combined with CUDA graphs "
                    f"(cuda_graph_modules={_shown(c)}); set cpu_offload_layers=0 or drop cuda_graph_modules"),
@@ -157,12 +146,13 @@ for _rule in RULES:
 del _rule
 
 
-def allowed(key: str, model, layouts, value) -> np.ndarray:
-    """The candidates of `layouts` that may carry `value` of switch `key` (off always may): every rule of the key."""
-    keep = np.ones(len(layouts), bool)
+def allowed(key: str, model, layouts, value, rules=None) -> np.ndarray:
+    """The candidates of `layouts` that may carry `value` of switch `key` (off always may): every rule of the key,
+    or those of `rules`."""
+    keep = np.ones(len(layouts.recompute), bool)
     if np.all(np.asarray(value) == 0):
         return keep
-    for rule in BY_KEY.get(key, ()):
+    for rule in BY_KEY.get(key, ()) if rules is None else rules:
         keep &= np.broadcast_to(np.asarray(rule.needs(model, layouts, value), bool), keep.shape)
     return keep
 
@@ -175,7 +165,7 @@ def check(case, key: str, index: int, on=None):
         return False, None
     value = K.BY_KEY[key].coded(value)  # as the column holds it (a module set as its bit mask)
     rule = BY_KEY[key][index]
-    return rule.broken(case.model, strategy_view(case.strategy, case.engine), value), lambda: rule.message(case)
+    return rule.broken(case.model, case.view, value), lambda: rule.message(case)
 
 
 def megatron_only_checks(case) -> tuple:

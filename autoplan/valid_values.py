@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, List, Optional, Tuple
 
+import numpy as np
+
 from autoplan.model import ModelSpec
 
 
@@ -33,16 +35,19 @@ def join(values: Iterable[object]) -> str:
 def gqa_allows_tp(model: ModelSpec, tp: int) -> bool:
     """Query groups must be a multiple or a divisor of tp (TransformerConfig.__post_init__)."""
     groups = model.num_query_groups
-    return groups % tp == 0 or tp % groups == 0
+    return (groups % tp == 0) | (tp % groups == 0)  # | : a truth value per tp of an array too
 
 
 def mixer_allows_tp(model: ModelSpec, tp: int) -> bool:
     """Gated DeltaNet's key and value heads divisible by tp (TransformerConfig.__post_init__ for
     experimental_attention_variant gated_delta_net); a parallel Mamba mixer's heads and groups divisible by tp
     (megatron/core/ssm/mamba_mixer.py `nheads % tp_size`, `ngroups % tp_size`)."""
-    if model.linear_attention_layers and (model.gdn_num_key_heads % tp or model.gdn_num_value_heads % tp):
-        return False
-    return not (model.parallel_mamba and (model.mamba_num_heads % tp or model.mamba_num_groups % tp))
+    ok = np.asarray(True)  # a truth value per tp of an array too
+    if model.linear_attention_layers:
+        ok = ok & (model.gdn_num_key_heads % tp == 0) & (model.gdn_num_value_heads % tp == 0)
+    if model.parallel_mamba:
+        ok = ok & (model.mamba_num_heads % tp == 0) & (model.mamba_num_groups % tp == 0)
+    return ok
 
 
 def attention_tp(model: ModelSpec) -> List[int]:

@@ -16,11 +16,13 @@ Preferences that are not rules (TP or EP*ETP inside the NVLink domain) belong to
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
 from autoplan import cuda_graphs as G
+from autoplan import layout_rules as LR
 from autoplan import pipeline_split as PS
 from autoplan import switch_rules as SR
 from autoplan import valid_values as vv
@@ -62,6 +64,20 @@ class Case:
         """Data-parallel degree; exact once `_world_tiles` has passed."""
         return self.world // self.model_parallel
 
+    @cached_property
+    def env(self) -> LR.Env:
+        """What the rule book reads besides the strategy (autoplan/layout_rules.py)."""
+        return LR.Env(self.model, self.world, self.workload.seq_len, self.workload.global_batch_size, self.engine)
+
+    @cached_property
+    def view(self):
+        """The strategy as one candidate of the rule book (layout_rules.strategy_view)."""
+        return LR.strategy_view(self.strategy, self.engine, self.world)
+
+    def broken(self, rule: LR.Rule):
+        """(broken, message) of a rule-book rule for `_first`."""
+        return rule.broken(self.env, self.view), lambda: rule.message(self)
+
     @property
     def uneven(self) -> bool:
         return self.strategy.first_stage_layers is not None or self.strategy.last_stage_layers is not None
@@ -96,11 +112,7 @@ def _degrees_fit_world(c: Case) -> Optional[str]:
 
 def _world_tiles(c: Case) -> Optional[str]:
     """[V][PS] WORLD_SIZE must be divisible by TP*PP*CP; DP is the quotient (EP is not in the product)."""
-    s = c.strategy
-    if c.world % c.model_parallel == 0:
-        return None
-    return (f"world size {c.world} must be divisible by tp*pp*cp={s.tp}*{s.pp}*{s.cp}={c.model_parallel}; "
-            f"{vv.world_alternatives(c.model, c.world, s.tp, s.pp, s.cp)}")
+    return _first((c.broken(LR.WORLD_TILES),))
 
 
 def _dp_matches(c: Case) -> Optional[str]:
@@ -133,21 +145,7 @@ def _attention_shape(c: Case) -> Optional[str]:
 def _tensor_parallel_attention(c: Case) -> Optional[str]:
     """[TC] heads divisible by TP; query groups a multiple or a divisor of TP; the heads of Gated DeltaNet and of
     a parallel Mamba mixer divisible by TP (valid_values.mixer_allows_tp)."""
-    m, s = c.model, c.strategy
-    valid = lambda: vv.join(vv.valid_tp(m, c.world, s.pp, s.cp))  # noqa: E731
-    return _first((
-        (m.num_attention_heads % s.tp,
-         lambda: f"tp={s.tp} must divide num_attention_heads={m.num_attention_heads}; valid tp: {valid()}"),
-        (not vv.gqa_allows_tp(m, s.tp),
-         lambda: f"num_query_groups={m.num_query_groups} must be a multiple or a divisor of tp={s.tp}; "
-                 f"valid tp: {valid()}"),
-        (not vv.mixer_allows_tp(m, s.tp),
-         lambda: f"tp={s.tp} must divide the heads and groups of {m.name}'s "
-                 + (f"Gated DeltaNet (key {m.gdn_num_key_heads}, value {m.gdn_num_value_heads})"
-                    if m.linear_attention_layers else
-                    f"Mamba mixer (heads {m.mamba_num_heads}, groups {m.mamba_num_groups})")
-                 + f"; valid tp: {valid()}"),
-    ))
+    return _first(c.broken(rule) for rule in (LR.TP_HEADS, LR.TP_GROUPS, LR.TP_MIXER))
 
 
 def _tensor_parallel_mlp(c: Case) -> Optional[str]:
@@ -176,15 +174,11 @@ def _experts(c: Case) -> Optional[str]:
             (s.ep > 1, lambda: f"ep={s.ep} needs an MoE model; {m.name} is dense (num_experts=0), use ep=1"),
             (s.etp != 1, lambda: f"etp={s.etp} shards expert layers only; {m.name} is dense, use etp=1"),
         ))
-    grid = s.etp * s.ep * s.pp
     return _first((
         (m.num_experts % s.ep,
          lambda: f"ep={s.ep} must divide num_experts={m.num_experts}; "
                  f"valid ep: {vv.join(vv.valid_ep(m, c.world, s.etp, s.pp))}"),
-        (c.world % grid,
-         lambda: f"world size {c.world} must be divisible by etp*ep*pp={s.etp}*{s.ep}*{s.pp}={grid} "
-                 f"(expert-DP = world/(etp*ep*pp)); "
-                 f"{vv.expert_grid_alternatives(m, c.world, s.ep, s.etp, s.pp)}"),
+        c.broken(LR.EXPERT_GRID),
     ))
 
 
@@ -194,12 +188,8 @@ def _moe_runtime(c: Case) -> Optional[str]:
     [TC] overlap_moe_expert_parallel_comm needs EP > 1, VPP when PP > 1, and no full recompute; the flex
     dispatcher deduplicates tokens across expert-parallel ranks, so it needs EP > 1 (token_dispatcher.py
     MoEFlexTokenDispatcher asserts TP x EP > 1)."""
-    m, s = c.model, c.strategy
     return _first((
-        (m.is_moe and s.tp > 1 and not s.sp and c.engine == "megatron",
-         lambda: f"an MoE model with tp={s.tp} needs sequence parallelism; set sp=true or tp=1"),
-        (m.is_moe and m.add_bias_linear and s.etp != 1,
-         lambda: f"etp={s.etp} is not allowed: MoE layers with biases (add_bias_linear) need etp=1"),
+        c.broken(LR.MOE_NEEDS_SP), c.broken(LR.BIASED_EXPERTS_ETP),
         SR.check(c, "moe_a2a_overlap", 0), SR.check(c, "moe_a2a_overlap", 1), SR.check(c, "moe_a2a_overlap", 2),
         SR.check(c, "moe_flex_dispatcher", 0),
     ))
@@ -243,7 +233,7 @@ def _pipeline_split(c: Case) -> Optional[str]:
             return None
         split = vv.layer_split_fix(layers, s.pp, s.vpp)
         return f"{problem} (num_layers={layers}, pp={s.pp}); " + (f"e.g. {split}" if split else _valid_pp(c))
-    if layers % s.pp == 0:
+    if not LR.EVEN_LAYERS.broken(c.env, c.view):
         return None
     split = vv.layer_split_fix(layers, s.pp, s.vpp)
     other = _bridge_keys(c, skip_first_last=True)
@@ -271,16 +261,10 @@ def _valid_pp(c: Case) -> str:
 def _virtual_pipeline(c: Case) -> Optional[str]:
     """[V][PS] VPP needs PP > 1 (p2p overlap on; PP > 2 without it); [TB] even stages: layers per rank % VPP.
     The other splits' VPP rules are in `_pipeline_split`."""
-    m, s = c.model, c.strategy
-    if s.vpp == 1:
+    if c.strategy.vpp == 1:
         return None
-    if s.pp == 1:
-        return f"vpp={s.vpp} needs pp>1 (the interleaved schedule splits pipeline stages); use vpp=1 or pp>1"
-    per_rank = m.num_layers // s.pp
-    if _split_methods(s) or per_rank % s.vpp == 0:
-        return None
-    return (f"vpp={s.vpp} must divide the layers per pipeline rank num_layers/pp={m.num_layers}/{s.pp}={per_rank}; "
-            f"valid vpp: {vv.join(vv.divisors(per_rank))}")
+    other_split = _split_methods(c.strategy)  # whose vpp rules `_pipeline_split` checks
+    return _first((c.broken(LR.VPP_NEEDS_PP),) + (() if other_split else (c.broken(LR.VPP_DIVIDES_RANK),)))
 
 
 # ---- sequence, sequence parallel, batch --------------------------------------------------------------------
@@ -288,32 +272,19 @@ def _virtual_pipeline(c: Case) -> Optional[str]:
 def _sequence(c: Case) -> Optional[str]:
     """[V] seq_len <= max_position_embeddings; with CP > 1, a model whose mixers have a CP path
     (ModelSpec.context_parallel_blocker) and seq_len divisible by 2*CP."""
-    m, s, seq = c.model, c.strategy, c.workload.seq_len
+    m, seq = c.model, c.workload.seq_len
     return _first((
         (seq > m.max_position_embeddings,
          lambda: f"seq_len={seq} exceeds max_position_embeddings={m.max_position_embeddings} of {m.name}; "
                  f"use seq_len <= {m.max_position_embeddings}"),
-        (s.cp > 1 and m.context_parallel_blocker,
-         lambda: f"cp={s.cp} is not supported for {m.name}: {m.context_parallel_blocker}; use cp=1"),
-        (s.cp > 1 and seq % (2 * s.cp),
-         lambda: f"seq_len={seq} must be divisible by 2*cp=2*{s.cp}={2 * s.cp}; "
-                 f"valid cp: {vv.join(vv.valid_cp(seq, c.world, s.tp, s.pp))}"),
+        c.broken(LR.CP_MIXERS), c.broken(LR.CP_SEQ),
     ))
 
 
 def _sequence_parallel(c: Case) -> Optional[str]:
     """[V] SP needs TP > 1 (Megatron drops it silently; we reject so the user knows); TP comm overlap needs SP;
     [TM] SP splits each rank's seq_len/cp tokens across the TP ranks."""
-    s, seq = c.strategy, c.workload.seq_len
-    local = seq // s.cp
-    return _first((
-        (s.sp and s.tp == 1,
-         lambda: "sp=true needs tp>1 (Megatron would silently turn it off); set sp=false or tp>1"),
-        SR.check(c, "tp_comm_overlap", 0),
-        (s.sp and local % s.tp,
-         lambda: f"sp=true needs seq_len/cp={seq}/{s.cp}={local} divisible by tp={s.tp}; "
-                 f"use a seq_len that is a multiple of {s.cp * s.tp}, or sp=false"),
-    ))
+    return _first((c.broken(LR.SP_NEEDS_TP), SR.check(c, "tp_comm_overlap", 0), c.broken(LR.SP_SPLITS_SEQ)))
 
 
 # The "valid mbs" a batch error lists stop at 2^20 sequences per rank: past that the list is no help, and its loop
@@ -327,7 +298,7 @@ def _batch(c: Case) -> Optional[str]:
     if s.mbs < 1:
         return f"mbs={s.mbs} must be >= 1"
     step = s.mbs * c.dp
-    if gbs % step == 0:
+    if not LR.BATCH_DIVIDES.broken(c.env, c.view):
         return None
     other_mbs = [v for v in vv.divisors(gbs // c.dp, upto=MBS_LISTED)] if gbs % c.dp == 0 else []
     mbs_fix = f"; or valid mbs for dp={c.dp}: {vv.join(other_mbs)}" if other_mbs else ""
@@ -383,9 +354,7 @@ def _optimizer(c: Case) -> Optional[str]:
     asked = "overlap_param_gather" in s.model_fields_set and s.overlap_param_gather
     return _first((
         (not 0 <= s.zero <= 3, lambda: f"zero={s.zero} must be 0, 1, 2 or 3"),
-        (s.zero == 3 and s.pp > 1,
-         lambda: f"zero=3 (fully sharded parameters) cannot be combined with pipeline parallelism (pp={s.pp}) in "
-                 f"Megatron-LM or DeepSpeed; use zero=1 or pp=1"),
+        c.broken(LR.ZERO3_NO_PP),
         SR.check(c, "overlap_param_gather", 0, on=asked), SR.check(c, "fp8_param", 0),
         SR.check(c, "cpu_offload_layers", 0), SR.check(c, "cpu_offload_layers", 1),
         SR.check(c, "overlap_param_gather", 1, on=asked),

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.results import Plan
@@ -52,11 +53,11 @@ def check_deepspeed_plan(plan: Plan) -> None:
 
 def _zero_section(plan: Plan) -> Dict[str, Any]:
     s = plan.strategy
-    zero: Dict[str, Any] = {"stage": s.zero}
+    zero: Dict[str, Any] = {K.deepspeed_leaf("zero"): s.zero}
     if s.zero == 0:
         return zero
-    zero.update({"overlap_comm": s.overlap_grad_reduce, "contiguous_gradients": True, "reduce_scatter": True,
-                 "reduce_bucket_size": BUCKET_ELEMENTS})
+    zero.update({K.deepspeed_leaf("overlap_grad_reduce"): s.overlap_grad_reduce, "contiguous_gradients": True,
+                 "reduce_scatter": True, "reduce_bucket_size": BUCKET_ELEMENTS})
     if s.zero < 3:
         zero["allgather_bucket_size"] = BUCKET_ELEMENTS
     else:
@@ -92,12 +93,12 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
     gbs = plan.workload.global_batch_size
     config: Dict[str, Any] = {
         "train_batch_size": gbs,
-        "train_micro_batch_size_per_gpu": s.mbs,
+        K.deepspeed_leaf("mbs"): s.mbs,
         "gradient_accumulation_steps": gbs // (s.mbs * dp),
         "steps_per_print": 10,
         "gradient_clipping": 1.0,
         "bf16": _bf16_section(s),
-        "zero_optimization": _zero_section(plan),
+        K.deepspeed_section("zero"): _zero_section(plan),
         "wall_clock_breakdown": False,
     }
     if s.recompute != "none":
@@ -107,17 +108,17 @@ def deepspeed_config(plan: Plan, *, probe: bool = False) -> Dict[str, Any]:
                                               "contiguous_memory_optimization": False,
                                               "synchronize_checkpoint_boundary": False, "profile": False}
     if s.pp > 1:
-        pipeline: Dict[str, Any] = {"stages": s.pp, "partition": "uniform"}
+        pipeline: Dict[str, Any] = {K.deepspeed_leaf("pp"): s.pp, "partition": "uniform"}
         if s.recompute == "full":
             # PipelineModule checkpoints every `interval` layers: Megatron's uniform method with that group size.
-            pipeline["activation_checkpoint_interval"] = s.recompute_layers or 1
-        config["pipeline"] = pipeline
+            pipeline[K.deepspeed_leaf("recompute")] = s.recompute_layers or 1
+        config[K.deepspeed_section("pp")] = pipeline
     if s.grad_reduce_bf16:
         # Gradients accumulated and reduced in bf16 instead of fp32 (runtime/config.py get_data_types_params).
-        config["data_types"] = {"grad_accum_dtype": "bf16"}
+        config[K.deepspeed_section("grad_reduce_bf16")] = {K.deepspeed_leaf("grad_reduce_bf16"): "bf16"}
     if s.tp > 1:
         # AutoTP (runtime/tensor_parallel/config.py TPTrainingConfig); batch sizes above use dp = world / tp.
-        config["tensor_parallel"] = {"autotp_size": s.tp}
+        config[K.deepspeed_section("tp")] = {K.deepspeed_leaf("tp"): s.tp}
     checkpoint = checkpoint_section(plan)
     if checkpoint and not probe:
         config["checkpoint"] = checkpoint

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload, make_workload
@@ -150,7 +151,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
     seq = _job_value(flags, "seq-length", seq_len, "--seq", notes)
     if seq is None:
         raise InputError("Megatron arguments lack --seq-length; add it or pass --seq N")
-    tp = MF.typed(flags, "tensor-model-parallel-size", MF.pos_int, 1)
+    tp = MF.typed(flags, K.arg("tp"), MF.pos_int, 1)
     model = megatron_model(flags, seq, tp, parse_overrides(overrides), notes)
     strategy = MF.megatron_strategy(flags, model.num_layers, model.is_moe)
     if launch.fragment:
@@ -173,7 +174,7 @@ def from_megatron_args(text_or_path: Union[str, Path], overrides: Sequence[str] 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed
 # What DeepSpeed runs whatever its config says: no context parallelism, no interleaving, no Megatron sequence
-# parallelism, no TransformerEngine FP8 (integrations/engines.py _DEEPSPEED_RULES); experts replicated unless the
+# parallelism, no TransformerEngine FP8 (autoplan/deepspeed_rules.py); experts replicated unless the
 # config turns AutoEP on (`expert_parallel`).
 DEEPSPEED_FIXED = {"cp": 1, "vpp": 1, "sp": False, "fp8": "none", "ep": 1, "etp": 1}
 
@@ -198,14 +199,14 @@ def _given(config_value: Optional[int], user: Optional[int], key: str, option: s
 def _ds_batch(config: Dict[str, Any], dp: int, mbs: Optional[int], gbs: Optional[int]) -> Tuple[Optional[int], int]:
     """(micro batch or None when nothing fixes it, global batch) with DeepSpeed's rule
     train_batch = micro x gas x dp (runtime/config.py _batch_assertion)."""
-    micro = _given(_ds_int(config, "train_micro_batch_size_per_gpu", ""), mbs, "train_micro_batch_size_per_gpu",
-                   "--mbs")
+    micro_key = K.deepspeed_leaf("mbs")
+    micro = _given(_ds_int(config, micro_key, ""), mbs, micro_key, "--mbs")
     train = _given(_ds_int(config, "train_batch_size", ""), gbs, "train_batch_size", "--gbs")
     gas = _ds_int(config, "gradient_accumulation_steps", "")
     if gas is None and "gradient_accumulation_steps" not in config and micro and train is None:
         gas = 1  # DeepSpeed's default when the key is absent
     if gas is None and "gradient_accumulation_steps" not in config and micro is None and train is not None \
-            and "train_micro_batch_size_per_gpu" not in config:
+            and micro_key not in config:
         gas = 1  # only train_batch_size: gas 1, micro = train / dp (_set_batch_related_parameters)
     if micro is None and train is not None and gas is not None:
         micro = train // (gas * dp)
@@ -276,8 +277,14 @@ def _autoep(config: Dict[str, Any], model: ModelSpec, notes: List[str]) -> Dict[
             "etp": _ds_int(section, "expert_tensor_parallel_size", "expert_parallel.") or 1}
 
 
+def _ds_key(section: Dict[str, Any], key: str) -> Optional[int]:
+    """The integer strategy key `key` (autoplan/keys.py `deepspeed`) from its section of a ds_config."""
+    where = K.deepspeed_section(key)
+    return _ds_int(section, K.deepspeed_leaf(key), where + "." if where else "")
+
+
 def _ds_recompute(config: Dict[str, Any], pipeline: Dict[str, Any], notes: List[str]) -> Dict[str, Any]:
-    interval = _ds_int(pipeline, "activation_checkpoint_interval", "pipeline.") or 0
+    interval = _ds_key(pipeline, "recompute") or 0
     if interval:
         return dict(recompute="full", recompute_method="uniform", recompute_layers=interval)
     if "activation_checkpointing" in config:
@@ -299,11 +306,11 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
                          f"{', '.join(sorted(config)[:5])}): not a ds_config; pass the file given to "
                          f"deepspeed.initialize / --deepspeed_config")
     master = _low_precision_master(config)
-    zero = config.get("zero_optimization", {}) or {}
-    pipeline = config.get("pipeline", {}) or {}
-    stage = _ds_int(zero, "stage", "zero_optimization.") or 0
-    pp = _ds_int(pipeline, "stages", "pipeline.") or 1
-    tp = _ds_int(config.get("tensor_parallel", {}) or {}, "autotp_size", "tensor_parallel.") or 1
+    zero = config.get(K.deepspeed_section("zero"), {}) or {}
+    pipeline = config.get(K.deepspeed_section("pp"), {}) or {}
+    stage = _ds_key(zero, "zero") or 0
+    pp = _ds_key(pipeline, "pp") or 1
+    tp = _ds_key(config.get(K.deepspeed_section("tp"), {}) or {}, "tp") or 1
     if num_gpus % (tp * pp):
         raise InputError(f"{num_gpus} GPUs are not divisible by autotp_size*stages = {tp}*{pp}")
     micro, train = _ds_batch(config, num_gpus // (tp * pp), mbs, gbs)
@@ -312,10 +319,12 @@ def from_deepspeed_config(path: Union[str, Path], model: ModelSpec, num_gpus: in
     if micro is not None:
         strategy["mbs"] = micro
     # runtime/zero/config.py overlap_comm_valid: absent means on for stage 3 only.
-    strategy["overlap_grad_reduce"] = bool(zero.get("overlap_comm", stage == 3)) if stage > 0 else True
+    strategy["overlap_grad_reduce"] = bool(zero.get(K.deepspeed_leaf("overlap_grad_reduce"), stage == 3)) \
+        if stage > 0 else True
     if stage > 0:  # one switch in DeepSpeed: overlap_comm overlaps the gradient reduction and the weight gathers
         strategy["overlap_param_gather"] = strategy["overlap_grad_reduce"]
-    if (config.get("data_types", {}) or {}).get("grad_accum_dtype") == "bf16":
+    if (config.get(K.deepspeed_section("grad_reduce_bf16"), {}) or {}).get(K.deepspeed_leaf("grad_reduce_bf16")) \
+            == "bf16":
         strategy["grad_reduce_bf16"] = True
     notes += _offload_notes(zero)
     strategy.update(_ds_recompute(config, pipeline, notes))

@@ -352,10 +352,11 @@ def _moe_args(m: ModelSpec, s: Strategy) -> List[str]:
         a += ["--moe-layer-freq", moe_layer_pattern(m)]
     # Flex dispatcher with HybridEP, the backend that also runs across a multi-node NVLink domain [TC]
     # (transformer_config.py moe_flex_dispatcher_backend; DeepEP's normal kernels need single-node NVLink).
-    dispatcher = ["flex", "--moe-flex-dispatcher-backend", "hybridep"] if s.moe_flex_dispatcher else ["alltoall"]
+    dispatcher = K.written("moe_flex_dispatcher") if s.moe_flex_dispatcher else K.valued("moe_flex_dispatcher",
+                                                                                          "alltoall")
     # Fused permute/unpermute (TransformerEngine >= 2.1, transformer_config.py moe_permute_fusion): the cost model
     # prices the MoE permutation with these kernels.
-    a += ["--moe-grouped-gemm", "--moe-permute-fusion", "--moe-token-dispatcher-type", *dispatcher]
+    a += ["--moe-grouped-gemm", "--moe-permute-fusion", *dispatcher]
     a += _router_args(m)
     if m.swiglu_limit:  # gpt-oss routes in fp32 (examples/gptoss/02_train.sh)
         a += ["--moe-router-dtype", "fp32"]
@@ -384,61 +385,60 @@ def _router_args(m: ModelSpec) -> List[str]:
 
 
 def _parallel_args(m: ModelSpec, s: Strategy) -> List[str]:
-    a = ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
-         "--context-parallel-size", str(s.cp)]
+    """The layout's arguments, each key's flag as autoplan/keys.py declares it."""
+    a = K.valued("tp", s.tp) + K.valued("pp", s.pp) + K.valued("cp", s.cp)
     if s.vpp > 1 and not s.pipeline_layout:  # [V] a layout sets vpp itself: at most one of the two flags
-        a += ["--num-virtual-stages-per-pipeline-rank", str(s.vpp)]
+        a += K.valued("vpp", s.vpp)
     if s.pipeline_layout:
-        a += ["--pipeline-model-parallel-layout", s.pipeline_layout]
+        a += K.valued("pipeline_layout", s.pipeline_layout)
     a += K.megatron_passthrough(s, K.names("split"))  # the account-for flags (autoplan/keys.py)
-    if s.first_stage_layers is not None:
-        a += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
-    if s.last_stage_layers is not None:
-        a += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    for key in ("first_stage_layers", "last_stage_layers"):
+        if getattr(s, key) is not None:
+            a += K.valued(key, getattr(s, key))
     if m.is_moe:
-        a += ["--expert-model-parallel-size", str(s.ep), "--expert-tensor-parallel-size", str(s.etp)]
+        a += K.valued("ep", s.ep) + K.valued("etp", s.etp)
     if s.sp and s.tp > 1:  # [V] silently dropped at tp=1, so not written
-        a += ["--sequence-parallel"]
+        a += K.written("sp")
     return a
 
 
 def _optimizer_args(m: ModelSpec, s: Strategy) -> List[str]:
     a: List[str] = []
     if s.zero == 1:
-        a += ["--use-distributed-optimizer"]
+        a += [K.flag("zero", 0)]
     elif s.zero >= 2:
         # Megatron-FSDP v1 (default) shards grads (optim_grads) or grads and params (optim_grads_params); it
         # turns the distributed optimizer on itself and checkpoints in fsdp_dtensor format [V].
-        a += ["--use-megatron-fsdp", "--use-distributed-optimizer", "--data-parallel-sharding-strategy",
-              "optim_grads" if s.zero == 2 else "optim_grads_params", "--ckpt-format", "fsdp_dtensor"]
+        a += [K.flag("zero", 1), K.flag("zero", 0)] + K.valued("zero", K.FSDP_SHARDING[s.zero], 2)
+        a += ["--ckpt-format", "fsdp_dtensor"]
     if s.overlap_grad_reduce:
-        a += ["--overlap-grad-reduce"]
+        a += K.written("overlap_grad_reduce")
         if s.overlap_param_gather and s.zero >= 1:  # [V] needs the distributed optimizer and overlap-grad-reduce
-            a += ["--overlap-param-gather"]
+            a += K.written("overlap_param_gather")
     if s.tp_overlap_on:
-        a += ["--tp-comm-overlap"]
+        a += K.written("tp_comm_overlap")
     if s.grad_reduce_bf16:
-        a += ["--grad-reduce-in-bf16"]
+        a += K.written("grad_reduce_bf16")
     if s.adam_bf16_states:  # [V] arguments.py --use-precision-aware-optimizer, --exp-avg-dtype / --exp-avg-sq-dtype
-        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+        a += K.written("adam_bf16_states")
     if s.moe_a2a_overlap and m.is_moe:
-        a += ["--overlap-moe-expert-parallel-comm"]
+        a += K.written("moe_a2a_overlap")
     if s.cpu_offload_layers:  # [V] arguments.py turns --cpu-offloading on when the layer count is > 0
-        a += ["--cpu-offloading-num-layers", str(s.cpu_offload_layers)]
+        a += K.valued("cpu_offload_layers", s.cpu_offload_layers)
     if s.te_cross_entropy:  # [TC] model_parallel_config.py cross_entropy_fusion_impl 'te': TransformerEngine's kernel
-        a += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+        a += K.written("te_cross_entropy")
     return a
 
 
 def _precision_args(plan: Plan) -> List[str]:
     s = plan.strategy
-    a = ["--bf16"] + (["--grad-reduce-in-bf16"] if s.grad_reduce_bf16 else [])
+    a = ["--bf16"] + (K.written("grad_reduce_bf16") if s.grad_reduce_bf16 else [])
     if s.uses_fp8 and s.fp8_recipe == "nvfp4":  # [V] arguments.py: --fp4-format e2m1, --fp4-recipe nvfp4
-        a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+        a += K.written("fp8_recipe", entry=1)
     elif s.uses_fp8:
-        a += ["--fp8-format", s.fp8, "--fp8-recipe", effective_fp8_recipe(s.fp8_recipe, plan.cluster.gpu.id)]
+        a += K.valued("fp8", s.fp8) + K.valued("fp8_recipe", effective_fp8_recipe(s.fp8_recipe, plan.cluster.gpu.id))
         if s.fp8_param:  # [V] needs the distributed optimizer or FSDP (autoplan/validate.py checks zero >= 1)
-            a += ["--fp8-param-gather"]
+            a += K.written("fp8_param")
     m = plan.model
     if s.uses_fp8 and (m.bf16_first_layers or m.bf16_last_layers):  # arguments.py: layers kept in bf16 under FP8/FP4
         a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(m.bf16_first_layers),
@@ -449,12 +449,12 @@ def _precision_args(plan: Plan) -> List[str]:
 def _recompute_args(s: Strategy) -> List[str]:
     if s.recompute == "none":
         return []
-    a = ["--recompute-granularity", s.recompute]
+    a = K.valued("recompute", s.recompute)
     if s.recompute == "full":  # [TC] full needs a method and a layer count; selective takes neither
-        a += ["--recompute-method", s.recompute_method or "uniform", "--recompute-num-layers",
-              str(s.recompute_layers or 1)]
+        a += K.valued("recompute_method", s.recompute_method or "uniform") + \
+            K.valued("recompute_layers", s.recompute_layers or 1)
     if s.recompute == "selective" and s.recompute_modules:  # [TC] recompute_modules, nargs="+"; default core_attn
-        a += ["--recompute-modules", *s.recompute_modules]
+        a += [K.flag("recompute_modules"), *s.recompute_modules]
     return a
 
 
@@ -468,8 +468,10 @@ def _cuda_graph_args(s: Strategy) -> List[str]:
     if not mods:
         return []
     if G.is_full_iteration(mods):
-        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad", "--te-rng-tracker"]
-    return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", *mods, "--te-rng-tracker"]
+        return K.valued("cuda_graph_modules", "full_iteration") + ["--no-check-for-nan-in-loss-and-grad",
+                                                                    "--te-rng-tracker"]
+    return K.valued("cuda_graph_modules", "transformer_engine") + [K.flag("cuda_graph_modules", 1), *mods,
+                                                                   "--te-rng-tracker"]
 
 
 def _passthrough_args(s: Strategy) -> List[str]:
@@ -480,7 +482,7 @@ def _passthrough_args(s: Strategy) -> List[str]:
 
 def _training_args(plan: Plan, probe: bool, probe_iters: int) -> List[str]:
     iters = probe_iters if probe else DEFAULT_TRAIN_ITERS
-    a = ["--micro-batch-size", str(plan.strategy.mbs), "--global-batch-size", str(plan.workload.global_batch_size),
+    a = K.valued("mbs", plan.strategy.mbs) + ["--global-batch-size", str(plan.workload.global_batch_size),
          "--train-iters", str(iters), "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine",
          "--lr-warmup-iters", str(max(1, iters // 10)), "--weight-decay", "0.1", "--clip-grad", "1.0",
          "--adam-beta1", "0.9", "--adam-beta2", "0.95"]

@@ -18,56 +18,41 @@ from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.integrations.shell import command_words, read_script
 
-_LIST_FLAGS = {"recompute-modules", "cuda-graph-modules", "cuda-graph-scope"}  # nargs="+" arguments this reader uses
-FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a value
+# nargs="+" arguments this reader uses: the strategy keys' (autoplan/keys.py) and the deprecated --cuda-graph-scope.
+_LIST_FLAGS = {"cuda-graph-scope"} | K.megatron_list_args()
+FLAG_FLAGS = frozenset({  # store_true flags: they never take the next word as a value; the strategy keys' own
+    # are the registry's (autoplan/keys.py)
     "group-query-attention", "multi-latent-attention", "swiglu", "quick-geglu", "untie-embeddings-and-output-weights",
-    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "sequence-parallel",
-    "use-distributed-optimizer", "use-megatron-fsdp", "overlap-grad-reduce", "overlap-param-gather",
-    "tp-comm-overlap", "overlap-moe-expert-parallel-comm", "bf16", "fp16", "mock-data", "grad-reduce-in-bf16",
-    "moe-enable-deepep", "fp8-param-gather", "recompute-activations", "moe-permute-fusion", "log-throughput",
-    "use-mcore-models", "no-position-embedding", "cross-entropy-loss-fusion", "cpu-offloading", "use-rope-scaling",
-    "no-bias-gelu-fusion", "no-rope-fusion", "enable-gpt-oss", "account-for-embedding-in-pipeline-split",
-    "account-for-loss-in-pipeline-split", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker",
-    "no-check-for-nan-in-loss-and-grad", "use-transformer-engine-op-fuser", "moe-router-pre-softmax",
-    "moe-router-enable-expert-bias", "squared-relu",
-})
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "moe-grouped-gemm", "bf16", "fp16", "mock-data",
+    "moe-enable-deepep", "recompute-activations", "moe-permute-fusion", "log-throughput", "use-mcore-models",
+    "no-position-embedding", "cpu-offloading", "use-rope-scaling", "no-bias-gelu-fusion", "no-rope-fusion",
+    "enable-gpt-oss", "enable-cuda-graph", "external-cuda-graph", "te-rng-tracker", "no-check-for-nan-in-loss-and-grad",
+    "moe-router-pre-softmax", "moe-router-enable-expert-bias", "squared-relu",
+}) | {a for a, valued in K.megatron_args().items() if not valued}
 # Every argument this reader uses; `NOT_PRICED_FLAGS` are the emitter's arguments that do not change the price
 # (data, tokenizer type, optimizer hyper-parameters, logging, checkpoints). tests/unit/test_import_megatron.py checks
 # that the emitter writes nothing outside these two sets, so an emitted switch is never lost on the way back.
 READ_FLAGS = frozenset({
-    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
-    "num-query-groups", "kv-channels", "vocab-size", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file",
-    "make-vocab-size-divisible-by", "max-position-embeddings", "seq-length", "swiglu", "quick-geglu",
-    "normalization", "position-embedding-type", "rotary-base", "rotary-percent", "hidden-dropout",
-    "untie-embeddings-and-output-weights", "disable-bias-linear", "add-qkv-bias", "qk-layernorm",
-    "multi-latent-attention", "q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
-    "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
-    "moe-layer-freq", "window-size", "window-attn-skip-freq", "mtp-num-layers",
-    "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
-    "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "expert-model-parallel-size",
-    "expert-tensor-parallel-size", "sequence-parallel", "use-distributed-optimizer", "use-megatron-fsdp",
-    "data-parallel-sharding-strategy", "recompute-granularity", "recompute-activations", "recompute-method",
-    "recompute-num-layers", "recompute-modules", "fp8-format", "fp8-recipe", "fp8-param-gather",
-    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "overlap-grad-reduce",
-    "overlap-param-gather", "tp-comm-overlap", "grad-reduce-in-bf16", "overlap-moe-expert-parallel-comm",
-    "moe-token-dispatcher-type", "moe-flex-dispatcher-backend", "moe-enable-deepep", "cpu-offloading-num-layers",
-    "micro-batch-size", "global-batch-size", "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
+    "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention", "num-query-groups",
+    "kv-channels", "vocab-size", "tokenizer-type", "tokenizer-model", "vocab-file", "merge-file",
+    "make-vocab-size-divisible-by", "max-position-embeddings", "seq-length", "swiglu", "quick-geglu", "normalization",
+    "position-embedding-type", "rotary-base", "rotary-percent", "hidden-dropout", "untie-embeddings-and-output-weights",
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "multi-latent-attention", "q-lora-rank", "kv-lora-rank",
+    "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size", "moe-layer-freq", "window-size", "window-attn-skip-freq", "mtp-num-layers",
+    "num-layers-per-virtual-pipeline-stage", "recompute-activations", "moe-enable-deepep", "global-batch-size",
     "use-rope-scaling", "rope-scaling-factor", "rotary-scaling-factor", "yarn-original-max-position-embeddings",
-    "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "fp4-format", "fp4-recipe", "rope-type",
-    "mscale", "mscale-all-dim", "pipeline-model-parallel-layout", "account-for-embedding-in-pipeline-split",
-    "account-for-loss-in-pipeline-split", "no-yarn-correction-range-round-to-int",
-    "use-precision-aware-optimizer", "exp-avg-dtype", "exp-avg-sq-dtype", "yarn-beta-fast", "yarn-beta-slow",
-    "cuda-graph-impl", "cuda-graph-modules", "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph",
-    "use-transformer-engine-op-fuser", "moe-router-score-function", "moe-router-pre-softmax",
-    "moe-router-enable-expert-bias", "moe-router-topk-scaling-factor", "moe-router-num-groups",
-    "moe-router-group-topk", "moe-router-load-balancing-type", "hybrid-layer-pattern", "hybrid-override-pattern",
-    "mtp-hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
-    "moe-latent-size", "padded-vocab-size", "squared-relu",
-    "experimental-attention-variant", "linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim",
-    "linear-value-head-dim", "linear-num-key-heads", "linear-num-value-heads", "attention-output-gate",
-    "moe-shared-expert-gate", "apply-layernorm-1p", "dsa-indexer-n-heads", "dsa-indexer-head-dim",
-    "dsa-indexer-topk", "dsa-indexer-loss-coeff",
-})
+    "softmax-type", "activation-func-clamp-value", "moe-aux-loss-coeff", "rope-type", "mscale", "mscale-all-dim",
+    "no-yarn-correction-range-round-to-int", "yarn-beta-fast", "yarn-beta-slow", "cuda-graph-scope",
+    "enable-cuda-graph", "external-cuda-graph", "moe-router-score-function", "moe-router-pre-softmax",
+    "moe-router-enable-expert-bias", "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
+    "moe-router-load-balancing-type", "hybrid-layer-pattern", "hybrid-override-pattern", "mtp-hybrid-override-pattern",
+    "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups", "moe-latent-size", "padded-vocab-size",
+    "squared-relu", "experimental-attention-variant", "linear-attention-freq", "linear-conv-kernel-dim",
+    "linear-key-head-dim", "linear-value-head-dim", "linear-num-key-heads", "linear-num-value-heads",
+    "attention-output-gate", "moe-shared-expert-gate", "apply-layernorm-1p", "dsa-indexer-n-heads",
+    "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-loss-coeff",
+}) | frozenset(K.megatron_args())  # and every strategy key's (autoplan/keys.py)
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",
     "moe-permute-fusion", "train-iters", "lr", "min-lr", "glu-linear-offset",
@@ -249,37 +234,48 @@ def eval_pattern(raw: str, flag: str) -> List[int]:
 # ---------------------------------------------------------------------------------------------- strategy
 def megatron_strategy(f: Dict[str, Optional[str]], num_layers: int, is_moe: bool) -> Dict[str, Any]:
     """Every strategy key the arguments fix, with Megatron's defaults for absent ones (so nothing is chosen)."""
-    tp = typed(f, "tensor-model-parallel-size", pos_int, 1)
-    pp = typed(f, "pipeline-model-parallel-size", pos_int, 1)
-    s: Dict[str, Any] = {"tp": tp, "pp": pp, "cp": typed(f, "context-parallel-size", pos_int, 1),
-                         "mbs": typed(f, "micro-batch-size", pos_int, 1), "sp": "sequence-parallel" in f and tp > 1}
-    vpp = typed(f, "num-virtual-stages-per-pipeline-rank", pos_int)
+    tp = typed(f, K.arg("tp"), pos_int, 1)
+    pp = typed(f, K.arg("pp"), pos_int, 1)
+    s: Dict[str, Any] = {"tp": tp, "pp": pp, "cp": typed(f, K.arg("cp"), pos_int, 1),
+                         "mbs": typed(f, K.arg("mbs"), pos_int, 1), "sp": K.arg("sp") in f and tp > 1}
+    vpp = typed(f, K.arg("vpp"), pos_int)
     per_virtual = typed(f, "num-layers-per-virtual-pipeline-stage", pos_int)
     if per_virtual:  # [V] vpp = layers per pipeline rank / layers per virtual stage
         vpp = num_layers // pp // per_virtual
     s["vpp"] = vpp or 1
     s.update(_pipeline_split(f, pp))
-    s["ep"] = typed(f, "expert-model-parallel-size", pos_int, 1) if is_moe else 1
-    s["etp"] = typed(f, "expert-tensor-parallel-size", pos_int, tp) if is_moe else 1  # [V] defaults to tp
+    s["ep"] = typed(f, K.arg("ep"), pos_int, 1) if is_moe else 1
+    s["etp"] = typed(f, K.arg("etp"), pos_int, tp) if is_moe else 1  # [V] defaults to tp
     s["zero"] = _zero(f)
     s.update(_recompute(f))
     s.update(_precision(f))
-    for key, flag in (("first_stage_layers", "decoder-first-pipeline-num-layers"),
-                      ("last_stage_layers", "decoder-last-pipeline-num-layers")):
-        if flag in f:
-            s[key] = typed(f, flag, int)
+    for key in ("first_stage_layers", "last_stage_layers"):
+        if K.arg(key) in f:
+            s[key] = typed(f, K.arg(key), int)
     s.update(_overlaps(f, s, is_moe))
     s.update(K.imported_passthrough(f))  # the switches that are one flag each (autoplan/keys.py)
     graphs = _cuda_graphs(f, is_moe)
     if graphs:
         s["cuda_graph_modules"] = graphs
-    offload = typed(f, "cpu-offloading-num-layers", int, 0)
+    offload = typed(f, K.arg("cpu_offload_layers"), int, 0)
     if offload:
         s["cpu_offload_layers"] = offload
     # [TC] model_parallel_config.py: the TE kernel only with --cross-entropy-fusion-impl te (default native).
-    if "cross-entropy-loss-fusion" in f and typed(f, "cross-entropy-fusion-impl", str, "native") == "te":
+    if _written(f, "te_cross_entropy", {K.arg("te_cross_entropy", 1): "native"}):
         s["te_cross_entropy"] = True
     return s
+
+
+def _written(f: Dict[str, Optional[str]], key: str, defaults: Optional[Dict[str, str]] = None) -> bool:
+    """Whether the arguments hold every argument key `key` writes (autoplan/keys.py), with its fixed value; an
+    argument absent from `f` takes its default from `defaults` (else it is missing)."""
+    defaults = defaults or {}
+    for a, value in K.megatron_words(key):
+        if a not in f and a not in defaults:
+            return False
+        if value is not None and typed(f, a, str, defaults.get(a)) != value:
+            return False
+    return True
 
 
 def _cuda_graphs(f: Dict[str, Optional[str]], is_moe: bool) -> Optional[Tuple[str, ...]]:
@@ -287,12 +283,12 @@ def _cuda_graphs(f: Dict[str, Optional[str]], is_moe: bool) -> Optional[Tuple[st
     --cuda-graph-scope, --enable-cuda-graph = local, --external-cuda-graph = transformer_engine) [V]/[TC]:
     impl full_iteration, or a module list naming full_iteration, is the full-iteration graph; an empty module list
     captures whole layers (attention and the MLP or MoE half); impl none captures nothing."""
-    impl = typed(f, "cuda-graph-impl", str)
+    impl = typed(f, K.arg("cuda_graph_modules"), str)
     if impl is None:
         impl = "local" if "enable-cuda-graph" in f else "transformer_engine" if "external-cuda-graph" in f else "none"
     if impl == "none":
         return None
-    names = (f.get("cuda-graph-modules") or f.get("cuda-graph-scope") or "").split()
+    names = (f.get(K.arg("cuda_graph_modules", 1)) or f.get("cuda-graph-scope") or "").split()
     if impl == "full_iteration" or "full_iteration" in names:
         return G.FULL_ITERATION
     names = [n for n in names if n != "full"]  # the deprecated "full" = whole layers
@@ -312,7 +308,7 @@ def _pipeline_split(f: Dict[str, Optional[str]], pp: int) -> Dict[str, Any]:
     from autoplan.pipeline_split import layout_vpp
 
     out: Dict[str, Any] = {}
-    layout = typed(f, "pipeline-model-parallel-layout", str)
+    layout = typed(f, K.arg("pipeline_layout"), str)
     if layout:
         try:
             vpp = layout_vpp(layout, pp)
@@ -327,55 +323,55 @@ def _pipeline_split(f: Dict[str, Optional[str]], pp: int) -> Dict[str, Any]:
 
 
 def _zero(f: Dict[str, Optional[str]]) -> int:
-    if "use-megatron-fsdp" in f:
-        strategy = typed(f, "data-parallel-sharding-strategy", str, "optim_grads_params")
-        levels = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+    if K.arg("zero", 1) in f:
+        strategy = typed(f, K.arg("zero", 2), str, K.FSDP_SHARDING[3])
+        levels = {text: zero for zero, text in K.FSDP_SHARDING.items()}
         if strategy not in levels:
-            raise InputError(f"--data-parallel-sharding-strategy {strategy!r} is not one of {', '.join(levels)}")
+            raise InputError(f"{K.flag('zero', 2)} {strategy!r} is not one of {', '.join(levels)}")
         return levels[strategy]
-    return 1 if "use-distributed-optimizer" in f else 0
+    return 1 if K.arg("zero", 0) in f else 0
 
 
 def _recompute(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
-    granularity = typed(f, "recompute-granularity", str)
+    granularity = typed(f, K.arg("recompute"), str)
     if granularity is None and "recompute-activations" in f:
         granularity = "selective"  # [V] --recompute-activations sets recompute_granularity='selective'
     out: Dict[str, Any] = {"recompute": granularity or "none"}
-    if granularity == "selective" and f.get("recompute-modules"):
-        out["recompute_modules"] = tuple(f["recompute-modules"].split())
+    if granularity == "selective" and f.get(K.arg("recompute_modules")):
+        out["recompute_modules"] = tuple(f[K.arg("recompute_modules")].split())
     if granularity == "full":
-        out["recompute_method"] = typed(f, "recompute-method", str, "uniform")
-        out["recompute_layers"] = typed(f, "recompute-num-layers", pos_int, 1)
+        out["recompute_method"] = typed(f, K.arg("recompute_method"), str, "uniform")
+        out["recompute_layers"] = typed(f, K.arg("recompute_layers"), pos_int, 1)
     return out
 
 
 def _precision(f: Dict[str, Optional[str]]) -> Dict[str, Any]:
-    if "fp4-format" in f:  # NVFP4 GEMMs: the Strategy's fp8 with recipe nvfp4 (what the emitter writes back)
-        return {"fp8": "hybrid", "fp8_recipe": typed(f, "fp4-recipe", str, "nvfp4")}
-    fp8 = typed(f, "fp8-format", str)
+    if K.arg("fp8_recipe", 1) in f:  # NVFP4 GEMMs: the Strategy's fp8 with recipe nvfp4 (what the emitter writes back)
+        return {"fp8": "hybrid", "fp8_recipe": typed(f, K.arg("fp8_recipe", 2), str, "nvfp4")}
+    fp8 = typed(f, K.arg("fp8"), str)
     if not fp8:
         return {"fp8": "none"}  # bf16 / fp16 as written: no FP8 GEMMs
-    out: Dict[str, Any] = {"fp8": fp8, "fp8_recipe": typed(f, "fp8-recipe", str, "delayed")}
-    if "fp8-param-gather" in f:
+    out: Dict[str, Any] = {"fp8": fp8, "fp8_recipe": typed(f, K.arg("fp8_recipe"), str, "delayed")}
+    if K.arg("fp8_param") in f:
         out["fp8_param"] = True
     return out
 
 
 def _overlaps(f: Dict[str, Optional[str]], s: Dict[str, Any], is_moe: bool) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"overlap_grad_reduce": "overlap-grad-reduce" in f}
+    out: Dict[str, Any] = {"overlap_grad_reduce": _written(f, "overlap_grad_reduce")}
     if s["zero"] >= 1 and out["overlap_grad_reduce"]:  # [V] only expressible with both
-        out["overlap_param_gather"] = "overlap-param-gather" in f
-    if ("tp-comm-overlap" in f) != s["sp"]:  # the Strategy default (None) follows sp
-        out["tp_comm_overlap"] = "tp-comm-overlap" in f
-    if "grad-reduce-in-bf16" in f:
+        out["overlap_param_gather"] = _written(f, "overlap_param_gather")
+    if _written(f, "tp_comm_overlap") != s["sp"]:  # the Strategy default (None) follows sp
+        out["tp_comm_overlap"] = _written(f, "tp_comm_overlap")
+    if _written(f, "grad_reduce_bf16"):
         out["grad_reduce_bf16"] = True
     # [V] arguments.py: the moments' dtypes apply only with --use-precision-aware-optimizer; fp32 moments (the
     # default) stay priced at 12 bytes per parameter, and fp16 / fp8 moments are priced as bf16's or above.
-    if "use-precision-aware-optimizer" in f and s["zero"] == 1 and \
-            typed(f, "exp-avg-dtype", str, "fp32") != "fp32" and typed(f, "exp-avg-sq-dtype", str, "fp32") != "fp32":
+    if K.arg("adam_bf16_states") in f and s["zero"] == 1 and \
+            all(typed(f, K.arg("adam_bf16_states", i), str, "fp32") != "fp32" for i in (1, 2)):
         out["adam_bf16_states"] = True
     if is_moe:
-        out["moe_a2a_overlap"] = "overlap-moe-expert-parallel-comm" in f
+        out["moe_a2a_overlap"] = _written(f, "moe_a2a_overlap")
         # Stated either way: a config without the flex dispatcher runs alltoall, and `estimate` prices it so
         # (an unstated switch would be filled as the search sets it, complete.fill_searched_switches).
         out["moe_flex_dispatcher"] = _flex_dedup_dispatcher(f)
@@ -386,23 +382,24 @@ def _flex_dedup_dispatcher(f: Dict[str, Optional[str]]) -> bool:
     """The flex dispatcher with a node-deduplicating backend: deepep (the default backend) or hybridep, or the
     deprecated --moe-enable-deepep [TC] (transformer_config.py __post_init__ routes it to backend deepep).
     ncclep is left on the alltoall pricing."""
-    if typed(f, "moe-token-dispatcher-type", str) != "flex":
+    if typed(f, K.arg("moe_flex_dispatcher"), str) != K.megatron_words("moe_flex_dispatcher")[0][1]:
         return False
-    return "moe-enable-deepep" in f or typed(f, "moe-flex-dispatcher-backend", str, "deepep") in ("deepep", "hybridep")
+    backend = typed(f, K.arg("moe_flex_dispatcher", 1), str, "deepep")
+    return "moe-enable-deepep" in f or backend in ("deepep", "hybridep")
 
 
 # The layout keys a model fragment may leave to the launcher, with the arguments that write each one. A fragment
 # (examples/post_training/modelopt/conf/*.sh) describes the model; Megatron-LM's scripts around it pass the layout
 # (conf/arguments.sh: --tensor-model-parallel-size ${TP} ... ). Numerics (precision, FP8) stay as written.
+# The keys' own arguments are the registry's (autoplan/keys.py); the others are the older spellings that set them
+# and the arguments they follow (etp and sp default from tp).
 _LAYOUT_FLAGS = {
-    "tp": ("tensor-model-parallel-size",), "pp": ("pipeline-model-parallel-size",), "cp": ("context-parallel-size",),
-    "vpp": ("num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage",
-            "pipeline-model-parallel-layout"),
-    "ep": ("expert-model-parallel-size",), "etp": ("expert-tensor-parallel-size", "tensor-model-parallel-size"),
-    "mbs": ("micro-batch-size",), "sp": ("tensor-model-parallel-size",),
-    "tp_comm_overlap": ("tp-comm-overlap",), "zero": ("use-distributed-optimizer", "use-megatron-fsdp"),
-    "overlap_grad_reduce": ("overlap-grad-reduce",), "overlap_param_gather": ("overlap-param-gather",),
-    "recompute": ("recompute-granularity", "recompute-activations"),
+    "tp": (K.arg("tp"),), "pp": (K.arg("pp"),), "cp": (K.arg("cp"),),
+    "vpp": (K.arg("vpp"), "num-layers-per-virtual-pipeline-stage", K.arg("pipeline_layout")),
+    "ep": (K.arg("ep"),), "etp": (K.arg("etp"), K.arg("tp")), "mbs": (K.arg("mbs"),), "sp": (K.arg("tp"),),
+    "tp_comm_overlap": (K.arg("tp_comm_overlap"),), "zero": (K.arg("zero", 0), K.arg("zero", 1)),
+    "overlap_grad_reduce": (K.arg("overlap_grad_reduce"),), "overlap_param_gather": (K.arg("overlap_param_gather"),),
+    "recompute": (K.arg("recompute"), "recompute-activations"),
 }
 
 

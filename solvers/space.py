@@ -1,21 +1,26 @@
 """The search space: every legal strategy for a model, cluster and workload, as `Layouts` (struct of arrays).
 
-Every solver draws from here, so solvers cannot disagree about what is legal. Legality mirrors
-`autoplan.validate` (Megatron-LM's layout, batch and precision rules); a contract test checks that every point
+Every solver draws from here, so solvers cannot disagree about what is legal. Legality is `autoplan.validate`'s:
+the generators enumerate divisors and prune with the masks of the rules validate reads (autoplan/layout_rules.py,
+switch_rules.py, deepspeed_rules.py), never with a condition of their own; a contract test checks that every point
 generated here passes `validate`. Preferences that are not rules — TP inside the NVLink domain,
 sequence parallelism whenever tp > 1 (it only saves memory and elementwise time at the same communication
 volume: Korthikanti et al. 2022 sec. 4.2.2) — narrow the default space and are lifted with `allow`."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from autoplan import pipeline_split as PS
 from autoplan import cuda_graphs as G
+from autoplan import deepspeed_rules as DS
 from autoplan import keys as K
+from autoplan import layout_rules as LR
 from autoplan import switch_rules as SR
 from autoplan import recompute as R
 from autoplan.cluster import ClusterSpec
@@ -25,7 +30,7 @@ from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.numerics import fp8_allowed, precision_conflict
 from autoplan.strategy import SPLIT_KEYS, Strategy, coerce_strategy_value, strategy_items
-from autoplan.valid_values import mixer_allows_tp
+from autoplan.valid_values import uneven_split_problem
 from autoplan.valid_values import divisors  # each call passes the largest value the search uses (tp <= GPUs,
 # pp <= layers, vpp and mbs <= 16, ep*etp <= GPUs), so the search's time does not grow with the GPU count or batch
 from autoplan.keys import ENGINES
@@ -125,6 +130,18 @@ def _has_fp8(problem: Problem) -> bool:
     return problem.cluster.gpu.has_dtype("fp8")
 
 
+def _env(problem: Problem) -> LR.Env:
+    """What the rule book (autoplan/layout_rules.py) reads besides the candidates."""
+    wl = problem.workload
+    return LR.Env(problem.model, problem.cluster.num_gpus, wl.seq_len, wl.global_batch_size, problem.engine)
+
+
+def _legal(problem: Problem, rules, key: str, values, **fixed) -> List:
+    """The values of `key` (the other columns `fixed`) that every rule of `rules` allows: a generator prunes with
+    the rules' masks, never a condition of its own."""
+    return LR.keep_values(_env(problem), rules, key, values, **fixed)
+
+
 def _choices(problem: Problem, key: str, default: Iterable) -> List:
     vals = list(default)
     if key in problem.fixed:
@@ -139,21 +156,12 @@ def tp_choices(problem: Problem) -> List[int]:
     # The NVLink-domain preference never overrides a tp the user fixed.
     wide = "tp-outside-domain" in problem.allow or "tp" in problem.fixed
     limit = problem.cluster.num_gpus if wide else min(hw_domain, problem.cluster.num_gpus)
-    out = []
-    for t in divisors(m.num_attention_heads, upto=limit):
-        if t > limit or problem.cluster.num_gpus % t:
-            continue
-        if not wide and limit % t:
-            continue  # a TP group crossing an NVLink domain (a node, or into a partly used last node) is slow
-        g = m.num_query_groups
-        if not m.multi_latent_attention and not (g % t == 0 or t % g == 0):
-            continue  # query groups a multiple or divisor of tp (TransformerConfig)
-        if not mixer_allows_tp(m, t):
-            continue  # Gated DeltaNet / parallel Mamba heads divisible by tp (valid_values.mixer_allows_tp)
-        if problem.engine == "deepspeed" and g % t:
-            continue  # AutoTP splits K/V by whole kv heads (integrations/engines.py deepspeed_unsupported)
-        out.append(t)
-    return out
+    # Divisors of the heads that divide the GPU count (LR.TP_HEADS, LR.WORLD_TILES), enumerated as such.
+    out = divisors(math.gcd(m.num_attention_heads, problem.cluster.num_gpus), upto=limit)
+    if not wide:
+        out = [t for t in out if limit % t == 0]  # a TP group crossing an NVLink domain (a node, or into a partly
+        # used last node) is slow: a preference, not a rule
+    return _legal(problem, (LR.TP_GROUPS, LR.TP_MIXER, DS.KV_HEADS), "tp", out)
 
 
 def stage_splits(num_layers: int, pp: int, vpp: int, uneven: bool) -> List[Tuple[int, int]]:
@@ -162,24 +170,27 @@ def stage_splits(num_layers: int, pp: int, vpp: int, uneven: bool) -> List[Tuple
     out = []
     if pp == 1:
         return [(-1, -1)] if vpp == 1 else []
-    if num_layers % pp == 0 and (num_layers // pp) % vpp == 0:
+    if _even_split(num_layers, pp, vpp):
         out.append((-1, -1))
     if not uneven:
         return out
     base = -(-num_layers // pp)
     for first in range(max(1, base - 3), base + 1):
         for last in range(max(1, base - 3), base + 1):
-            rest = num_layers - first - last
+            if uneven_split_problem(num_layers, pp, vpp, first, last) is not None:
+                continue  # the uneven-split rule (validate._pipeline_split)
             mids = pp - 2
-            if rest < 0 or (mids == 0 and rest != 0) or (mids > 0 and (rest <= 0 or rest % mids)):
-                continue
-            mid = rest // mids if mids else first
+            mid = (num_layers - first - last) // mids if mids else first
             if (first, last) == (mid, mid):
                 continue  # that is the even split
-            if vpp > 1 and (first % vpp or last % vpp or mid % vpp):
-                continue
             out.append((first, last))
     return out
+
+
+def _even_split(num_layers: int, pp: int, vpp: int) -> bool:
+    """Whether the layers split evenly over pp ranks and vpp chunks (LR.EVEN_LAYERS, LR.VPP_DIVIDES_RANK)."""
+    env = LR.Env(SimpleNamespace(num_layers=num_layers))
+    return bool(LR.holds(env, (LR.EVEN_LAYERS, LR.VPP_DIVIDES_RANK), LR.columns(pp=pp, vpp=vpp)))
 
 
 # A split: (first, last) end-rank layer counts (-1 = the middle ranks' count), account_for_* bits (1 embedding,
@@ -193,7 +204,7 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
     counts, then (vpp > 1, for the models whose Bridge recipes give layouts: DeepSeek-V3, Kimi-K2) balanced layout
     strings as Megatron-Bridge writes them. Any other layout is taken when fixed (--fix pipeline_layout=...)."""
     L = model.num_layers
-    even = [(-1, -1, 0, None)] if pp == 1 or (L % pp == 0 and (L // pp) % vpp == 0) else []
+    even = [(-1, -1, 0, None)] if pp == 1 or _even_split(L, pp, vpp) else []
     if pp == 1 or not uneven:
         return even if (pp > 1 or vpp == 1) else []
     seen = {(L // pp, L // pp)} if even else set()
@@ -285,28 +296,21 @@ def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
 
 def structural_points(problem: Problem) -> List[Dict[str, int]]:
     """(tp, cp, pp, vpp, first, last, ep, etp, dp) combinations that satisfy the layout rules."""
-    m, wl, world = problem.model, problem.workload, problem.cluster.num_gpus
+    m, world = problem.model, problem.cluster.num_gpus
     L = m.num_layers
     split_fixed = any(k in problem.fixed for k in SPLIT_KEYS)
     points = []
     for tp in _choices(problem, "tp", tp_choices(problem)):
-        for cp in _choices(problem, "cp", sorted(set(_pow2_upto(world // tp)) | _fixed_ints(problem, "cp"))):
-            if cp > 1 and (wl.seq_len % (2 * cp) or m.context_parallel_blocker):
-                continue  # seq divisible by 2*cp (validate_args); mixers with a CP path (validate._sequence)
-            if world % (tp * cp):
-                continue
+        cps = sorted(set(_pow2_upto(world // tp)) | _fixed_ints(problem, "cp"))
+        # pp=1 here: a tp*cp that does not divide the GPUs tiles with no pp.
+        cps = _legal(problem, (LR.CP_SEQ, LR.CP_MIXERS, LR.WORLD_TILES, DS.NO_CP), "cp", cps, tp=tp, pp=1)
+        for cp in _choices(problem, "cp", cps):
             for pp in _choices(problem, "pp", divisors(world // (tp * cp), upto=L)):
-                if pp > L:
-                    continue
-                if problem.engine == "deepspeed" and cp > 1:
-                    continue
                 dp = world // (tp * cp * pp)
-                if wl.global_batch_size % dp:
-                    continue  # gbs divisible by mbs*dp needs at least dp | gbs
+                if not LR.holds(_env(problem), (LR.BATCH_DIVIDES,), LR.columns(mbs=1, dp=dp)):
+                    continue  # gbs divisible by mbs*dp needs at least dp | gbs (mbs=1)
                 vpps = sorted(set(split_vpps(m, pp) + _fixed_vpps(problem, pp))) if pp > 1 else [1]
-                if problem.engine == "deepspeed":
-                    vpps = [1]
-                for vpp in _choices(problem, "vpp", vpps):
+                for vpp in _choices(problem, "vpp", _legal(problem, (DS.NO_VPP,), "vpp", vpps)):
                     if split_fixed:
                         splits = _fixed_split(problem, pp, vpp)
                     else:
@@ -327,29 +331,22 @@ def _expert_choices(problem: Problem, tp: int, pp: int, cp: int, dp: int):
     if not m.is_moe:
         return [(1, e) for e in _choices(problem, "etp", [1])] if _choices(problem, "ep", [1]) else []
     out = []
-    etps = sorted({1, tp})
-    if problem.engine == "deepspeed":
-        etps = [1]
+    etps = _legal(problem, (LR.BIASED_EXPERTS_ETP, DS.NO_ETP), "etp", sorted({1, tp}))
     for etp in _choices(problem, "etp", etps):
-        if m.add_bias_linear and etp != 1:
-            continue  # MoE layers with bias need etp = 1 (TransformerConfig)
-        for ep in _choices(problem, "ep", divisors(m.num_experts, upto=world)):
-            if world % (etp * ep * pp):
-                continue  # etp*ep*pp must divide world (parallel_state)
-            if ep * etp > tp * cp * dp:
-                continue  # experts fold inside the tp*cp*dp ranks of one stage
-            if problem.engine == "deepspeed" and tp > 1 and ep > 1:
-                continue
-            out.append((ep, etp))
+        # ep divides the experts (enumerated as such); etp*ep*pp divides the GPUs, which also folds the experts
+        # inside the tp*cp*dp ranks of one stage.
+        eps = _legal(problem, (LR.EXPERT_GRID, DS.NO_EP), "ep", divisors(m.num_experts, upto=world), etp=etp, pp=pp)
+        out += [(ep, etp) for ep in _choices(problem, "ep", eps)]
     return out
 
 
 def mbs_choices(problem: Problem, dp: int) -> List[int]:
     per_dp = problem.workload.global_batch_size // dp
-    cands = divisors(per_dp, upto=16) if "non-pow2-mbs" in problem.allow else [v for v in _pow2_upto(per_dp)
-                                                                        if per_dp % v == 0]
+    cands = divisors(per_dp, upto=16) if "non-pow2-mbs" in problem.allow else \
+        _legal(problem, (LR.BATCH_DIVIDES,), "mbs", _pow2_upto(per_dp), dp=dp)
     # The search's own range stops at 16; an mbs the user fixed is taken wherever the batch divides.
-    cands += [v for v in sorted(_fixed_ints(problem, "mbs")) if v > 16 and per_dp % v == 0]
+    cands += _legal(problem, (LR.BATCH_DIVIDES,), "mbs", [v for v in sorted(_fixed_ints(problem, "mbs")) if v > 16],
+                    dp=dp)
     return [v for v in _choices(problem, "mbs", cands) if v <= 16 or "mbs" in problem.fixed]
 
 
@@ -379,8 +376,9 @@ def recompute_options(problem: Problem, chunk_layers: int) -> List[Tuple[int, bo
     if "recompute_modules" in problem.fixed:
         allowed &= {"selective"}  # a module set is selective recompute (Strategy._local_rules), never dropped
     graphs = _one(problem.fixed.get("cuda_graph_modules"))
-    if graphs and not G.is_full_iteration(graphs):
-        allowed -= {"full"}  # full recompute only under the full-iteration graph (validate._cuda_graphs)
+    if graphs and not SR.allowed("cuda_graph_modules", problem.model, LR.columns(recompute=[2]), G.mask(graphs),
+                                 rules=(SR.FULL_RECOMPUTE_GRAPH,))[0]:
+        allowed -= {"full"}  # full recompute only under the full-iteration graph (switch_rules.py)
     out = [o for o in opts if names[o[0]] in allowed]
     if "recompute_layers" in problem.fixed and "recompute_method" in problem.fixed:
         # Method and layers both written: exactly those (a block of at most a chunk's layers), e.g. uniform/1 for
@@ -405,18 +403,14 @@ def _as_list(value) -> list:
 
 
 def zero_choices(problem: Problem, pp: int) -> List[int]:
-    vals = [0, 1, 2, 3]
-    if pp > 1:
-        vals = [0, 1, 2]  # ZeRO-3 / FSDP does not combine with pipeline parallelism (Megatron, DeepSpeed)
-    if problem.engine == "megatron":
-        vals = [v for v in vals if v <= 1] + ([3] if pp == 1 else [])  # Megatron: DDP, dist-opt, FSDP
-    return _choices(problem, "zero", vals)
+    vals = [0, 1, 3] if problem.engine == "megatron" else [0, 1, 2, 3]  # Megatron: DDP, dist-opt, FSDP
+    return _choices(problem, "zero", _legal(problem, (LR.ZERO3_NO_PP,), "zero", vals, pp=pp))
 
 
 def fp8_choices(problem: Problem) -> List[bool]:
     """FP8 GEMMs off and/or on: what the fixed fp8 / fp8_recipe and the hardware allow, narrowed to the precision
     the user asked for (autoplan/numerics.py: bf16 unless --precision or a fixed fp8 says otherwise)."""
-    vals = [False, True] if _has_fp8(problem) and problem.engine == "megatron" else [False]
+    vals = _legal(problem, (DS.NO_FP8,), "fp8", [False, True] if _has_fp8(problem) else [False])
     allowed = _choices(problem, "fp8", ["none", "hybrid", "e4m3"])
     if "fp8_recipe" in problem.fixed:
         allowed = [v for v in allowed if v != "none"]  # a fixed FP8 recipe needs FP8 GEMMs on every plan
@@ -429,17 +423,13 @@ def fp8_choices(problem: Problem) -> List[bool]:
 
 
 def sp_choices(problem: Problem, tp: int, cp: int = 1) -> List[bool]:
-    if tp == 1:
-        vals = [False]
-    elif problem.model.is_moe:
-        vals = [True]  # MoE with tp > 1 needs sequence parallelism
-    else:
-        vals = [True, False] if "no-sp" in problem.allow else [True]
-    if problem.engine == "deepspeed":
-        vals = [False]
-    if (problem.workload.seq_len // cp) % tp:
-        vals = [v for v in vals if not v]  # SP splits seq/cp over tp ranks (tensor_parallel/mappings.py)
-    return _choices(problem, "sp", vals)
+    """Sequence parallelism on and/or off at (tp, cp): what the rules allow (on needs tp > 1, MoE at tp > 1 needs
+    it on Megatron, DeepSpeed has none), with the preference for it whenever tp > 1 on Megatron (lifted by
+    --allow no-sp) taken before the rule that SP splits each rank's tokens over tp."""
+    vals = _legal(problem, (LR.SP_NEEDS_TP, LR.MOE_NEEDS_SP, DS.NO_SP), "sp", [True, False], tp=tp, cp=cp)
+    if problem.engine == "megatron" and tp > 1 and "no-sp" not in problem.allow:
+        vals = [v for v in vals if v]
+    return _choices(problem, "sp", _legal(problem, (LR.SP_SPLITS_SEQ,), "sp", vals, tp=tp, cp=cp))
 
 
 @dataclass(frozen=True)

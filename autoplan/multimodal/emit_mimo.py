@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import List
 
+from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.multimodal.emit_bridge import check_transformer_config
 from autoplan.multimodal.placement import Placement
@@ -58,13 +59,12 @@ def arg_list(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int)
     args = ["--encoder-tp", str(p.encoder_tp), "--encoder-dp", str(p.encoder_dp),
             "--llm-offset", str(p.encoder_tp * p.encoder_dp), "--llm-tp", str(s.tp), "--llm-cp", str(s.cp),
             "--llm-pp", str(s.pp), "--llm-dp", str(llm_dp), "--llm-ep", str(s.ep),
-            "--micro-batch-size", str(s.mbs), "--global-batch-size", str(gbs), "--bf16",
+            *K.valued("mbs", s.mbs), "--global-batch-size", str(gbs), "--bf16",
             "--use-distributed-optimizer"]
     args += architecture_args(spec.llm, seq)
-    if s.first_stage_layers is not None:
-        args += ["--decoder-first-pipeline-num-layers", str(s.first_stage_layers)]
-    if s.last_stage_layers is not None:
-        args += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+    for key in ("first_stage_layers", "last_stage_layers"):  # Megatron's arguments (autoplan/keys.py)
+        if getattr(s, key) is not None:
+            args += K.valued(key, getattr(s, key))
     return args
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+from autoplan import keys as K
 from autoplan.model import ModelSpec
 from autoplan.rl.spec import RLJob
 
@@ -21,20 +22,18 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
          "--rollout-max-response-len", str(job.max_response_len),
          "--global-batch-size", str(job.sequences // job.mini_batches),
          "--advantage-estimator", "grpo" if job.algo == "grpo" else "ppo",
-         "--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp),
-         "--context-parallel-size", str(s.cp), "--expert-model-parallel-size", str(s.ep),
-         "--expert-tensor-parallel-size", str(s.etp), "--use-dynamic-batch-size",
-         "--max-tokens-per-gpu", str(job.prompt_len + job.max_response_len)]
+         *(arg for key in ("tp", "pp", "cp", "ep", "etp") for arg in K.valued(key, getattr(s, key))),
+         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(job.prompt_len + job.max_response_len)]
     if s.sp:
-        a.append("--sequence-parallel")
+        a += K.written("sp")
     if s.last_stage_layers is not None:
-        a += ["--decoder-last-pipeline-num-layers", str(s.last_stage_layers)]
+        a += K.valued("last_stage_layers", s.last_stage_layers)
     if s.recompute == "full":
-        a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        a += K.valued("recompute", "full") + K.valued("recompute_method", "uniform") + K.valued("recompute_layers", 1)
     elif s.recompute == "selective":
-        a += ["--recompute-granularity", "selective"]
+        a += K.valued("recompute", "selective")
         if s.recompute_modules:
-            a += ["--recompute-modules", *s.recompute_modules]
+            a += [K.flag("recompute_modules"), *s.recompute_modules]
     if job.use_ref:
         # slime_validate_args (slime/utils/arguments.py) refuses a KL loss without --ref-load, the reference
         # model's Megatron checkpoint; slime's scripts name it after the HF checkpoint with a _torch_dist suffix

@@ -53,6 +53,7 @@ def test_the_readme_key_table_is_the_generated_one():
 
 def test_each_switch_rule_reads_alike_for_a_batch_and_for_one_strategy(moe):
     """A rule is written once: its mask over a batch of candidates and its verdict on one strategy agree."""
+    from autoplan import layout_rules as LR
     from autoplan import switch_rules as SR
 
     strategies = [Strategy(tp=tp, sp=sp, pp=pp, vpp=vpp, ep=ep, zero=zero, fp8=fp8, recompute=rc,
@@ -64,7 +65,7 @@ def test_each_switch_rule_reads_alike_for_a_batch_and_for_one_strategy(moe):
         for rule in SR.RULES:
             value = 3 if rule.key == "cpu_offload_layers" else True
             batch = np.broadcast_to(np.asarray(rule.needs(moe, lay, value), bool), (len(lay),))
-            one = [not rule.broken(moe, SR.strategy_view(s, engine), value) for s in strategies]
+            one = [not rule.broken(moe, LR.strategy_view(s, engine), value) for s in strategies]
             assert list(batch) == one, (rule.key, engine)
 
 
@@ -121,6 +122,7 @@ def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
     """CUDA-graph rules that read the rest of the strategy are written once (switch_rules.py): the search's mask and
     validate's verdict on one strategy agree, for every module set, with and without hidden dropout."""
     from autoplan import cuda_graphs as G
+    from autoplan import layout_rules as LR
     from autoplan import switch_rules as SR
     from conftest import make_moe
 
@@ -137,7 +139,7 @@ def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
                 value = G.mask(names)
                 for rule in SR.BY_KEY["cuda_graph_modules"]:
                     batch = np.broadcast_to(np.asarray(rule.needs(model, lay, value), bool), (len(lay),))
-                    one = [not rule.broken(model, SR.strategy_view(s, engine), value) for s in strategies]
+                    one = [not rule.broken(model, LR.strategy_view(s, engine), value) for s in strategies]
                     assert list(batch) == one, (names, engine, model.hidden_dropout)
 
 
