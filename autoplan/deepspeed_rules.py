@@ -8,14 +8,16 @@ Sources: deepspeed 0.19.8 runtime/pipe/engine.py (PipelineEngine asserts ZeRO st
 (PipelineModule has no interleaved schedule and partitions by method, not by explicit counts;
 activation_checkpoint_interval checkpoints every k layers), runtime/engine.py (AutoEP/native MoE set expert
 parallelism in model code, which ds_train.py does not build: its experts are replicated), module_inject/tp_shard.py
-(AutoTP shards K/V by whole heads). Features with no DeepSpeed counterpart at all (context parallel, Megatron
-sequence parallel, TransformerEngine FP8, userbuffer TP overlap) are refused."""
+(AutoTP shards K/V by whole heads). Features with no DeepSpeed counterpart at all are refused: context parallel and
+Megatron sequence parallel here, and every key the registry declares `deepspeed_lacks` (autoplan/keys.py:
+TransformerEngine FP8, userbuffer TP overlap, CUDA graphs, ...) by the rule `LACKS` generates from its entry."""
 from __future__ import annotations
 
 from typing import Tuple
 
 import numpy as np
 
+from autoplan import keys as K
 from autoplan import recompute as R
 from autoplan.layout_rules import Rule
 
@@ -27,12 +29,23 @@ def _rule(name: str, blocked, message) -> Rule:
     return Rule(name, lambda e, v: ~np.asarray(blocked(e, v), bool), message, engine="deepspeed")
 
 
-def _lacks(column: str, what: str, fix: str, shown=None) -> Rule:
-    """A setting DeepSpeed has no counterpart of: blocked wherever its column is set; the message names it as the
-    strategy states it (`shown`, else `column=true`)."""
-    shown = shown or (lambda c: f"{column}=true")
+def _shown(value) -> str:
+    """A key's value as a strategy states it: module names joined by +, a set switch as true."""
+    if isinstance(value, tuple):
+        return "+".join(value)
+    return "true" if isinstance(value, bool) or value is None else str(value)
+
+
+def _lacks(key: K.Key) -> Rule:
+    """The rule of a key DeepSpeed has no counterpart of (its registry entry's `deepspeed_lacks`): blocked wherever
+    its column is set."""
+    column = key.column_name
     return _rule(f"ds_no_{column}", lambda e, v: getattr(v, column) != 0,
-                 lambda c: f"{what} ({shown(c)}); {_ALT} {fix}")
+                 lambda c: key.deepspeed_lacks.format(shown=f"{key.name}={_shown(getattr(c.strategy, key.name))}",
+                                                      flag=K.flag(key.name)))
+
+
+LACKS = {k.name: _lacks(k) for k in K.KEYS if k.deepspeed_lacks}
 
 
 def autotp_kv_heads_reason(tp: int, groups: int) -> str:
@@ -55,14 +68,8 @@ NO_VPP = _rule("ds_no_vpp", lambda e, v: v.vpp > 1,
 NO_SP = _rule("ds_no_sp", lambda e, v: (v.sp != 0) & (v.tp > 1),
               lambda c: f"DeepSpeed cannot run Megatron sequence parallelism (sp=true, tp={c.strategy.tp}); "
                         f"{_ALT} sp=false")
-NO_FP8 = _lacks("fp8", "DeepSpeed has no TransformerEngine FP8 training", "fp8=none",
-                lambda c: f"fp8={c.strategy.fp8}")
-NO_OFFLOAD = _lacks("cpu_offload_layers", "DeepSpeed's config cannot offload the activations of chosen layers",
-                    "cpu_offload_layers=0", lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers}")
-NO_TP_OVERLAP = _lacks("tp_comm_overlap", "DeepSpeed cannot overlap TP communication with GEMMs",
-                       "tp_comm_overlap=false")
-NO_FLEX = _lacks("moe_flex_dispatcher", "DeepSpeed has no DeepEP / HybridEP token dispatcher",
-                 "moe_flex_dispatcher=false")
+NO_FP8, NO_OFFLOAD, NO_TP_OVERLAP, NO_FLEX = (LACKS[k] for k in ("fp8", "cpu_offload_layers", "tp_comm_overlap",
+                                                               "moe_flex_dispatcher"))
 NO_EP = _rule("ds_no_ep", lambda e, v: v.ep > 1,
               lambda c: f"DeepSpeed cannot set expert parallelism from its config for this model "
                         f"(ep={c.strategy.ep}); {_ALT} ep=1")
@@ -95,15 +102,12 @@ NO_HYBRID = _rule("ds_no_hybrid", lambda e, v: np.asarray(bool(e.model.is_hybrid
 NO_MTP = _rule("ds_no_mtp", lambda e, v: np.asarray(e.model.mtp_num_layers > 0),
                lambda c: f"ds_train.py builds no multi-token-prediction depth (mtp_num_layers="
                          f"{c.model.mtp_num_layers}); use --engine megatron or plan the model with mtp_num_layers=0")
-NO_GRAPHS = _lacks("cuda_graph_modules", "the DeepSpeed launch files capture no CUDA graphs",
-                   "drop cuda_graph_modules",
-                   lambda c: f"cuda_graph_modules={'+'.join(c.strategy.cuda_graph_modules or ())}")
-NO_OP_FUSER = _lacks("te_op_fuser", "DeepSpeed has no TransformerEngine op fuser", "te_op_fuser=false")
+NO_GRAPHS, NO_OP_FUSER = LACKS["cuda_graph_modules"], LACKS["te_op_fuser"]
 PIPE_BLOCK = _rule("ds_pipe_block", lambda e, v: (v.pp > 1) & (v.recompute == 2) & (v.recompute_block != 0),
                    lambda c: f"DeepSpeed's pipeline checkpoints every k layers, not the first k (recompute_method="
                              f"block, pp={c.strategy.pp}); use recompute_method=uniform")
 
-# In the order the emitter names them.
-RULES: Tuple[Rule, ...] = (NO_CP, NO_VPP, NO_SP, NO_FP8, NO_OFFLOAD, NO_TP_OVERLAP, NO_FLEX, NO_EP, NO_ETP,
-                           NO_A2A_OVERLAP, NO_UNEVEN, PIPE_ZERO, PIPE_TP, KV_HEADS, NO_MODULES, NO_HYBRID, NO_MTP,
-                           NO_GRAPHS, NO_OP_FUSER, PIPE_BLOCK)
+# In the order the emitter names them; a key the registry declares `deepspeed_lacks` later is named after these.
+_NAMED = (NO_CP, NO_VPP, NO_SP, NO_FP8, NO_OFFLOAD, NO_TP_OVERLAP, NO_FLEX, NO_EP, NO_ETP, NO_A2A_OVERLAP, NO_UNEVEN,
+          PIPE_ZERO, PIPE_TP, KV_HEADS, NO_MODULES, NO_HYBRID, NO_MTP, NO_GRAPHS, NO_OP_FUSER, PIPE_BLOCK)
+RULES: Tuple[Rule, ...] = _NAMED + tuple(r for r in LACKS.values() if r not in _NAMED)

@@ -46,8 +46,8 @@ class Key:
     on, with no other condition, and the Megatron importer reads them back as the key (both generated from here);
     `deepspeed` is the DeepSpeed config key that carries it ('' = DeepSpeed refuses it or writes nothing for it);
     `imported` names the importers that read it; `parse` reads its command-line text where that is not a plain
-    integer, boolean or word. The engine rules a switch must meet are in autoplan/switch_rules.py; `megatron_only`
-    generates one there."""
+    integer, boolean or word. The engine rules a switch must meet are in autoplan/switch_rules.py;
+    `deepspeed_lacks` (DeepSpeed has no counterpart of the key) generates a rule of autoplan/deepspeed_rules.py."""
 
     name: str
     kind: Any  # the field's annotation
@@ -70,7 +70,11 @@ class Key:
     layouts: str = ""  # the column's encoding in words, when it is not the value as it is
     required_column: bool = False  # every `Layouts` holds the column (else one left out is the default)
     code: Optional[Callable[[Any], Any]] = None  # the column's value from the field's value alone (a code, a mask)
-    megatron_only: bool = False  # DeepSpeed has no such switch: the rule book refuses it there (switch_rules.py)
+    # DeepSpeed has no counterpart of the key: the one line that refuses it wherever it is set ('' = DeepSpeed runs
+    # it, or other rules decide), with {shown} for the key as the strategy states it (te_op_fuser=true, fp8=hybrid)
+    # and {flag} for its first Megatron argument. autoplan/deepspeed_rules.py makes it a rule of the DeepSpeed rule
+    # book, which the DeepSpeed emitter, the search under --engine deepspeed and validate read.
+    deepspeed_lacks: str = ""
     # The value of command-line or file text (stripped) or of a list, for keys whose text is not a plain integer,
     # boolean or lower-case word (strategy.coerce_strategy_value); None: by the field's type.
     parse: Optional[Callable[[Any], Any]] = None
@@ -248,6 +252,7 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     Key("fp8", Fp8, "none", "FP8 GEMMs: none, hybrid (e4m3 fwd / e5m2 bwd) or e4m3.",
         "off unless --precision fp8 or fixed", megatron=("--fp8-format F",), imported=("megatron",),
         required_column=True, role="contract", parse=_fp8_text,
+        deepspeed_lacks="DeepSpeed has no TransformerEngine FP8 training ({shown}); use --engine megatron or fp8=none",
         layouts="true for FP8 GEMMs (the format is a label the cost model prices alike)",
         encode=lambda s, r: s.uses_fp8, decode=lambda lay, i: "hybrid" if lay.fp8[i] else "none"),
     Key("fp8_recipe", Optional[Fp8Recipe], None, "FP8 scaling recipe; default per GPU.", "fixed only (numerics)",
@@ -297,6 +302,7 @@ LATE_KEYS: Tuple[Key, ...] = (
         "moe_router, moe_preprocess, mamba); their ops run without the host's per-op dispatch; None = no CUDA "
         "graphs.", "fixed only", megatron=("--cuda-graph-impl I", "--cuda-graph-modules M..."),
         imported=("megatron",), dtype=np.int64, role="detail", layouts="bit mask of autoplan/cuda_graphs.py MODULES",
+        deepspeed_lacks="cuda_graph_modules is a Megatron-LM feature ({flag}); drop it or use engine megatron",
         code=G.mask, parse=lambda text: _module_names(text, BOOL_FALSE | {"none"}),
         decode=lambda lay, i: G.names_of(int(lay.cuda_graph_modules[i])) or None),
 )
@@ -314,6 +320,8 @@ SWITCHES: Tuple[Switch, ...] = (
     Switch("tp_comm_overlap", Optional[bool], None, "Overlap TP communication with GEMMs (userbuffers); None = on "
                                                     "exactly when sp is on.",
            searched="on with sp", megatron=("--tp-comm-overlap",), imported=("megatron",),
+           deepspeed_lacks="DeepSpeed cannot overlap TP communication with GEMMs ({shown}); use --engine megatron or "
+                           "tp_comm_overlap=false",
            encode=lambda s, r: s.tp_overlap_on and s.sp and s.tp > 1, decode=_tp_overlap_value,
            search=lambda c, e: c["sp"]),
     Switch("moe_a2a_overlap", bool, False, "Overlap MoE all-to-all with compute (1F1B a2a overlap).",
@@ -340,7 +348,8 @@ SWITCHES: Tuple[Switch, ...] = (
     Switch("cpu_offload_layers", int, 0, "Decoder layers whose saved activations are offloaded to host memory "
                                          "(Megatron --cpu-offloading-num-layers), layers; 0 = off; needs pp=1.",
            searched="fixed only", megatron=("--cpu-offloading-num-layers N",), imported=("megatron",), ge=0,
-           dtype=np.int64),
+           dtype=np.int64, deepspeed_lacks="DeepSpeed's config cannot offload the activations of chosen layers "
+                                           "({shown}); use --engine megatron or cpu_offload_layers=0"),
     Switch("moe_flex_dispatcher", bool, False, "MoE flex token dispatcher with a node-deduplicating backend "
                                                "(Megatron --moe-token-dispatcher-type flex with "
                                                "--moe-flex-dispatcher-backend deepep|hybridep, or the deprecated "
@@ -353,7 +362,9 @@ SWITCHES: Tuple[Switch, ...] = (
            # its buffers are priced (memory.flex_dispatcher_buffer_bytes).
            searched="on with ep>1 (Megatron)", megatron=("--moe-token-dispatcher-type flex",
                                                         "--moe-flex-dispatcher-backend hybridep"),
-           imported=("megatron",), estimate_fills=True, search=lambda c, e: (c["ep"] > 1) & (e != "deepspeed")),
+           imported=("megatron",), estimate_fills=True, search=lambda c, e: (c["ep"] > 1) & (e != "deepspeed"),
+           deepspeed_lacks="DeepSpeed has no DeepEP / HybridEP token dispatcher ({shown}); use --engine megatron or "
+                           "moe_flex_dispatcher=false"),
     # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl te,
     # PYTORCH_CUDA_ALLOC_CONF in train.sh); the DeepSpeed launch files set neither.
     Switch("te_cross_entropy", bool, False, "TransformerEngine fused cross entropy (Megatron "
@@ -394,7 +405,8 @@ SWITCHES: Tuple[Switch, ...] = (
         "grouped MLP's bias, clamped activation and routing-probability weighting run inside fused ops instead of "
         "Megatron's per-expert bias loop and eager clamps; Megatron engine only."),
            searched="fixed only", megatron=("--use-transformer-engine-op-fuser",), passthrough=True,
-           imported=("megatron",), megatron_only=True),
+           imported=("megatron",), deepspeed_lacks="{shown} is Megatron's {flag}; DeepSpeed has none; set "
+                                                   "te_op_fuser=false or use engine megatron"),
 )
 KEYS: Tuple[Key, ...] = LAYOUT_KEYS + SWITCHES + LATE_KEYS  # every strategy key, in `Strategy`'s field order
 BY_KEY: Dict[str, Key] = {k.name: k for k in KEYS}

@@ -4,7 +4,8 @@ carry value v of the switch (a mask over a batch of `Layouts`, or a truth value 
 checks them in its rule order; the search (solvers/space.py) keeps only the candidates every rule of a `--fix`ed
 switch allows. A view is anything with the `Layouts` column names: a `Layouts`, or `layout_rules.strategy_view` of one
 strategy (validate's `Case.view`). The layout and batch rules are written in the same two forms in
-autoplan/layout_rules.py.
+autoplan/layout_rules.py; that DeepSpeed has no counterpart of a key at all is a rule of autoplan/deepspeed_rules.py,
+generated from the key's registry entry (autoplan/keys.py `deepspeed_lacks`).
 Sources are cited in validate.py beside the place each rule is checked."""
 from __future__ import annotations
 
@@ -106,11 +107,10 @@ RULES: Tuple[Rule, ...] = (
     # files write nothing for it, so only the search holds it to Megatron (no message: validate does not refuse it).
     Rule("te_cross_entropy", lambda m, v, x: ~v.deepspeed, None),
     # CUDA graphs (value: a bit mask of autoplan/cuda_graphs.py MODULES; sources in validate._cuda_graphs, which
-    # checks these between the rules that read the model alone): Megatron only; full recompute only under the
-    # full-iteration graph; no CPU offloading; the all-to-all overlap excludes capturing the mlp/moe halves; moe
-    # recompute excludes a moe_router graph; with hidden dropout no captured mlp/moe block is recomputed.
-    Rule("cuda_graph_modules", lambda m, v, x: ~v.deepspeed,
-         lambda c: "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine megatron"),
+    # checks these after the rules that read the model alone; that DeepSpeed has none is the registry's
+    # `deepspeed_lacks`, a rule of autoplan/deepspeed_rules.py): full recompute only under the full-iteration graph;
+    # no CPU offloading; the all-to-all overlap excludes capturing the mlp/moe halves; moe recompute excludes a
+    # moe_router graph; with hidden dropout no captured mlp/moe block is recomputed.
     FULL_RECOMPUTE_GRAPH,
     Rule("cuda_graph_modules", lambda m, v, x: v.cpu_offload_layers == 0,
          lambda c: f"cpu_offload_layers={c.strategy.cpu_offload_layers} cannot be combined with CUDA graphs "
@@ -128,18 +128,6 @@ RULES: Tuple[Rule, ...] = (
                    f"(cuda_graph_modules={_shown(c)}); drop mlp/moe from recompute_modules or the graph"),
 )
 
-
-def _megatron_only(key) -> Rule:
-    """The rule of a switch the registry declares `megatron_only`: DeepSpeed has none."""
-    return Rule(key.name, lambda m, v, x: ~v.deepspeed,
-                lambda c: f"{key.name}=true is Megatron's {key.megatron[0]}; DeepSpeed has none; set {key.name}=false "
-                          f"or use engine megatron")
-
-
-# Generated from the registry (autoplan/keys.py `megatron_only`), e.g. te_op_fuser, a Megatron TransformerConfig
-# switch (TransformerEngine's op fuser).
-MEGATRON_ONLY: Tuple[Rule, ...] = tuple(_megatron_only(k) for k in K.SWITCHES if k.megatron_only)
-RULES = RULES + MEGATRON_ONLY
 BY_KEY: Dict[str, Tuple[Rule, ...]] = {}
 for _rule in RULES:
     BY_KEY[_rule.key] = BY_KEY.get(_rule.key, ()) + (_rule,)
@@ -166,8 +154,3 @@ def check(case, key: str, index: int, on=None):
     value = K.BY_KEY[key].coded(value)  # as the column holds it (a module set as its bit mask)
     rule = BY_KEY[key][index]
     return rule.broken(case.model, case.view, value), lambda: rule.message(case)
-
-
-def megatron_only_checks(case) -> tuple:
-    """`check` of every MEGATRON_ONLY rule, for validate's rule list."""
-    return tuple(check(case, rule.key, BY_KEY[rule.key].index(rule)) for rule in MEGATRON_ONLY)

@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 
 from autoplan import cuda_graphs as G
+from autoplan import deepspeed_rules as DS
 from autoplan import layout_rules as LR
 from autoplan import pipeline_split as PS
 from autoplan import switch_rules as SR
@@ -366,8 +367,8 @@ def _optimizer(c: Case) -> Optional[str]:
         SR.check(c, "bf16_master_weights", 1),
         # megatron/core/transformer/moe/experts.py: the fused weighted squared ReLU is a Megatron MoE kernel.
         SR.check(c, "fused_weighted_squared_relu", 0),
-        # The switches DeepSpeed has none of (autoplan/keys.py megatron_only), e.g. te_op_fuser.
-        *SR.megatron_only_checks(c),
+        # TransformerEngine's op fuser, which DeepSpeed has none of (autoplan/keys.py `deepspeed_lacks`).
+        c.broken(DS.NO_OP_FUSER),
     ))
 
 
@@ -488,8 +489,9 @@ def _cuda_graphs(c: Case) -> Optional[str]:
     `validate_args` at the verified commit): moe/moe_router need an MoE model, mlp a dense layer; moe needs
     drop-and-pad MoE (autoplan prices dropless routing only); moe and moe_router exclude each other; moe_preprocess
     needs moe_router; mamba needs Mamba layers. The rules that read the rest of the strategy are written once in
-    autoplan/switch_rules.py (the search applies the same ones to its candidates): DeepSpeed has no CUDA-graph
-    capture of the training step in the emitted configs; full recompute needs the full-iteration graph; no CPU
+    autoplan/switch_rules.py (the search applies the same ones to its candidates), after the DeepSpeed rule of the
+    registry's `deepspeed_lacks` (autoplan/deepspeed_rules.py: the emitted DeepSpeed configs capture no CUDA graph of
+    the training step): full recompute needs the full-iteration graph; no CPU
     offloading (transformer_config.py: refused under every impl at megatron-core 0.16.1 and under the per-layer
     impls at the verified Megatron-LM commit); the 1F1B all-to-all overlap excludes capturing the moe/mlp halves;
     "moe recompute is not supported with moe_router CUDA graph"; with hidden dropout a captured MLP / MoE half
@@ -500,7 +502,7 @@ def _cuda_graphs(c: Case) -> Optional[str]:
         return None
     has_dense = m.layer_count("-") > 0 if m.is_hybrid else m.num_dense_layers > 0
     return _first((
-        SR.check(c, "cuda_graph_modules", 0),
+        c.broken(DS.NO_GRAPHS),
         (any(n in mods for n in ("moe", "moe_router")) and not m.is_moe,
          lambda: f"cuda_graph_modules moe/moe_router need an MoE model ({m.name} is dense); use attn and mlp"),
         ("mlp" in mods and not has_dense,
@@ -513,7 +515,7 @@ def _cuda_graphs(c: Case) -> Optional[str]:
          lambda: "cuda_graph_modules moe_preprocess needs moe_router; add moe_router"),
         ("mamba" in mods and not (m.is_hybrid and m.layer_count("M")),
          lambda: f"cuda_graph_modules mamba needs Mamba layers ({m.name} has none); drop it"),
-    ) + tuple(SR.check(c, "cuda_graph_modules", i) for i in range(1, len(SR.BY_KEY["cuda_graph_modules"]))))
+    ) + tuple(SR.check(c, "cuda_graph_modules", i) for i in range(len(SR.BY_KEY["cuda_graph_modules"]))))
 
 
 def module_set_problem(model: ModelSpec, cluster: ClusterSpec, workload: Workload, key: str, value,

@@ -1,6 +1,7 @@
 """The strategy key registry (autoplan/keys.py): every key reaches Strategy, Layouts and back, the search's grid,
 the rule book, the Megatron flags, --help and the README from its one declaration."""
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -131,7 +132,7 @@ def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
                                    ("selective", ("core_attn",)))
                   for a2a in (False, True) for off in (0, 2)]
     sets = [("full_iteration",), ("attn", "mlp"), ("attn", "moe_router", "moe_preprocess"), ("moe",)]
-    assert len(SR.BY_KEY["cuda_graph_modules"]) == 6
+    assert len(SR.BY_KEY["cuda_graph_modules"]) == 5
     for model in (make_moe(), make_moe(hidden_dropout=0.1)):
         for engine in ("megatron", "deepspeed"):
             lay = layouts_from_strategies(strategies, 64, engine=engine)
@@ -143,22 +144,52 @@ def test_the_cuda_graph_rules_read_alike_for_a_batch_and_for_one_strategy():
                     assert list(batch) == one, (names, engine, model.hidden_dropout)
 
 
-@pytest.mark.parametrize("switch", [k for k in K.SWITCHES if k.megatron_only], ids=lambda k: k.name)
-def test_a_megatron_only_switch_is_refused_by_name_on_deepspeed_and_left_out_of_its_search(switch, moe):
-    """The registry's `megatron_only` is the whole declaration: validate names the switch and its flag under
-    DeepSpeed, and the search's rows for DeepSpeed cannot carry it."""
-    from autoplan import switch_rules as SR
+_LACKED = {"fp8": "hybrid", "cpu_offload_layers": 2, "tp_comm_overlap": True, "moe_flex_dispatcher": True,
+           "te_op_fuser": True, "cuda_graph_modules": ("attn",)}  # a set value of each `deepspeed_lacks` key
+
+
+@pytest.mark.parametrize("key", [k for k in K.KEYS if k.deepspeed_lacks], ids=lambda k: k.name)
+def test_a_key_deepspeed_lacks_is_refused_by_its_registry_line_and_left_out_of_its_search(key, moe):
+    """The registry's `deepspeed_lacks` is the whole declaration: the DeepSpeed emitter's check names the key in the
+    entry's words, and the search's rows for DeepSpeed cannot carry it."""
+    from autoplan import deepspeed_rules as DS
+    from autoplan import layout_rules as LR
+    from autoplan.integrations.engines import deepspeed_blocked, deepspeed_unsupported
+
+    value = _LACKED[key.name]
+    extra = {"tp_comm_overlap": dict(tp=2, sp=True), "moe_flex_dispatcher": dict(ep=2)}.get(key.name, {})
+    s = Strategy(**extra, **{key.name: value})
+    shown = "+".join(value) if isinstance(value, tuple) else str(value).lower()
+    line = key.deepspeed_lacks.format(shown=f"{key.name}={shown}", flag=K.flag(key.name))
+    rule, env = DS.LACKS[key.name], LR.Env(moe, engine="deepspeed")
+    assert rule in DS.RULES and rule.message(SimpleNamespace(strategy=s, model=moe)) == line
+    assert rule.broken(env, LR.strategy_view(s, "deepspeed"))
+    off = {"fp8": "none", "cpu_offload_layers": 0, "cuda_graph_modules": None}.get(key.name, False)
+    assert not rule.broken(env, LR.strategy_view(Strategy(**extra, **{key.name: off}), "deepspeed"))
+    # TP overlap needs Megatron's sequence parallelism, which DeepSpeed's rules name first.
+    first = "sequence parallelism" if key.name == "tp_comm_overlap" else line
+    assert first in deepspeed_unsupported(s, moe)
+    assert deepspeed_blocked(layouts_from_strategies([s], 8, engine="deepspeed"), moe).tolist() == [True]
+
+
+@pytest.mark.parametrize("key, line", [
+    ("te_op_fuser", "te_op_fuser=true is Megatron's --use-transformer-engine-op-fuser; DeepSpeed has none; set "
+                    "te_op_fuser=false or use engine megatron"),
+    ("cuda_graph_modules", "cuda_graph_modules is a Megatron-LM feature (--cuda-graph-impl); drop it or use engine "
+                           "megatron")])
+def test_validate_refuses_the_op_fuser_and_cuda_graphs_on_deepspeed_with_the_registry_line(key, line, moe):
+    """validate reads the same DeepSpeed rule for the two keys it refuses on DeepSpeed, and the search under
+    --engine deepspeed has no row with them fixed."""
+    from autoplan.solvers.space import Problem, enumerate_grid
     from autoplan.validate import first_broken_rule
     from conftest import cluster, workload
 
-    s = Strategy(**{switch.name: True})
-    assert first_broken_rule(moe, cluster(8), workload(), s, engine="deepspeed") == (
-        f"{switch.name}=true is Megatron's {switch.megatron[0]}; DeepSpeed has none; set {switch.name}=false or use "
-        f"engine megatron")
+    s = Strategy(**{key: _LACKED[key]})
+    assert first_broken_rule(moe, cluster(8), workload(), s, engine="deepspeed") == line
     assert first_broken_rule(moe, cluster(8), workload(), s, engine="megatron") is None
-    for engine, kept in (("megatron", True), ("deepspeed", False)):
-        lay = layouts_from_strategies([Strategy()], 8, engine=engine)
-        assert SR.allowed(switch.name, moe, lay, True).tolist() == [kept]
+    for engine, some in (("megatron", True), ("deepspeed", False)):
+        grid = enumerate_grid(Problem(moe, cluster(8), workload(), fixed={key: [_LACKED[key]]}, engine=engine))
+        assert bool(len(grid.layouts)) is some
 
 
 @pytest.mark.parametrize("key", [k for k in K.KEYS if k.passthrough], ids=lambda k: k.name)
