@@ -107,8 +107,8 @@ class Key:
         return int(raw) if self.dtype is np.int64 else bool(raw)
 
     def grid(self, columns: Columns, engine: str, n: int) -> np.ndarray:
-        """The search's column for n candidates."""
-        if self.search is None:
+        """The search's column for n candidates (off under DeepSpeed for a key it lacks)."""
+        if self.search is None or (self.deepspeed_lacks and engine == "deepspeed"):
             return np.zeros(n, self.dtype)
         return np.broadcast_to(np.asarray(self.search(columns, engine), self.dtype), (n,)).copy()
 
@@ -362,7 +362,7 @@ SWITCHES: Tuple[Switch, ...] = (
            # its buffers are priced (memory.flex_dispatcher_buffer_bytes).
            searched="on with ep>1 (Megatron)", megatron=("--moe-token-dispatcher-type flex",
                                                         "--moe-flex-dispatcher-backend hybridep"),
-           imported=("megatron",), estimate_fills=True, search=lambda c, e: (c["ep"] > 1) & (e != "deepspeed"),
+           imported=("megatron",), estimate_fills=True, search=lambda c, e: c["ep"] > 1,
            deepspeed_lacks="DeepSpeed has no DeepEP / HybridEP token dispatcher ({shown}); use --engine megatron or "
                            "moe_flex_dispatcher=false"),
     # Memory switches that never cost time: on, and written by the Megatron emitter (--cross-entropy-fusion-impl te,
