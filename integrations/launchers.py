@@ -313,7 +313,12 @@ def shell_join(argv: List[str]) -> str:
 
 # --- Slurm -------------------------------------------------------------------------------------------------------
 SLURM_POLL_S = 2.0
-RDZV_PORT = 29500
+# Several nodes: the c10d rendezvous port on the first node follows the job id, so every task computes the same port
+# and two jobs whose first node is the same one do not join one store (a fixed port did: the second job's ranks met
+# the first job's store). One node: torchrun --standalone binds the store to port 0, a free port the kernel picks on
+# that node (torch/distributed/run.py `run`: rdzv_endpoint "localhost:0", a fresh uuid as rdzv_id).
+RDZV_PORT_BASE, RDZV_PORT_SPAN = 20000, 20000
+RDZV_PORT = f"$(({RDZV_PORT_BASE}+SLURM_JOB_ID%{RDZV_PORT_SPAN}))"  # one shell word: the line leaves it unquoted
 _SLURM_DONE_OK = {"COMPLETED"}
 
 
@@ -327,9 +332,10 @@ def slurm_script(req: LaunchRequest, log_path: Path, timeout_s: float) -> str:
     lines += ["set -euo pipefail", f"cd {shlex.quote(str(Path(req.cwd).resolve()))}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(req.env.items())]
     lines.append('MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null | head -n 1 || hostname)')
+    rdzv = (["--standalone"] if req.nnodes == 1 else
+            ["--rdzv-id=$SLURM_JOB_ID", "--rdzv-backend=c10d", f"--rdzv-endpoint=$MASTER_ADDR:{RDZV_PORT}"])
     torchrun = [req.python, "-m", "torch.distributed.run", f"--nnodes={req.nnodes}",
-                f"--nproc-per-node={req.nproc_per_node}", "--rdzv-id=$SLURM_JOB_ID", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=$MASTER_ADDR:{RDZV_PORT}", req.script, *req.args]
+                f"--nproc-per-node={req.nproc_per_node}", *rdzv, req.script, *req.args]
     # Node rank comes from the c10d rendezvous, so every task runs the same line (torch/distributed/run.py).
     lines.append("srun " + " ".join(a if a.startswith("--rdzv") else shlex.quote(a) for a in torchrun))
     return "\n".join(lines) + "\n"

@@ -223,8 +223,44 @@ def test_slurm_completed(tmp_path, fake_slurm):
     assert out.job_id == "1000"
     assert out.command[:2] == ["sbatch", "--parsable"]
     script = (tmp_path / "run.sbatch").read_text()
-    assert "#SBATCH --nodes=1" in script and "srun " in script and "--rdzv-backend=c10d" in script
+    assert "#SBATCH --nodes=1" in script and "srun " in script and "--standalone" in script
     assert "rank=1 world=2" in (tmp_path / "run.log").read_text()
+
+
+@pytest.mark.slow
+def test_slurm_job_does_not_join_a_store_already_on_its_node(tmp_path, fake_slurm):
+    """Another job's rendezvous store on the node (here a listener on the port a fixed-port script used, 29500) is
+    not joined: a single-node job's store takes a free port. With the fixed port the ranks connected to the
+    listener and the job failed (seen with two test runs on one machine)."""
+    from autoplan.integrations import launchers
+
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", 29500))
+        squatter.listen(8)
+    except OSError:
+        pass  # something else listens there already: the same situation
+    try:
+        out = launchers.run_slurm(_request(tmp_path, "ok"), tmp_path / "run.log", timeout_s=deadline_s(16),
+                                  poll_s=0.2)
+    finally:
+        squatter.close()
+    assert out.returncode == 0 and out.job_state == "COMPLETED", (tmp_path / "run.log").read_text()
+
+
+def test_slurm_several_nodes_rendezvous_on_a_port_of_the_job():
+    """Every node's task computes the same port from the job id, and two jobs get different ones."""
+    from autoplan.integrations import launchers
+
+    req = LaunchRequest(script="train.py", nproc_per_node=4, nnodes=2, python="py")
+    script = launchers.slurm_script(req, Path("run.log"), 60)
+    assert "--standalone" not in script
+    endpoint = next(w for w in script.split() if w.startswith("--rdzv-endpoint="))
+    port_expr = endpoint.split(":", 1)[1]
+    ports = [int(subprocess.run(["bash", "-c", f"echo {port_expr}"], env={"SLURM_JOB_ID": str(job)},
+                                capture_output=True, text=True, check=True).stdout) for job in (1000, 1001, 1000)]
+    assert ports[0] == ports[2] != ports[1]
+    assert all(1024 < p < 65536 for p in ports)
 
 
 def test_slurm_failed_job(tmp_path, fake_slurm):
