@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
-from autoplan.errors import InputError
-from autoplan.hf_fields import Config, count_sliding_layers, llama_like, sliding_window_all_layers
+from autoplan.hf_fields import Config, count_sliding_layers, llama_like, sliding_window_all_layers, text_model
 
 
 def _phi3(c: Config) -> Dict[str, Any]:
@@ -79,16 +78,7 @@ def _with_defaults(c: Config, defaults: Dict[str, Any]) -> Config:
 
 
 def _gemma3(c: Config) -> Dict[str, Any]:
-    text = c.cfg.get("text_config")
-    if not isinstance(text, dict):
-        raise InputError(f"{c.where}: a gemma3 config needs its text_config (the language model) to be priced; "
-                         f"pass the text config (model_type gemma3_text)")
-    inner = Config(text, "gemma3_text", f"{c.where} text_config")
-    fields = _gemma3_text(inner)
-    c.notes.extend(inner.notes)
-    c.notes.append("gemma3: only the language model (text_config) is priced; the vision tower and projector are "
-                   "not")
-    return fields
+    return text_model(c, "gemma3", "gemma3_text", _gemma3_text)
 
 
 def _glm(c: Config) -> Dict[str, Any]:

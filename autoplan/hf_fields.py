@@ -4,7 +4,7 @@ gated activation, RoPE scaling, the Llama-style block)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping
 
 from autoplan.errors import InputError
 
@@ -200,3 +200,18 @@ def moe_routing(c: Config, norm_default: bool, seq_aux_default: bool = False) ->
         out.update(moe_router_num_groups=groups, moe_router_group_topk=chosen,
                    moe_router_group_by_max=method == "group_limited_greedy")
     return out
+
+
+def text_model(c: Config, family: str, text_type: str, parse: Callable[[Config], Dict[str, Any]]) -> Dict[str, Any]:
+    """A multimodal config's language model (its `text_config`, read as `text_type` by `parse`); the vision tower and
+    projector are named as not priced."""
+    text = c.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise InputError(f"{c.where}: a {family} config needs its text_config (the language model) to be priced; "
+                         f"pass the text config (model_type {text_type})")
+    inner = Config(text, text_type, f"{c.where} text_config")
+    fields = parse(inner)
+    c.notes.extend(inner.notes)
+    c.notes.append(f"{family}: only the language model (text_config) is priced; the vision tower and projector are "
+                   f"not")
+    return fields

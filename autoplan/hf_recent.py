@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from autoplan.errors import InputError
-from autoplan.hf_fields import Config, gate_activation, llama_like
+from autoplan.hf_fields import Config, gate_activation, llama_like, text_model
 
 
 def _olmo2(c: Config) -> Dict[str, Any]:
@@ -99,16 +99,7 @@ def _llama4_text(c: Config) -> Dict[str, Any]:
 
 
 def _llama4(c: Config) -> Dict[str, Any]:
-    text = c.cfg.get("text_config")
-    if not isinstance(text, dict):
-        raise InputError(f"{c.where}: a llama4 config needs its text_config (the language model) to be priced; "
-                         f"pass the text config (model_type llama4_text)")
-    inner = Config(text, "llama4_text", f"{c.where} text_config")
-    fields = _llama4_text(inner)
-    c.notes.extend(inner.notes)
-    c.notes.append("llama4: only the language model (text_config) is priced; the vision tower and projector are "
-                   "not")
-    return fields
+    return text_model(c, "llama4", "llama4_text", _llama4_text)
 
 
 def _glm4_moe(c: Config) -> Dict[str, Any]:

@@ -51,6 +51,20 @@ def _check_formats(formats: List[str], option: str = "--format") -> None:
                          f"{', '.join(FORMATS)} (comma-separated for several)")
 
 
+def launch_options(engine: str, launcher: str, megatron_version: Optional[str]) -> Optional[str]:
+    """`probe`'s and `tune`'s launch options checked: a known --launcher, and --megatron-version (a known release,
+    only with --engine megatron). Returns the release tag, or None when none is given."""
+    from autoplan.integrations.launchers import LAUNCHERS
+
+    if launcher not in LAUNCHERS:
+        raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
+    release = release_tag(megatron_version) if megatron_version is not None else None
+    if release and engine != "megatron":
+        raise InputError(f"--megatron-version {megatron_version} picks the release of Megatron-LM files; "
+                         f"--engine {engine} writes none, drop it")
+    return release
+
+
 def emit_request(emit: Optional[str], out: Optional[str], megatron_version: Optional[str] = None) -> List[str]:
     """`plan --emit/--out/--megatron-version`, checked before the search: the formats (none without --emit).
     --emit writes files, so it needs --out; --out must be a folder; --megatron-version a known release, given only

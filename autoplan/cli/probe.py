@@ -12,10 +12,8 @@ import typer
 from rich.table import Table
 
 from autoplan.cli.console import console as _console, progress_console
-from autoplan.cli.emit import MEGATRON_VERSION_HELP
+from autoplan.cli.emit import MEGATRON_VERSION_HELP, launch_options
 from autoplan.errors import InputError, ProbeFailure
-from autoplan.integrations.launchers import LAUNCHERS
-from autoplan.integrations.megatron_releases import release_tag
 from autoplan.integrations.probe import (DEFAULT_BUILD_TIMEOUT_S, DEFAULT_ITERS, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP,
                                          ENGINES, ProbeResult, load_plan_file, run_probe)
 
@@ -49,12 +47,7 @@ def probe(plan_file: Path = typer.Argument(..., help="Plan JSON (a Plan, or `aut
     """Emit the plan's probe files, train a few iterations, report measured vs predicted."""
     if engine not in ENGINES:
         raise InputError(f"--engine {engine!r} is unknown; valid engines: {', '.join(ENGINES)}")
-    if launcher not in LAUNCHERS:
-        raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
-    release = release_tag(megatron_version) if megatron_version is not None else None
-    if release and engine != "megatron":
-        raise InputError(f"--megatron-version {megatron_version} picks the release of Megatron-LM files; "
-                         f"--engine {engine} writes none, drop it")
+    release = launch_options(engine, launcher, megatron_version)
     plan = load_plan_file(plan_file)
     out_dir = out or Path(tempfile.mkdtemp(prefix="autoplan-probe-"))
     progress = progress_console()

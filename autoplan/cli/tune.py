@@ -16,10 +16,8 @@ import typer
 
 from autoplan.clusterio import load_cluster
 from autoplan.cli.console import console as _console, progress_console
-from autoplan.cli.emit import MEGATRON_VERSION_HELP
-from autoplan.errors import InputError, ProbeFailure
-from autoplan.integrations.launchers import LAUNCHERS
-from autoplan.integrations.megatron_releases import release_tag
+from autoplan.cli.emit import MEGATRON_VERSION_HELP, launch_options
+from autoplan.errors import ProbeFailure
 from autoplan.integrations.probe import DEFAULT_BUILD_TIMEOUT_S
 from autoplan.modelio import load_model
 from autoplan.numerics import PRECISION_HELP
@@ -56,12 +54,7 @@ def tune(model: str = typer.Option(..., "--model", help="Catalogue name, config.
          html: Optional[str] = typer.Option(None, "--report", help="Write an HTML report: measured vs predicted.")
          ) -> None:
     """Tune a plan with real probe runs (Optuna study, cost-model seeded, calibrated)."""
-    if launcher not in LAUNCHERS:
-        raise InputError(f"--launcher {launcher!r} is unknown; valid launchers: {', '.join(LAUNCHERS)}")
-    release = release_tag(megatron_version) if megatron_version is not None else None
-    if release and engine != "megatron":
-        raise InputError(f"--megatron-version {megatron_version} picks the release of Megatron-LM files; "
-                         f"--engine {engine} writes none, drop it")
+    release = launch_options(engine, launcher, megatron_version)
     from autoplan.calibration.calfile import load_and_apply
 
     spec, cal = load_and_apply(calibration, load_cluster(cluster, gpus), cluster)
