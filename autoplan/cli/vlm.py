@@ -110,7 +110,20 @@ def vlm_cmd(
                          f"raise --seq or lower the image load")
     fr = _freeze(freeze)
     kinds = ("inherit", "disjoint") if placement == "auto" else (placement,)
+    if formats:
+        # Megatron-Bridge builds the vision tower on the language model's stage 0 (inherit); the MIMO example runs
+        # the encoder on its own grid (disjoint): the search keeps to what the asked-for files can express.
+        writes = {"bridge": "inherit", "mimo": "disjoint"}
+        wanted = {writes[f] for f in formats}
+        if len(wanted) > 1 or not wanted & set(kinds):
+            raise InputError(f"--emit {','.join(formats)} writes {' and '.join(sorted(wanted))} placements "
+                             f"(bridge: encoder on stage 0; mimo: encoder on its own grid) and --placement {placement} "
+                             f"searches {' and '.join(kinds)}; emit one format whose placement is searched")
+        kinds = tuple(wanted)
     priced = search(spec, c, wl, data, fr, kinds=kinds)
+    # Neither emitter can write encoder recompute: with --emit, plans that need it are left out, and named if that
+    # leaves nothing that fits.
+    needs_recompute = min((p for p in (best_of(priced, k) for k in kinds) if p), key=lambda p: p.step_s, default=None)
     if not encoder_recompute or formats:
         priced = [p for p in priced if not p.placement.encoder_recompute]
     inherit, disjoint = best_of(priced, "inherit"), best_of(priced, "disjoint")
@@ -140,6 +153,11 @@ def vlm_cmd(
         if not priced:
             print(f"no legal placement: --gbs {gbs} must divide into micro batches over the data-parallel ranks of "
                   f"some layout of {gpus} GPUs (try a --gbs with more factors of 2)", file=sys.stderr)
+        elif formats and needs_recompute is not None and needs_recompute.placement.encoder_recompute:
+            print(f"no placement fits without encoder recompute, which the --emit {','.join(formats)} files cannot "
+                  f"express; with it, {needs_recompute.placement.label()} fits ({needs_recompute.step_s:.2f} s/step, "
+                  f"{needs_recompute.peak_mem_gib:.1f} GiB): plan without --emit to see it, or try more GPUs, "
+                  f"--freeze, or a lighter image load", file=sys.stderr)
         else:
             least = min(priced, key=lambda p: p.peak_mem_gib)
             print(f"no placement fits in memory: the least needs {least.peak_mem_gib:.1f} GiB per GPU "

@@ -52,7 +52,7 @@ def check_mimo(spec: MultimodalSpec, p: Placement, world: int) -> None:
 
 def arg_list(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int) -> List[str]:
     """The arguments for a disjoint placement, unchecked (mimo_args checks them first)."""
-    from integrations.megatron import architecture_args
+    from autoplan.integrations.megatron import architecture_args
 
     s = p.llm
     llm_dp = p.llm_gpus // (s.tp * s.pp * s.cp)

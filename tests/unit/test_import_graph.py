@@ -142,3 +142,21 @@ def test_cycles_finds_and_names_a_circle():
 def test_no_import_circle():
     found = cycles(import_graph())
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_installed_code_imports_folders_by_their_package_names():
+    """Code that `pip install` places in a package (autoplan/, and the folders pyproject installs under autoplan.)
+    imports the others by the names they install as: `integrations` is `autoplan.integrations` once installed, and a
+    bare `from integrations...` only works with the repository root on sys.path (it failed `autoplan vlm --emit
+    mimo` run from any other folder)."""
+    renamed = {folder: package for folder, package in package_names().items() if folder != package}
+    installed = {"autoplan", *renamed}
+    wrong = []
+    for folder in sorted(installed):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+                wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                          if n.split(".")[0] in renamed]
+    assert not wrong, wrong

@@ -272,3 +272,21 @@ def test_frozen_parts_carry_no_gradients_or_optimizer_state(qwen72):
                                                                  language_model=True), [Placement("inherit", s, 64)])
     assert none.after_s == 0.0
     assert frozen.step_s < train.step_s and frozen.peak_mem_gib < train.peak_mem_gib
+
+
+def test_emit_searches_only_the_placements_its_files_express(tmp_path, capsys):
+    """--emit bridge writes inherit placements and --emit mimo disjoint ones, so each searches only those (the best
+    plan of the light-image 72B case is disjoint once encoder recompute, which neither file expresses, is left out:
+    --emit bridge used to pick it and then refuse to write it); when nothing the files express fits, the message
+    names the plan that fits with encoder recompute; asking for both formats is one line, exit 2."""
+    from conftest import run_cli
+
+    light = QWEN72_64_H100[:-1] + ["--images-per-sample", "mean=1,p95=2", "--tokens-per-image", "mean=1024,p95=2048"]
+    code, out, err = run_cli(light + ["--emit", "bridge", "--out", str(tmp_path / "b")], capsys)
+    assert code == 1 and "without encoder recompute" in err and "enc-rc fits" in err, err
+    assert not (tmp_path / "b").exists()
+    code, out, err = run_cli(light + ["--emit", "mimo", "--out", str(tmp_path / "m")], capsys)
+    assert code == 0 and "best: disjoint" in out, err
+    assert (tmp_path / "m" / "mimo_args.txt").is_file()
+    code, _, err = run_cli(light + ["--emit", "bridge,mimo", "--out", str(tmp_path / "bm")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "emit one format" in err, err
