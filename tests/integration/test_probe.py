@@ -221,15 +221,21 @@ def test_result_written_atomically(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["probe_result.json"]
 
 
-def test_stale_extension_lock_found_and_orphans_cleared(tmp_path):
-    from autoplan.integrations import extlocks
-
-    root = tmp_path / "ext"
+def _left_lock(root):
+    """A DeepSpeed op-build lock under `root` as a killed build leaves it: an hour old. (path, its mtime)"""
     lock = root / "deepspeed_shm_comm" / "lock"
     lock.parent.mkdir(parents=True)
     lock.touch()
     old = time.time() - 3600
     os.utime(lock, (old, old))
+    return lock, old
+
+
+def test_stale_extension_lock_found_and_orphans_cleared(tmp_path):
+    from autoplan.integrations import extlocks
+
+    root = tmp_path / "ext"
+    lock, old = _left_lock(root)
     assert extlocks.find_locks([root]) == [lock]
     assert extlocks.is_stale(lock)
     assert f"rm {lock}" in extlocks.stale_message(lock) and "\n" not in extlocks.stale_message(lock)
@@ -253,11 +259,7 @@ def test_stale_extension_lock_found_and_orphans_cleared(tmp_path):
 def test_deepspeed_probe_with_stale_build_lock_fails_fast_with_the_fix(tmp_path):
     """A lock left by a killed build: the probe names it in one line with `rm` instead of waiting forever."""
     ext = tmp_path / "ext"
-    lock = ext / "deepspeed_shm_comm" / "lock"
-    lock.parent.mkdir(parents=True)
-    lock.touch()
-    old = time.time() - 3600
-    os.utime(lock, (old, old))
+    lock, _ = _left_lock(ext)
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(tiny_plan().model_dump_json())
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(ext))
