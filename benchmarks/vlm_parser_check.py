@@ -364,6 +364,14 @@ def run_mimo(megatron_lm: Path, case: MimoCase, config: Path, seq: int = 8192,
     return ours, accepted, detail
 
 
+
+def _verdict(lines, case: str, parser: str, ours: str, accepted: bool, detail: str) -> bool:
+    """Append one case's two verdicts to `lines`; whether they disagree (autoplan emitted it and the parser refused,
+    or the reverse)."""
+    disagree = ours.startswith("emitted") != accepted
+    lines += [f"  {case}", f"    autoplan: {ours}", f"    {parser}: {detail}{'   <-- DISAGREE' if disagree else ''}"]
+    return disagree
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--megatron-lm", type=Path, help="Megatron-LM checkout at autoplan's MIMO commit")
@@ -384,13 +392,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         lines.append(f"Megatron-Bridge {BRIDGE_VERSION} (finetune_qwen_vl.py --config-file path: "
                      f"apply_overrides + ConfigContainer.validate)")
         for case in BRIDGE_CASES:
-            ours, accepted, detail = run_bridge(B, case, config)
-            agree = ours.startswith("emitted") == accepted
-            disagree += not agree
-            lines.append(f"  {case.name} [tp{case.tp} pp{case.pp} first={case.first} last={case.last} "
-                         f"world {case.world}]")
-            lines.append(f"    autoplan: {ours}")
-            lines.append(f"    Bridge  : {detail}{'' if agree else '   <-- DISAGREE'}")
+            disagree += _verdict(lines, f"{case.name} [tp{case.tp} pp{case.pp} first={case.first} "
+                                        f"last={case.last} world {case.world}]", "Bridge  ",
+                                 *run_bridge(B, case, config))
     except Unavailable as e:
         lines.append(f"Megatron-Bridge {BRIDGE_VERSION}: NOT RUN: {e}")
     if a.megatron_lm is None:
@@ -399,13 +403,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             lines.append(f"Megatron-LM MIMO at {MIMO_COMMIT} (examples/mimo/pretrain_mimo.py _parse_and_validate)")
             for case in MIMO_CASES:
-                ours, accepted, detail = run_mimo(a.megatron_lm, case, config)
-                agree = ours.startswith("emitted") == accepted
-                disagree += not agree
-                lines.append(f"  {case.name} [encoder tp{case.encoder_tp} dp{case.encoder_dp}, language "
-                             f"tp{case.llm_tp} pp{case.llm_pp} on {case.llm_gpus}, world {case.world}]")
-                lines.append(f"    autoplan: {ours}")
-                lines.append(f"    MIMO    : {detail}{'' if agree else '   <-- DISAGREE'}")
+                disagree += _verdict(lines, f"{case.name} [encoder tp{case.encoder_tp} dp{case.encoder_dp}, "
+                                            f"language tp{case.llm_tp} pp{case.llm_pp} on {case.llm_gpus}, "
+                                            f"world {case.world}]", "MIMO    ",
+                                     *run_mimo(a.megatron_lm, case, config))
         except Unavailable as e:
             lines.append(f"MIMO: NOT RUN: {e}")
     lines.append(f"verdicts that differ from autoplan's: {disagree}")
