@@ -113,7 +113,9 @@ def vlm_cmd(
     if formats:
         # Megatron-Bridge builds the vision tower on the language model's stage 0 (inherit); the MIMO example runs
         # the encoder on its own grid (disjoint): the search keeps to what the asked-for files can express.
-        writes = {"bridge": "inherit", "mimo": "disjoint"}
+        from autoplan.multimodal import emit_bridge, emit_mimo
+
+        writes = {"bridge": emit_bridge.PLACEMENT, "mimo": emit_mimo.PLACEMENT}
         wanted = {writes[f] for f in formats}
         if len(wanted) > 1 or not wanted & set(kinds):
             raise InputError(f"--emit {','.join(formats)} writes {' and '.join(sorted(wanted))} placements "

@@ -53,11 +53,15 @@ def check_transformer_config(num_layers: int, heads: int, groups: int, tp: int, 
                          f"parallel size {stages}")
 
 
+# The one placement kind Bridge expresses: the vision tower on the language model's pipeline stage 0.
+PLACEMENT = "inherit"
+
+
 def bridge_overrides(spec: MultimodalSpec, p: Placement, freeze: Freeze, seq: int, gbs: int) -> Dict[str, Dict]:
     if spec.model_type not in BRIDGE_VLMS:
         raise InputError(f"{BRIDGE_RELEASE} has no VLM model provider for model_type {spec.model_type!r} (it has "
                          f"{', '.join(BRIDGE_VLMS)}); emit mimo or train it another way")
-    if p.kind != "inherit":
+    if p.kind != PLACEMENT:
         raise InputError(f"{BRIDGE_RELEASE} builds the vision tower on pipeline stage 0 of the language model's grid "
                          f"only; a disjoint encoder grid cannot be expressed there (--emit mimo)")
     s = p.llm

@@ -68,8 +68,12 @@ def arg_list(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int)
     return args
 
 
+# The one placement kind the MIMO example expresses: the encoder on its own ranks.
+PLACEMENT = "disjoint"
+
+
 def mimo_args(spec: MultimodalSpec, p: Placement, world: int, seq: int, gbs: int) -> List[str]:
-    if p.kind != "disjoint":
+    if p.kind != PLACEMENT:
         raise InputError("the MIMO example runs the encoder on its own ranks only; an encoder on pipeline stage 0 "
                          "(inherit) is emitted with --emit bridge")
     if p.encoder_recompute:
