@@ -26,18 +26,21 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 # models' config.json files taken from public repositories (tests/data/hf_configs/README.md names each file's
 # repository, commit and path); the others of the eight were written from published values.
 RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct",
-            "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b"]
+            "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b", "olmo2_1124_13b",
+            "granite_3_1_8b_instruct"]
 FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
             "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
             "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct", "llama4_maverick_17b_128e_instruct",
-            "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b"]
+            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b"]
 
 # Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
 # sources in tests/data/hf_configs/README.md. Llama-4's card counts its vision tower, so its built multimodal model
 # is compared there.
 PUBLISHED = {
     "olmo2_1124_7b": (7e9, 1e9),
+    "olmo2_1124_13b": (13e9, 1e9),  # the OLMo 2 13B card
     "granite_3_1_8b": (8e9, 1e9),
+    "granite_3_1_8b_instruct": (8e9, 1e9),  # the Granite-3.1-8B-Instruct card: "a 8B parameter ... model"
     "glm4_5_air": (106e9, 1e9),
     "qwen3_next_80b_a3b": (80e9, 1e9),
     "minimax_m2": (230e9, 10e9),
@@ -92,6 +95,19 @@ def test_released_copies_are_unchanged_since_copied(name):
     rows = [r for r in (HF / "README.md").read_text().splitlines() if r.startswith(f"| `{name}.json`")]
     assert len(rows) == 1 and "byte copy" in rows[0]
     assert hashlib.sha256((HF / f"{name}.json").read_bytes()).hexdigest() in rows[0]
+
+
+@pytest.mark.parametrize("name, dtype, total_size", [
+    ("olmo2_1124_13b", "float32", 54_864_793_600),
+    ("granite_3_1_8b_instruct", "bfloat16", 16_341_696_512),
+])
+def test_released_count_is_its_checkpoints_size(name, dtype, total_size):
+    """Each released copy's source repository holds the model's model.safetensors.index.json beside the config.json
+    copied; its total_size is the checkpoint's bytes (README.md names each figure): 4 bytes a float32 parameter, 2 a
+    bfloat16 one, tied embeddings stored once."""
+    assert hf(name)["torch_dtype"] == dtype
+    bytes_each = {"float32": 4, "bfloat16": 2}[dtype]
+    assert count_parameters(load_model(str(HF / f"{name}.json")))[0] * bytes_each == total_size
 
 
 @pytest.mark.parametrize("name", ["llama4_scout_17b_16e", "llama4_scout_17b_16e_instruct"])

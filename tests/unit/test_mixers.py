@@ -113,7 +113,7 @@ def test_dsa_memory_is_quadratic_in_sequence(shard):
 # ---------------------------------------------------------------- the twelve families, from config.json
 
 CASES = [  # fixture, GPUs
-    ("olmo2_1124_7b", 16), ("granite_3_1_8b", 16), ("llama4_scout_17b_16e", 64), ("glm4_5_air", 64),
+    ("olmo2_1124_13b", 16), ("granite_3_1_8b_instruct", 16), ("llama4_scout_17b_16e", 64), ("glm4_5_air", 64),
     ("qwen3_next_80b_a3b", 64), ("minimax_m2", 64), ("falcon_h1_7b", 16), ("deepseek_v3_2", 256),
     ("llama3_8b", 16), ("qwen3_30b_a3b", 32), ("deepseek_v3", 256), ("gpt_oss_120b", 64),
 ]
@@ -139,7 +139,7 @@ def test_context_parallel_is_refused_for_mixers_without_a_cp_path(name, capsys):
 
 
 @pytest.mark.parametrize("name, feature", [
-    ("olmo2_1124_7b", "qk_norm_scope=all_heads"), ("granite_3_1_8b", "Granite's"),
+    ("olmo2_1124_13b", "qk_norm_scope=all_heads"), ("granite_3_1_8b_instruct", "Granite's"),
     ("llama4_scout_17b_16e_text", "attention_chunk_size"), ("falcon_h1_7b", "parallel_mamba"),
 ])
 def test_megatron_launch_files_refuse_what_they_would_not_build(name, feature):
