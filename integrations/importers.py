@@ -97,6 +97,13 @@ def _refuse_no_model(name: str, text: str, launch: "MF.Launch", flags: Dict[str,
     elif unknown and launch.entry:
         why = f"runs {launch.entry} with ${', $'.join(unknown)}, which the file does not assign (the environment or " \
               f"a script that sources this one sets it)"
+    elif launch.env.get("HF_MODEL_CKPT") and "$" not in launch.env["HF_MODEL_CKPT"]:
+        # Megatron-LM's examples/post_training/modelopt/*.sh build the model from ${HF_MODEL_CKPT} when the fragment
+        # writes no MODEL_ARGS (conf/moonshotai/kimi_k2_instruct.sh).
+        raise InputError(f"{name} names its model only by its Hugging Face checkpoint (HF_MODEL_CKPT="
+                         f"{launch.env['HF_MODEL_CKPT']}), which autoplan does not read: pass the checkpoint's "
+                         f"config.json or a catalogue name (`autoplan models`) as --model, and the fragment's layout "
+                         f"as --strategy")
     elif set(flags) & MF.READ_FLAGS:
         why = f"sets {', '.join('--' + k for k in list(flags)[:4])} but no model"
     else:

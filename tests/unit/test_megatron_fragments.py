@@ -16,8 +16,11 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 # Files that hold no model to price, and the reason the refusal names.
 NO_MODEL = {
     "post_training__modelopt__conf__arguments.sh": "holds no Megatron-LM argument",
-    "post_training__modelopt__conf__moonshotai__kimi_k2_instruct.sh": "holds no Megatron-LM argument",
-    "post_training__modelopt__conf__moonshotai__kimi_k2_instruct_export.sh": "but no model",
+    "post_training__modelopt__conf__moonshotai__kimi_k2_instruct.sh": "names its model only by its Hugging Face "
+                                                                      "checkpoint (HF_MODEL_CKPT=/workspace/scratch/"
+                                                                      "moonshotai/Kimi-K2-Instruct)",
+    "post_training__modelopt__conf__moonshotai__kimi_k2_instruct_export.sh": "names its model only by its Hugging "
+                                                                             "Face checkpoint",
     "rl__model_configs__common.sh": "but no model",
     "rl__model_configs__nemotron6_3b_moe.sh": "reads the model from its checkpoint (--use-checkpoint-args)",
     "post_training__modelopt__train.sh": "takes its model arguments from a sourced file",
