@@ -100,6 +100,14 @@ KERNELS_MOE_EXTRA = 7  # vLLM fused_moe: router, top-k, align, 2 grouped GEMMs, 
 DECODE_FIGURES = (("llama3.1-8b", 1, 833.421), ("llama3-70b", 4, 2077.53), ("mixtral-8x7b", 2, 1917.44))
 # Per-step residuals of this module's decode model against DECODE_FIGURES: 2.81, 3.25, 4.73 ms; the median.
 STEP_OVERHEAD_S = 3.25e-3
+# Whether a colocated engine's weights wait on the host while it sleeps (and so are copied out at sleep and back at
+# wake). vLLM under verl: no. verl sleeps vLLM at level 2 for vLLM >= 0.8.5 (verl/third_party/vllm/__init__.py
+# lines 46-49 at b178a3cd; verl/workers/sharding_manager/megatron_vllm.py line 193, `sleep(level=2)`, at e2e4c35e,
+# the commit of docs/perf/dpsk.md's DeepSeek benchmark), and level 2 discards the weights (vLLM docs, "Sleep Mode":
+# level 1 offloads them to CPU memory, level 2 discards them); the sync rewrites them (refit). SGLang under slime:
+# counted as kept (a CPU backup of the weights, SGLang --enable-weights-cpu-backup), which is not established for
+# slime's launch; counting it never under-predicts host RAM.
+WEIGHTS_ON_HOST_ASLEEP = {"vllm": False, "sglang": True}
 # Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
 MAX_NUM_SEQS = 1024
 MAX_NUM_BATCHED_TOKENS = 8192
