@@ -104,6 +104,23 @@ def test_large_batch_decode_is_compute_bound():
     assert sm.time(n, 0.0) == pytest.approx(gemm + R.STEP_OVERHEAD_S)
 
 
+def test_a_long_context_large_batch_step_adds_the_kv_reads_to_the_gemms():
+    """The GEMMs and the attention are kernels run one after the other: a compute-bound GEMM phase does not hide the
+    KV cache's HBM reads."""
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8)
+    n, ctx = 1024, 1024 * 2048
+    sm = R.step_model(m, lay, hw, n)
+    hbm = hw.hbm_bytes_per_s * R.HBM_EFFICIENCY
+    gemm = 2 * R.active_params_per_token(m) * n / (hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    assert gemm > R.engine_weights(m, lay).total / hbm  # the GEMMs are compute-bound at this batch
+    kv = ctx * R.kv_bytes_per_token(m, 1) / hbm
+    attn = 4.0 * m.num_layers * m.num_attention_heads * m.kv_channels * ctx / (hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    assert kv > attn  # and the attention reads more than it computes
+    assert sm.time(n, ctx) == pytest.approx(gemm + kv + R.STEP_OVERHEAD_S)
+
+
 def _latency_without_overhead(name, tp):
     """A DECODE_FIGURES run (batch 8, 32 prompt tokens, 128 output tokens, H200) priced without the per-step
     overhead."""
