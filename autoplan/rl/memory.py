@@ -16,7 +16,8 @@ states take on a node.
 - Host RAM per node: the ranks on the node times what each keeps on the host: CPU Adam states (fp32 param, grad, m,
   v: train.CPU_ADAM_STATE_BYTES_PER_PARAM) when the optimizer is offloaded; bf16 weights and the gradients when
   offload is "all"; the reference model's weights (verl ref param_offload) and, when colocated, the sleeping
-  engine's weights if it keeps them on the host (rollout.WEIGHTS_ON_HOST_ASLEEP; the caller passes 0 otherwise). The peak rank's figures stand for every rank on the node, which never under-counts."""
+  engine's weights if it keeps them on the host (rollout.WEIGHTS_ON_HOST_ASLEEP; the caller passes 0 otherwise).
+  The peak rank's figures stand for every rank on the node, which never under-counts."""
 from __future__ import annotations
 
 import numpy as np

@@ -282,7 +282,8 @@ class StepModel:
         """Seconds of one decode step with n sequences in the engine and `total_context` tokens over them."""
         group_ctx = total_context / self.dp
         gemms = max(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
-        attention = max(self.kv_read_per_token * group_ctx / self.hbm, self.attn_flops_per_token * group_ctx / self.flops)
+        attention = max(self.kv_read_per_token * group_ctx / self.hbm,
+                        self.attn_flops_per_token * group_ctx / self.flops)
         return gemms + attention + self.comm[n] + self.launch + self.overhead
 
 
