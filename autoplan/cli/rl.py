@@ -36,6 +36,10 @@ def rl_cmd(
     no_ref: bool = typer.Option(False, "--no-ref", help="No reference model (no KL term), as DAPO."),
     mini_batches: int = typer.Option(1, "--mini-batches", help="Optimizer steps per RL step (prompts / "
                                      "ppo_mini_batch_size)."),
+    micro_batch_tokens: Optional[int] = typer.Option(None, "--micro-batch-tokens", help="Training packs sequences "
+                                                     "into micro-batches of at most this many tokens per GPU (verl "
+                                                     "ppo_max_token_len_per_gpu, slime --max-tokens-per-gpu; "
+                                                     "default: prompt + longest response)."),
     train_strategy: Optional[str] = typer.Option(None, "--train-strategy", help="'tp=..,pp=..,ep=..[,offload=none|swap|"
                                                  "optimizer|all]': price this training layout."),
     rollout: Optional[str] = typer.Option(None, "--rollout", help="'tp=..,dp=..,ep=..,engines=..,"
@@ -85,10 +89,12 @@ def rl_cmd(
                          f"max_position_embeddings={prompt_len + longest} if the model is run that long")
     if mini_batches > prompts:
         raise InputError(f"--mini-batches={mini_batches} exceeds --prompts={prompts}; use at most {prompts}")
+    fixed = _fixed(train_strategy, rollout, placement, gpus, engine)
     job = S.RLJob(algo=algo, prompts=prompts, samples=samples, prompt_len=prompt_len, response_len=response_len,
                   max_response_len=longest, mode=mode, use_ref=not no_ref, mini_batches=mini_batches,
+                  micro_batch_tokens=S.micro_batch_tokens_default(prompt_len, longest, micro_batch_tokens,
+                                                                  int(fixed.train.get("cp", 1))),
                   host_mem_gib=S.host_mem_default(c.gpu.id, host_mem_gib))
-    fixed = _fixed(train_strategy, rollout, placement, gpus, engine)
     notes = ["reward: rule-based (no reward model forward)"]
     cm = load_model(critic, ()) if critic else None
     if algo == "ppo":

@@ -23,7 +23,8 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
          "--global-batch-size", str(job.sequences // job.mini_batches),
          "--advantage-estimator", "grpo" if job.algo == "grpo" else "ppo",
          *(arg for key in ("tp", "pp", "cp", "ep", "etp") for arg in K.valued(key, getattr(s, key))),
-         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(job.prompt_len + job.max_response_len)]
+         "--use-dynamic-batch-size", "--max-tokens-per-gpu",
+         str(job.micro_batch_tokens or job.prompt_len + job.max_response_len)]
     if s.sp:
         a += K.written("sp")
     if s.last_stage_layers is not None:

@@ -58,6 +58,11 @@ def overrides(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
          f"{a}.model.path={model_path}",
          f"{a}.actor.ppo_mini_batch_size={max(1, job.prompts // job.mini_batches)}",
          f"{a}.actor.use_kl_loss={job.use_ref}", f"{a}.actor.use_dynamic_bsz=True"]
+    if job.micro_batch_tokens is not None:  # the log-prob passes take the actor's cap (generated config lines 141,
+        # 228: log_prob_max_token_len_per_gpu = oc.select(actor.ppo_max_token_len_per_gpu)); the critic has its own
+        o.append(f"{a}.actor.ppo_max_token_len_per_gpu={job.micro_batch_tokens}")
+        if job.algo == "ppo":
+            o.append(f"critic.ppo_max_token_len_per_gpu={job.micro_batch_tokens}")
     o += _megatron(f"{a}.actor", s, plan.offload)
     if s.recompute == "full":
         o += [f"+{a}.actor.megatron.override_transformer_config.recompute_granularity=full",

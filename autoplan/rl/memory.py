@@ -4,8 +4,8 @@ states take on a node.
 - Colocated, while the engine generates: what training leaves on the GPU (offload "all" or "swap": nothing, verl's
   param_offload + grad_offload + optimizer_offload, slime's torch_memory_saver; "optimizer": weights and gradients;
   "none": weights, gradients and optimizer states) beside the engine's memory (`rollout.rollout_gpu_bytes`). While
-  training: the engine sleeps (vLLM sleep mode level 1: KV cache freed, weights to host; SGLang
-  release_memory_occupation), so training has the GPU.
+  training: the engine sleeps (vLLM sleep mode: KV cache freed, weights discarded at level 2 or moved to the host
+  at level 1; SGLang release_memory_occupation), so training has the GPU.
 - Colocated, while the weights are synced into the engine (verl `ActorRolloutRefWorker.rollout_mode`,
   verl/workers/megatron_workers.py lines 676-736 at b178a3cd): the actor's weights come back to the GPU when
   offloaded (`load_megatron_model_to_gpu(..., load_grad=False)`, line 682), the engine's weights are resumed, the
@@ -15,8 +15,9 @@ states take on a node.
 - Split: each pool holds only its own phase.
 - Host RAM per node: the ranks on the node times what each keeps on the host: CPU Adam states (fp32 param, grad, m,
   v: train.CPU_ADAM_STATE_BYTES_PER_PARAM) when the optimizer is offloaded; bf16 weights and the gradients when
-  offload is "all"; the reference model's weights (verl ref param_offload) and the sleeping engine's weights when
-  colocated. The peak rank's figures stand for every rank on the node, which never under-counts."""
+  offload is "all"; the reference model's weights (verl ref param_offload) and, when colocated, the sleeping
+  engine's weights if it keeps them on the host (rollout.WEIGHTS_ON_HOST_ASLEEP; the caller passes 0 otherwise).
+  The peak rank's figures stand for every rank on the node, which never under-counts."""
 from __future__ import annotations
 
 import numpy as np

@@ -59,8 +59,13 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
 - Decode is memory-bound at small batch: a step reads every weight it uses plus the KV cache of the running
   sequences from HBM, at 0.92 of the datasheet rate (torchao's roofline planning factor, profiles/gpu_reference.md
   sec. 3, S2); at large batch the GEMMs bound it (2 FLOPs per active parameter per token, at the GPU's MAMF
-  fraction). A MoE layer reads only the experts its tokens chose: with k of E experts drawn per token, b tokens touch
-  E * (1 - (1 - k/E)^b) experts on average (uniform routing).
+  fraction). The weight GEMMs and the attention over the KV cache are different kernels that run one after the
+  other on the stream, so each is bounded by its own roofline (the larger of its HBM bytes and its FLOPs at the
+  attainable rates) and their times add (the per-operator roofline of Yuan et al. 2024, "LLM Inference Unveiled:
+  Survey and Roofline Model Insights", arXiv:2402.16363, sec. 2: a layer's time is the sum of its operators'
+  roofline times); the KV reads of a large, long-context batch do not hide under its GEMMs. A MoE layer reads only
+  the experts its tokens chose: with k of E experts drawn per token, b tokens touch E * (1 - (1 - k/E)^b) experts
+  on average (uniform routing).
 - Every decode step also pays the engine's per-step work outside the model (scheduling, input preparation,
   sampling, output processing): STEP_OVERHEAD_S, taken from vLLM's published decode latencies (DECODE_FIGURES: its
   performance benchmark's latency tests, 32 prompt tokens, 128 output tokens, batch 8, H200): the median over the
@@ -100,6 +105,14 @@ KERNELS_MOE_EXTRA = 7  # vLLM fused_moe: router, top-k, align, 2 grouped GEMMs, 
 DECODE_FIGURES = (("llama3.1-8b", 1, 833.421), ("llama3-70b", 4, 2077.53), ("mixtral-8x7b", 2, 1917.44))
 # Per-step residuals of this module's decode model against DECODE_FIGURES: 2.81, 3.25, 4.73 ms; the median.
 STEP_OVERHEAD_S = 3.25e-3
+# Whether a colocated engine's weights wait on the host while it sleeps (and so are copied out at sleep and back at
+# wake). vLLM under verl: no. verl sleeps vLLM at level 2 for vLLM >= 0.8.5 (verl/third_party/vllm/__init__.py
+# lines 46-49 at b178a3cd; verl/workers/sharding_manager/megatron_vllm.py line 193, `sleep(level=2)`, at e2e4c35e,
+# the commit of docs/perf/dpsk.md's DeepSeek benchmark), and level 2 discards the weights (vLLM docs, "Sleep Mode":
+# level 1 offloads them to CPU memory, level 2 discards them); the sync rewrites them (refit). SGLang under slime:
+# counted as kept (a CPU backup of the weights, SGLang --enable-weights-cpu-backup), which is not established for
+# slime's launch; counting it never under-predicts host RAM.
+WEIGHTS_ON_HOST_ASLEEP = {"vllm": False, "sglang": True}
 # Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
 MAX_NUM_SEQS = 1024
 MAX_NUM_BATCHED_TOKENS = 8192
@@ -251,7 +264,8 @@ def rollout_gpu_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> 
 @dataclass(frozen=True)
 class StepModel:
     """Decode step time of an engine at a batch of n running sequences (one attention group holds n / dp) and a
-    total context of S tokens over them: max(memory, compute) + communication + launches. Arrays are indexed by n."""
+    total context of S tokens over them: max(weight bytes, GEMM FLOPs) + max(KV bytes, attention FLOPs) +
+    communication + launches. Arrays are indexed by n."""
 
     mem_fixed: np.ndarray  # bytes of weights read per GPU, by n
     kv_read_per_token: float  # bytes read per GPU per token of context in the group
@@ -267,9 +281,10 @@ class StepModel:
     def time(self, n: int, total_context: float) -> float:
         """Seconds of one decode step with n sequences in the engine and `total_context` tokens over them."""
         group_ctx = total_context / self.dp
-        mem = (self.mem_fixed[n] + self.kv_read_per_token * group_ctx) / self.hbm
-        comp = (self.flops_fixed[n] + self.attn_flops_per_token * group_ctx) / self.flops
-        return max(mem, comp) + self.comm[n] + self.launch + self.overhead
+        gemms = max(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
+        attention = max(self.kv_read_per_token * group_ctx / self.hbm,
+                        self.attn_flops_per_token * group_ctx / self.flops)
+        return gemms + attention + self.comm[n] + self.launch + self.overhead
 
 
 def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,

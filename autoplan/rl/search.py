@@ -3,7 +3,8 @@ layout, each combination priced phase by phase and ranked by samples per second.
 
 Step time by mode (verl docs/advance/one_step_off.md: "colocate sync: step = gen + old_log_prob + update_actor;
 one-step-overlap async: step = wait_prev_gen + old_log_prob + update_actor"):
-- on-policy: rollout + ref + old_log_prob + reward + refit + train, one after the other;
+- on-policy: rollout + ref + old_log_prob + reward + refit + switch + train, one after the other (switch: a
+  colocated step's weights moved between GPU and host around the rollout, `_side`; 0 on split pools);
 - one-step-off (split only): the rollout of step n+1 runs while step n trains, so step = max(rollout, ref +
   old_log_prob + reward + train) + refit;
 - async (split only; verl fully-async with partial rollout, slime --partial-rollout): the rollout streams, so its
@@ -25,7 +26,7 @@ from autoplan.rl import memory as M
 from autoplan.rl import refit as F
 from autoplan.rl import rollout as R
 from autoplan.rl.spec import OFFLOADS, Placement, RLJob, RolloutLayout
-from autoplan.rl.train import TrainPhases, candidate_strategies, price_training, swap_seconds
+from autoplan.rl.train import TrainPhases, candidate_strategies, packed_mbs, price_training, swap_seconds
 from autoplan.strategy import Strategy
 
 UTILIZATIONS = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -145,6 +146,9 @@ def _train_candidates(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed:
                           if all(getattr(s, k, None) == v for k, v in fixed.train.items())]
     else:
         strategies = candidate_strategies(model, cluster.num_gpus, cluster.gpu.gpus_per_node)
+    if job.micro_batch_tokens is not None and "mbs" not in fixed.train:
+        strategies = [s.model_copy(update={"mbs": packed_mbs(job, cluster.num_gpus // (s.tp * s.pp * s.cp), s.cp)})
+                      for s in strategies]
     legal = [s for s in strategies if first_broken_rule(model, cluster, wl, s) is None]
     if fixed.train and not legal:
         given = ",".join(f"{k}={v}" for k, v in fixed.train.items())
@@ -235,16 +239,29 @@ class _Side:
 
     train_s: float
     log_prob_s: float
+    ref_s: float  # the reference model's log-prob pass (the actor's shape)
+    switch_s: float
     peak_bytes: float
     resident_bytes: float
     host_bytes: float
 
 
 def _side(tp: TrainPhases, i: int, off: str, colocated: bool, cluster: ClusterSpec) -> _Side:
+    """A colocated model's states move between GPU and host inside the phases verl times them in (verl
+    verl/workers/megatron_workers.py at b178a3cd; fsdp_workers.py alike): update_actor loads the weights, gradients
+    and optimizer it offloaded and offloads them again (lines 742-779), each log-prob pass loads and offloads the
+    weights (compute_log_prob lines 864-903, compute_ref_log_prob 838-856), and the switch to rollout mode loads
+    the weights to sync them into the engine and offloads them after (rollout_mode lines 682 and 732): the
+    `switch` of a step, timed inside verl's "gen" and outside "generate_sequences"."""
     swapped = {"all": tp.weights_bytes[i] + tp.grads_bytes[i],
                "swap": tp.weights_bytes[i] + tp.grads_bytes[i] + tp.optimizer_bytes[i]}.get(off, 0.0)
+    moved = colocated and off in ("all", "swap")
     swap = float(swap_seconds(np.array(swapped), cluster)) if colocated else 0.0
-    return _Side(train_s=float(tp.train[i]) + float(tp.cpu_adam[i]) + swap, log_prob_s=float(tp.log_prob[i]),
+    weights = float(swap_seconds(np.array(tp.weights_bytes[i]), cluster))
+    # a colocated reference model always sits on the host between its passes (emit_verl: ref param_offload)
+    return _Side(train_s=float(tp.train[i]) + float(tp.cpu_adam[i]) + swap,
+                 log_prob_s=float(tp.log_prob[i]) + (weights if moved else 0.0),
+                 ref_s=float(tp.log_prob[i]) + (weights if colocated else 0.0), switch_s=weights if moved else 0.0,
                  peak_bytes=float(tp.peak_bytes[i]),
                  resident_bytes=M.resident_during_rollout(tp, i, off),
                  host_bytes=M.host_bytes_per_rank(tp, i, off, False, False, 0.0))
@@ -294,16 +311,21 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     # async: the trainer takes the rollout engine's log-probs (verl fully-async use_rollout_log_probs: True, v0.7.0
     # recipe/fully_async_policy/config; its published table shows no old_log_prob), so the actor pass is skipped
     old_lp = 0.0 if job.mode == "async" else log_prob
-    phases = {"rollout": float(rollout), "ref": log_prob if job.use_ref else 0.0, "old_log_prob": old_lp,
-              "reward": reward, "refit": refits[method], "train": train}
+    # switch (colocated): the actor's weights come back for the sync and go again (_side), and an engine that keeps
+    # its weights on the host while asleep (rollout.WEIGHTS_ON_HOST_ASLEEP) copies them out at sleep and back at
+    # wake; its KV cache is freed and mapped again, which copies nothing. Split pools never switch.
+    engine_w = R.engine_weights(model, lay).total
+    engine_host = engine_w if R.WEIGHTS_ON_HOST_ASLEEP[lay.engine] else 0.0
+    switch = actor.switch_s + (float(swap_seconds(np.array(engine_host), cluster)) if colocated else 0.0)
+    phases = {"rollout": float(rollout), "ref": actor.ref_s if job.use_ref else 0.0, "old_log_prob": old_lp,
+              "reward": reward, "refit": refits[method], "switch": switch, "train": train}
     trainer_side = phases["ref"] + phases["old_log_prob"] + phases["reward"] + phases["train"]
     if job.mode == "on-policy":
         step = sum(phases.values())
     else:
-        step = max(phases["rollout"], trainer_side) + phases["refit"]
+        step = max(phases["rollout"], trainer_side) + phases["refit"] + phases["switch"]
     rollout_bytes = R.rollout_gpu_bytes(model, lay, hw)
     resident = (actor.resident_bytes + (critic.resident_bytes if critic else 0.0)) if colocated else 0.0
-    engine_w = R.engine_weights(model, lay).total
     train_peak = actor.peak_bytes
     if critic:  # each trains while the other keeps what its offload setting leaves on the GPU
         train_peak = max(actor.peak_bytes + critic.resident_bytes, critic.peak_bytes + actor.resident_bytes)
@@ -315,7 +337,7 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
             refit_gpu += critic.resident_bytes
         mem["refit"] = refit_gpu / GIB
     peak = max(mem.values())
-    host_rank = M.host_bytes_per_rank(tp, i, off, colocated, job.use_ref, engine_w) + (
+    host_rank = M.host_bytes_per_rank(tp, i, off, colocated, job.use_ref, engine_host) + (
         critic.host_bytes if critic else 0.0)
     ranks = min(cluster.gpu.gpus_per_node, pl.train_gpus)
     host = host_rank * ranks / GIB
@@ -340,8 +362,8 @@ def _timeline(phases: Dict[str, float], mode: str) -> List[Dict[str, object]]:
     """Start and end of each phase within a step; for one-step-off/async the rollout (of the next step) runs on
     its own pool from 0, beside the trainer's phases."""
     out, t = [], 0.0
-    order = ("rollout", "ref", "old_log_prob", "reward", "train", "refit") if mode != "on-policy" else \
-        ("rollout", "reward", "ref", "old_log_prob", "train", "refit")
+    order = ("rollout", "ref", "old_log_prob", "reward", "train", "refit", "switch") if mode != "on-policy" else \
+        ("rollout", "reward", "ref", "old_log_prob", "train", "refit", "switch")
     for name in order:
         d = phases[name]
         if mode != "on-policy" and name == "rollout":

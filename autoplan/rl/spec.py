@@ -48,6 +48,10 @@ class RLJob(BaseModel):
                                                 "step n) or async (streamed rollout with partial rollouts).")
     use_ref: bool = Field(True, description="A reference model's log-probabilities are computed (KL loss/penalty).")
     mini_batches: int = Field(1, gt=0, description="Optimizer steps per RL step (prompts / ppo_mini_batch_size).")
+    micro_batch_tokens: Optional[int] = Field(None, gt=0, description=(
+        "Sequences are packed into micro-batches by length, at most this many tokens per GPU (verl "
+        "use_dynamic_bsz with actor.ppo_max_token_len_per_gpu; slime --use-dynamic-batch-size with "
+        "--max-tokens-per-gpu); None: one sequence per micro-batch."))
     host_mem_gib: float = Field(gt=0, description="Host RAM per node, GiB.")
 
     @property
@@ -152,6 +156,22 @@ def parse_rollout(text: str) -> Dict[str, object]:
             raise InputError(f"--rollout key {key!r} is unknown; valid: tp, dp, ep, engines, gpu_memory_utilization, "
                              f"cuda_graphs")
     return out
+
+
+def micro_batch_tokens_default(prompt_len: int, longest_response: int, given: Optional[int], cp: int = 1) -> int:
+    """Tokens per GPU per packed micro-batch: the user's, else one prompt + the longest response, the smallest cap
+    that admits every sequence without context parallelism (what the emitters write: verl
+    actor.ppo_max_token_len_per_gpu, slime --max-tokens-per-gpu). Both frameworks refuse a sequence longer than
+    the cap x the context-parallel size (verl seqlen_balancing.rearrange_micro_batches' assert; slime
+    backends/megatron_utils/data.py), so a smaller cap is one line of error."""
+    longest = prompt_len + longest_response
+    if given is None:
+        return longest
+    if given < 1 or given * cp < longest:
+        raise InputError(f"--micro-batch-tokens={given} x context parallel {cp} is below one prompt + the longest "
+                         f"response ({longest} tokens), which verl and slime refuse; pass --micro-batch-tokens "
+                         f"{-(-longest // cp)} or more")
+    return int(given)
 
 
 def host_mem_default(gpu_id: str, given: Optional[float]) -> float:

@@ -33,9 +33,28 @@ CPU_ADAM_STATE_BYTES_PER_PARAM = 16
 
 
 def workload_of(job: RLJob) -> Workload:
-    """Training sees every response packed with its prompt (verl use_dynamic_bsz, slime --use-dynamic-batch-size):
-    prompts x samples sequences of prompt + mean response tokens."""
+    """Training sees every response with its prompt, without padding (verl use_remove_padding, Megatron packed
+    sequences): prompts x samples sequences of prompt + mean response tokens."""
     return make_workload(job.mean_seq_len, job.sequences)
+
+
+def packed_mbs(job: RLJob, dp: int, cp: int) -> int:
+    """Sequences per micro-batch when they are packed by length (`job.micro_batch_tokens`): a micro-batch of one
+    sequence-parallel group holds at most micro_batch_tokens x its size tokens (verl dp_actor.py line 383 at
+    503ea75f, `max_token_len = ppo_max_token_len_per_gpu * ulysses_sequence_parallel_size`, line 552 at b178a3cd;
+    slime backends/megatron_utils/data.py `max_tokens_per_gpu * cp_size`), so at mean length it packs
+    micro_batch_tokens * cp // (prompt + mean response) sequences. The count is the largest divisor of a rank's
+    sequences per optimizer step not above that (the cost model splits a rank's batch into equal micro-batches;
+    verl's rearrange_micro_batches makes ceil(tokens / cap) of them), at least 1; without packing, 1."""
+    if job.micro_batch_tokens is None or dp < 1:  # dp < 1: the layout does not tile the pool (the rules refuse it)
+        return 1
+    fit = max(1, job.micro_batch_tokens * cp // job.mean_seq_len)
+    per_rank, rest = divmod(job.sequences, job.mini_batches * dp)
+    if rest or per_rank < 1:
+        per_rank, rest = divmod(job.sequences, dp)
+        if rest or per_rank < 1:
+            return 1
+    return max(d for d in range(1, min(fit, per_rank) + 1) if per_rank % d == 0)
 
 
 @dataclass(frozen=True)

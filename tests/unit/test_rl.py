@@ -104,6 +104,23 @@ def test_large_batch_decode_is_compute_bound():
     assert sm.time(n, 0.0) == pytest.approx(gemm + R.STEP_OVERHEAD_S)
 
 
+def test_a_long_context_large_batch_step_adds_the_kv_reads_to_the_gemms():
+    """The GEMMs and the attention are kernels run one after the other: a compute-bound GEMM phase does not hide the
+    KV cache's HBM reads."""
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    lay = RolloutLayout(tp=1, engines=8)
+    n, ctx = 1024, 1024 * 2048
+    sm = R.step_model(m, lay, hw, n)
+    hbm = hw.hbm_bytes_per_s * R.HBM_EFFICIENCY
+    gemm = 2 * R.active_params_per_token(m) * n / (hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    assert gemm > R.engine_weights(m, lay).total / hbm  # the GEMMs are compute-bound at this batch
+    kv = ctx * R.kv_bytes_per_token(m, 1) / hbm
+    attn = 4.0 * m.num_layers * m.num_attention_heads * m.kv_channels * ctx / (hw.peak_flops_bf16 * hw.gemm_eff_bf16)
+    assert kv > attn  # and the attention reads more than it computes
+    assert sm.time(n, ctx) == pytest.approx(gemm + kv + R.STEP_OVERHEAD_S)
+
+
 def _latency_without_overhead(name, tp):
     """A DECODE_FIGURES run (batch 8, 32 prompt tokens, 128 output tokens, H200) priced without the per-step
     overhead."""
@@ -390,3 +407,88 @@ def test_a_colocated_refit_holds_the_actor_and_the_engine_weights_together():
     assert plan.memory_gib["refit"] == pytest.approx(expect, rel=1e-6)
     assert plan.memory_gib["refit"] > plan.memory_gib["rollout"]
     assert plan.peak_mem_gib >= plan.memory_gib["refit"]
+
+
+# ---- packed micro-batches (verl use_dynamic_bsz, slime --use-dynamic-batch-size) ---------------------------------
+
+def test_packed_micro_batches_hold_the_token_cap_times_the_sequence_split():
+    from autoplan.rl.train import packed_mbs
+
+    job = _job(prompts=512, samples=12, prompt_len=256, response_len=2048, max_response_len=8192, mini_batches=16,
+               micro_batch_tokens=20480)
+    # 384 sequences per optimizer step over dp 4: 96 per rank; a cp-4 group packs 20480 * 4 // 2304 = 35 of them,
+    # and the largest divisor of 96 not above 35 is 32
+    assert packed_mbs(job, dp=4, cp=4) == 32
+    assert packed_mbs(job, dp=4, cp=1) == 8  # 20480 // 2304 = 8, a divisor of 96
+    assert packed_mbs(job.model_copy(update={"micro_batch_tokens": None}), dp=4, cp=4) == 1
+    assert packed_mbs(job.model_copy(update={"micro_batch_tokens": 1000}), dp=4, cp=1) == 1  # below one sequence
+
+
+def test_packing_prices_fuller_micro_batches_and_is_faster():
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    split = Placement(kind="split", gpus=16, train_gpus=8)
+    fixed = Fixed(train={"tp": 1, "pp": 1}, offload="none", placement=split,
+                  rollout={"tp": 1, "engines": 8, "gpu_memory_utilization": 0.8})
+    (one,), _ = search(m, c, _job(mini_batches=4), fixed, top_k=1)
+    (packed,), _ = search(m, c, _job(mini_batches=4, micro_batch_tokens=5000), fixed, top_k=1)
+    # 512 sequences, 4 optimizer steps, dp 8: 16 per rank per step; 5000 // (512 + 1024) = 3 fit, and the largest
+    # divisor of 16 not above 3 is 2
+    assert one.strategy.mbs == 1 and packed.strategy.mbs == 2
+    assert packed.phases["train"] < one.phases["train"]
+
+
+def test_cli_micro_batch_tokens_default_admit_the_longest_sequence_and_a_smaller_cap_is_refused(tmp_path, capsys):
+    code, out, err = run_cli(BASE + ["--emit", "verl", "--out", str(tmp_path), "--placement", "colocated",
+                                     "--json"], capsys)
+    assert code == 0, err
+    job = json.loads(out)["job"]
+    assert job["micro_batch_tokens"] == job["prompt_len"] + job["max_response_len"]
+    text = (tmp_path / "verl_overrides.txt").read_text()
+    assert f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={job['micro_batch_tokens']}" in text
+    code, out, err = run_cli(BASE + ["--micro-batch-tokens", "100"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--micro-batch-tokens" in err and out == ""
+
+
+# ---- the colocated switch: states moved between GPU and host where verl times it ---------------------------------
+
+def test_colocated_switch_moves_the_offloaded_weights_twice_and_a_split_pool_never_switches():
+    from autoplan.rl.train import price_training
+
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    rollout = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
+    (swap,), _ = search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="swap", placement=col,
+                                            rollout=rollout), top_k=1)
+    (kept,), _ = search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="none", placement=col,
+                                            rollout=rollout), top_k=1)
+    tp = price_training(m, c, _job(), [swap.strategy], ["swap"])
+    weights = float(tp.weights_bytes[0])
+    move = 2.0 * weights / hw.host_bytes_per_s
+    assert swap.phases["switch"] == pytest.approx(move)  # vLLM at sleep level 2 copies none of its own weights
+    assert swap.phases["old_log_prob"] == pytest.approx(float(tp.log_prob[0]) + move)
+    assert kept.phases["switch"] == 0.0 and kept.phases["old_log_prob"] == pytest.approx(float(tp.log_prob[0]))
+    assert kept.phases["ref"] == pytest.approx(float(tp.log_prob[0]) + move)  # the reference waits on the host
+    assert swap.step_time_s == pytest.approx(sum(swap.phases.values()))
+    split = Placement(kind="split", gpus=16, train_gpus=8)
+    (off,), _ = search(m, c, _job(mode="one-step-off"), Fixed(train={"tp": 1, "pp": 1}, offload="none",
+                                                               placement=split,
+                                                               rollout={"tp": 1, "engines": 8}), top_k=1)
+    assert off.phases["switch"] == 0.0
+
+
+def test_only_an_engine_that_keeps_its_weights_on_the_host_copies_them_and_needs_the_host_ram():
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    hw = hardware_of(c)
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    lay = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
+    plans = {e: search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="none", placement=col, rollout=lay,
+                                           engine=e), top_k=1)[0][0] for e in ("vllm", "sglang")}
+    engine_w = R.engine_weights(m, RolloutLayout(**lay)).total
+    assert not R.WEIGHTS_ON_HOST_ASLEEP["vllm"] and R.WEIGHTS_ON_HOST_ASLEEP["sglang"]
+    assert plans["sglang"].phases["switch"] - plans["vllm"].phases["switch"] == pytest.approx(
+        2.0 * engine_w / hw.host_bytes_per_s)
+    assert plans["sglang"].host_mem_gib - plans["vllm"].host_mem_gib == pytest.approx(8 * engine_w / GIB)
