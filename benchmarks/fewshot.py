@@ -27,6 +27,7 @@ calibration run is any other run of its group) and the ranking setups that hold 
     python -m benchmarks.fewshot                  # both parts on the validation rows, about 20 minutes on 2 cores
     python -m benchmarks.fewshot --part ranking   # the ranking part only
     python -m benchmarks.fewshot --split test     # the frozen test split (once a change is final)
+    python -m benchmarks.fewshot --part discrepancy   # fit.MODEL_SIGMA, STACK_SIGMA and UNLIKE_REFERENCE's figures
 """
 from __future__ import annotations
 
