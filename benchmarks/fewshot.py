@@ -14,7 +14,10 @@ sequence length and source family, measured with 3 or more strategies; a strateg
 counts once, at the geometric mean), calibrate on each of its runs in turn and report Spearman's rho between
 predicted and measured tokens/s/GPU over its strategies (mean and minimum over the calibration choices); the
 uncalibrated model's rho beside it. Rows the source flags as regressed (`benchmarks.accuracy.FOOTNOTE`) are left
-out.
+out. Below the rho table, each setup's strategy pairs are split by release (`release_pairs`): two layouts measured in
+one release (one software stack: a layout comparison), and apart from them two strategies never measured in one
+release, whose order in the rho above also carries the drift between their releases. Both are printed; the rho
+table is not regrouped. A within-release pair measured closer than the run noise (`fit.RUN_SIGMA`) is marked a tie.
 
 Split (`benchmarks/holdout.py`): by default (`--split validation`) the rows of the frozen test split are left out
 altogether (no group, setup or pair holds one); these are the figures the model and the fit are chosen by.
@@ -24,10 +27,12 @@ calibration run is any other run of its group) and the ranking setups that hold 
     python -m benchmarks.fewshot                  # both parts on the validation rows, about 20 minutes on 2 cores
     python -m benchmarks.fewshot --part ranking   # the ranking part only
     python -m benchmarks.fewshot --split test     # the frozen test split (once a change is final)
+    python -m benchmarks.fewshot --part discrepancy   # fit.MODEL_SIGMA, STACK_SIGMA and UNLIKE_REFERENCE's figures
 """
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections import defaultdict
@@ -35,7 +40,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from autoplan.calibration.fit import Predictor, fit, priors_of
+from autoplan.calibration.fit import RUN_SIGMA, Predictor, fit, priors_of
 from autoplan.calibration.runs import MeasuredRun
 from benchmarks.naive import NaiveBar, precision_of
 from benchmarks.published import PublishedRun
@@ -108,21 +113,47 @@ def setup_runs(runs: Sequence[PublishedRun]) -> Dict[Tuple, List[PublishedRun]]:
     return out
 
 
-def rank_rho(setup: List[PublishedRun], values: Dict[str, float]) -> float:
+def rank_rho(setup: List[PublishedRun], predicted: Sequence[float]) -> float:
     from benchmarks import ranking
 
-    (found,) = ranking.setups(setup, list(predict(setup, values)))
+    (found,) = ranking.setups(setup, list(predicted))
     return found.rho
 
 
-def setup_ranking(setup: List[PublishedRun], log=print) -> Tuple[float, float, float]:
-    """(mean rho calibrated, min rho calibrated, rho uncalibrated) over the setup's strategies."""
+def setup_ranking(setup: List[PublishedRun], log=print) -> Tuple[List[np.ndarray], np.ndarray]:
+    """(predicted tokens/s/GPU of the setup's runs after calibrating on each of its runs in turn, uncalibrated)."""
     priors = priors_of(setup[0].cluster)
-    rhos = []
+    calibrated = []
     for r in setup:
-        rhos.append(rank_rho(setup, {**priors, **fit([measured_run(r)]).values}))
-        log(f"    calibrated on {r.id}: rho {rhos[-1]:+.2f}")
-    return float(np.nanmean(rhos)), float(np.nanmin(rhos)), rank_rho(setup, priors)
+        calibrated.append(predict(setup, {**priors, **fit([measured_run(r)]).values}))
+        log(f"    calibrated on {r.id}: rho {rank_rho(setup, calibrated[-1]):+.2f}")
+    return calibrated, predict(setup, priors)
+
+
+def release_pairs(setup: List[PublishedRun], sources: Dict[str, str]) -> Tuple[List[Tuple], List[Tuple]]:
+    """The setup's strategy pairs split by release: (within, across). within: (release, i, j) for two runs of one
+    release with different strategies, i.e. a layout comparison on one software stack. across: (strategy a, strategy
+    b, indices of a's runs, indices of b's runs) for two strategies never measured in one release, which
+    `benchmarks/ranking.py` compares through their geometric means over different releases, so release-to-release
+    drift enters their order."""
+    from itertools import combinations
+
+    from benchmarks import ranking
+
+    release = [release_of(r, sources[r.id]) for r in setup]
+    strategy = [ranking.strategy_key(r) for r in setup]
+    within = [(release[i], i, j) for i, j in combinations(range(len(setup)), 2)
+              if release[i] == release[j] and strategy[i] != strategy[j]]
+    runs_of: Dict[str, List[int]] = defaultdict(list)
+    for i, name in enumerate(strategy):
+        runs_of[name].append(i)
+    across = [(a, b, runs_of[a], runs_of[b]) for a, b in combinations(sorted(runs_of), 2)
+              if not {release[i] for i in runs_of[a]} & {release[i] for i in runs_of[b]}]
+    return within, across
+
+
+def geo(values: Sequence[float], idx: Sequence[int]) -> float:
+    return float(np.exp(np.mean(np.log([values[i] for i in idx]))))
 
 
 def discrepancy(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[str, Tuple[float, float, int]]:
@@ -155,6 +186,42 @@ def discrepancy(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Dict[s
     return out
 
 
+def unlike_reference(runs: Sequence[PublishedRun], sources: Dict[str, str]) -> Tuple[float, float, int]:
+    """(expected groups unlike the reference, prior probability of a group unlike the reference, groups): the
+    mixing probability of autoplan/calibration/fit.py's two hypotheses over the (GPU, release, precision) groups,
+    test split left out. Each group's log Bayes factor is the one `fit.prior_spreads` weighs for a user's runs
+    (`fit.unlike_log_odds`, linearised at the priors, the runs' covariance `fit.run_covariance`); the probability is
+    found by expectation-maximisation (Dempster, Laird & Rubin 1977) with the rule of succession as its update,
+    (expected groups unlike + 1) / (groups + 2), iterated to its fixed point (fit.UNLIKE_REFERENCE)."""
+    from autoplan.calibration.fit import linearised, run_covariance, unlike_log_odds
+    from autoplan.calibration.params import CONSTANTS
+    from benchmarks import holdout
+
+    runs = [r for r in runs if not holdout.is_test(r.model_name, r.id)]
+    sd = np.array([c.prior_sd for c in CONSTANTS])
+    log_bf = []
+    for group in groups(runs, sources).values():
+        measured = [measured_run(r) for r in group]
+        residual, jd = linearised(measured)
+        log_bf.append(unlike_log_odds(jd, residual, run_covariance(measured), sd))
+    expected, p = mixing_probability(log_bf)
+    return expected, p, len(log_bf)
+
+
+def mixing_probability(log_bf: Sequence[float]) -> Tuple[float, float]:
+    """(expected groups unlike the reference, prior probability of one) from each group's log Bayes factor (unlike
+    against reference): EM, each step the groups' posterior probabilities under the current prior (E) and the rule
+    of succession (expected + 1) / (groups + 2) as the new prior (M), from 1/2 to its fixed point."""
+    log_bf = np.asarray(log_bf, dtype=float)
+    p, expected = 0.5, 0.0
+    for _ in range(1000):
+        expected = float(np.sum(1.0 / (1.0 + np.exp(-(log_bf + np.log(p / (1.0 - p)))))))
+        p, last = (expected + 1.0) / (len(log_bf) + 2.0), p
+        if abs(p - last) < 1e-9:
+            break
+    return expected, p
+
+
 def mape(errors: Sequence[float]) -> float:
     return float(np.mean(np.abs(errors)) * 100) if len(errors) else float("nan")
 
@@ -180,6 +247,9 @@ def main(argv=None) -> int:
         for arch, (within, between, n) in discrepancy(runs, sources).items():
             print(f"model discrepancy {arch}: within-group SD of the uncalibrated log error {within:.3f}, "
                   f"between-group SD of its group means {between:.3f} ({n} groups)")
+        expected, p, n = unlike_reference(runs, sources)
+        print(f"clusters unlike the reference stack: {expected:.2f} of {n} (GPU, release, precision) groups expected "
+              f"(EM), prior probability (expected + 1) / (groups + 2) = {p:.3f}")
         return 0
     is_test = lambda r: holdout.is_test(r.model_name, r.id)  # noqa: E731
     if args.split == "validation":
@@ -191,7 +261,7 @@ def main(argv=None) -> int:
     if args.part in ("all", "mape"):
         few_shot_table(runs, sources, log, predicted)
     if args.part in ("all", "ranking"):
-        ranking_table(runs, log, predicted)
+        ranking_table(runs, sources, log, predicted)
     return 0
 
 
@@ -216,21 +286,63 @@ def few_shot_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log, p
               f"{mape([p[2] for p in sel]):11.1f}% {mape([p[3] for p in sel]):8.1f}%   (target <= {target:g}%)")
 
 
-def ranking_table(runs: Sequence[PublishedRun], log, predicted=lambda r: True) -> None:
+def ranking_table(runs: Sequence[PublishedRun], sources: Dict[str, str], log, predicted=lambda r: True) -> None:
     from benchmarks import ranking
 
     print(f"Ranking within multi-strategy setups ({ranking.MIN_STRATEGIES}+ strategies): Spearman rho after "
           f"calibrating on one of its runs (mean, min over the choices; target >= 0.9) and uncalibrated")
-    means = []
+    means, details = [], []
     for key, setup in sorted(setup_runs(runs).items()):
         if not any(predicted(r) for r in setup):
             continue
         log(f"  setup {key}")
-        mean, low, prior = setup_ranking(setup, log)
+        calibrated, prior = setup_ranking(setup, log)
+        rhos = [rank_rho(setup, c) for c in calibrated]
+        mean, low = float(np.nanmean(rhos)), float(np.nanmin(rhos))
         means.append(mean)
-        print(f"  {' '.join(str(k) for k in key):44s} {len(setup):2d} runs  rho {mean:+.2f} (min {low:+.2f})  "
-              f"uncalibrated {prior:+.2f}", flush=True)
+        name = ' '.join(str(k) for k in key)
+        print(f"  {name:44s} {len(setup):2d} runs  rho {mean:+.2f} (min {low:+.2f})  "
+              f"uncalibrated {rank_rho(setup, prior):+.2f}", flush=True)
+        details.append((name, setup, calibrated, prior))
     print(f"  setups with mean rho >= 0.9: {sum(m >= 0.9 for m in means)} of {len(means)}")
+    release_table(details, sources)
+
+
+def release_table(details, sources: Dict[str, str]) -> None:
+    """Each setup's strategy pairs split by release (`release_pairs`): the layout comparisons within one release,
+    and apart from them the strategies only ever measured in different releases, whose order the rho above also
+    counts."""
+    from benchmarks import ranking
+
+    print("The same setups' strategy pairs by release: within one release (measured and predicted tokens/s/GPU; "
+          "ordered as measured uncalibrated, and in how many of the calibration choices) and, apart, strategies "
+          "never measured in one release (geometric means over their releases)")
+    for name, setup, calibrated, prior in details:
+        within, across = release_pairs(setup, sources)
+        measured = [r.measured_tokens_per_gpu for r in setup]
+        label = [ranking.strategy_key(r) for r in setup]
+        good = [0, 0]
+        print(f"  {name}")
+        for rel, i, j in within:
+            order = lambda p: (p[i] - p[j]) * (measured[i] - measured[j]) > 0  # noqa: E731
+            hits = sum(order(c) for c in calibrated)
+            gap = abs(math.log(measured[i] / measured[j]))
+            tie = gap < RUN_SIGMA  # closer than two launches of one setup differ: no order to get right
+            good[0] += order(prior) and not tie
+            good[1] += not tie
+            print(f"    within {rel:9s} {label[i]} vs {label[j]}: measured {measured[i]:.0f} vs {measured[j]:.0f}, "
+                  f"predicted {prior[i]:.0f} vs {prior[j]:.0f}: {'ordered' if order(prior) else 'NOT ordered'} "
+                  f"({hits} of {len(calibrated)} calibrated)"
+                  + (f"; measured gap {gap:.1%} < the run noise {RUN_SIGMA:.0%} (fit.RUN_SIGMA): a tie" if tie else ""))
+        for a, b, ia, ib in across:
+            ma, mb, pa, pb = geo(measured, ia), geo(measured, ib), geo(prior, ia), geo(prior, ib)
+            hits = sum((geo(c, ia) - geo(c, ib)) * (ma - mb) > 0 for c in calibrated)
+            rel = lambda idx: "+".join(sorted({release_of(setup[k], sources[setup[k].id]) for k in idx}))  # noqa
+            print(f"    across    {a} ({rel(ia)}) vs {b} ({rel(ib)}): measured {ma:.0f} vs {mb:.0f}, predicted "
+                  f"{pa:.0f} vs {pb:.0f}: {'ordered' if (pa - pb) * (ma - mb) > 0 else 'NOT ordered'} "
+                  f"({hits} of {len(calibrated)} calibrated)")
+        print(f"    within-release pairs ordered as measured (uncalibrated, ties left out): {good[0]} of {good[1]}; "
+              f"pairs across releases only: {len(across)}")
 
 
 if __name__ == "__main__":

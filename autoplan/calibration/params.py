@@ -3,8 +3,8 @@
 A constant lives either in `Calibration` (autoplan/costmodel/calibration.py, whose defaults cite their sources) or in
 the GPU profile (`GpuSpec` fields: the datasheet / microbenchmark values of profiles/gpus/*.yaml). Those values are
 the priors: the fit pulls every constant towards its prior with weight 1 / prior_sd^2 in the constant's transformed
-coordinate, so a constant the runs do not exercise stays at its prior and one run spreads its correction over the
-constants it is sensitive to.
+coordinate, and only the constants the runs identify move (autoplan/calibration/fit.py): a constant the runs do not
+exercise, or one they cannot tell from another, stays at its prior and is reported as not identified.
 
 Coordinates: "log" fits log(x) (a multiplicative correction; prior_sd 0.3 is about +-35% at one standard deviation);
 "exposed" fits log(1 - x) for a hidden fraction x (the exposed share changes multiplicatively, and x stays below 1).
