@@ -57,7 +57,9 @@ def write_dataset(prefix, documents=40, seed=0):
 
 
 def run_launch(run_dir, env_extra, timeout):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port()), **env_extra}
+    # launch.sh runs `deepspeed` by name: the one installed beside this interpreter, activated or not.
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+           "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port()), **env_extra}
     with_own_build_folder(env, sys.executable)
     env.pop("SLURM_JOB_NODELIST", None)
     proc = subprocess.Popen(["bash", str(run_dir / "launch.sh")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -105,8 +105,9 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
     pytest.importorskip("deepspeed")
     write_files(tmp_path / "run", emit_deepspeed(make_plan(TINY, 2, 64, 8, zero=1), probe=True))
     bin_dir = fake_bin(tmp_path, ssh=FAKE_SSH, pdsh=FAKE_SSH)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1",
-           "MASTER_PORT": str(free_port())}
+    # launch.sh runs `deepspeed` by name: the one installed beside this interpreter, activated or not.
+    env = {**os.environ, "PATH": os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ["PATH"]]),
+           "OMP_NUM_THREADS": "1", "MASTER_PORT": str(free_port())}
     # This environment's own op-build folder, as probes use: the shared default one is rebuilt (and can be left
     # locked) by other environments of the host (integrations/extlocks.py `environment_root`).
     with_own_build_folder(env, sys.executable)
