@@ -327,23 +327,60 @@ def prefill_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, token
 
 # ---- response lengths and the rollout timeline ---------------------------------------------------------------------
 
-def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
-    """`count` response lengths of mean `mean` whose longest is `longest`: one response runs to the maximum (the
-    cap exists because responses reach it: verl data.max_response_length, slime --rollout-max-response-len), the
-    others are the quantiles of an exponential distribution truncated at `longest` whose truncated mean makes the
-    whole set's mean `mean` (a modelling assumption: the user gives a mean and a maximum, and RL response lengths
-    are right-skewed). mean == longest: all equal."""
-    if longest <= mean or count == 1:
-        return np.full(count, float(longest if longest <= mean else mean))
-    rest_mean = max((mean * count - longest) / (count - 1), 1.0)
-    lo, hi = 1e-3 * rest_mean, 1e3 * longest
-    for _ in range(100):  # truncated mean theta * (1 - exp(-longest/theta)) rises with theta
+def length_scale(mean: float, longest: float) -> float:
+    """Scale theta of the response-length distribution: a length is min(X, longest), X exponential with mean theta
+    (responses are right-skewed and generation stops at the cap: verl data.max_response_length, slime
+    --rollout-max-response-len), and E[min(X, c)] = integral over [0, c] of exp(-x / theta) dx =
+    theta * (1 - exp(-c / theta)) must be `mean` (a modelling assumption: the user gives a mean and a maximum).
+    The left side rises with theta; solved by bisection."""
+    lo, hi = 1e-3 * mean, 1e3 * longest
+    for _ in range(100):
         theta = math.sqrt(lo * hi)
         m = theta * (1.0 - math.exp(-longest / theta))
-        lo, hi = (theta, hi) if m < rest_mean else (lo, theta)
-    q = (np.arange(count - 1) + 0.5) / (count - 1)
-    rest = np.maximum(np.round(np.minimum(-theta * np.log1p(-q), float(longest))), 1.0)
-    return np.append(rest, float(longest))
+        lo, hi = (theta, hi) if m < mean else (lo, theta)
+    return theta
+
+
+def expected_longest(mean: float, longest: float, draws: int) -> float:
+    """Expected longest of `draws` independent response lengths of the distribution of `length_scale` (mean `mean`,
+    capped at `longest`). The maximum M of k i.i.d. draws has CDF F(x)^k (David & Nagaraja, "Order Statistics",
+    3rd ed. 2003, eq. 2.1.1) and a non-negative variable has E = integral of P(> x) dx, so with F(x) = 1 -
+    exp(-x / theta) below the cap and u = F(x): E[min(M, c)] = integral_0^c (1 - F(x)^k) dx = theta * integral_0^u_c
+    (1 - u^k) / (1 - u) du = theta * sum_{j=1..k} u_c^j / j, u_c = 1 - exp(-c / theta). Without a cap it is
+    theta * H_k, the exponential's expected maximum (Renyi's representation, ibid. sec. 2.5). mean >= longest:
+    every response has the cap."""
+    if longest <= mean or draws <= 1:
+        return float(min(mean, longest))
+    theta = length_scale(mean, longest)
+    u = -math.expm1(-longest / theta)
+    j = np.arange(1, draws + 1, dtype=float)
+    return float(min(theta * np.sum(np.exp(j * math.log(u)) / j) if u < 1.0 else theta * np.sum(1.0 / j),
+                     longest))
+
+
+def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
+    """One engine's `count` response lengths, sorted: the expected order statistics of `count` independent draws of
+    the distribution of `length_scale`. The longest is `expected_longest` (exact, the cap included); the i-th of
+    the others is the exponential's expected i-th order statistic theta' * (H_count - H_(count-i)) (Renyi's
+    representation: the i-th smallest of n exponentials is a sum of independent exponentials of means
+    theta / n, ..., theta / (n - i + 1); David & Nagaraja sec. 2.5) held at the longest's (an order statistic
+    never exceeds the maximum, and the cap holds all of them below it), with theta' chosen so that
+    the set's mean is `mean` (n draws' lengths sum to n x mean on average, their maximum included). mean >=
+    longest: all equal."""
+    if longest <= mean or count == 1:
+        return np.full(count, float(longest if longest <= mean else mean))
+    top = expected_longest(mean, longest, count)
+    harmonic = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1, count + 1))))
+    unit = harmonic[count] - harmonic[count - np.arange(1, count)]  # i = 1 .. count - 1, rising
+    target = mean * count - top
+    if target >= top * (count - 1):
+        return np.full(count, float(top))
+    lo, hi = 0.0, 1e3 * longest / max(float(unit[0]), 1e-12)
+    for _ in range(100):  # the capped sum rises with theta'
+        theta = 0.5 * (lo + hi)
+        lo, hi = (theta, hi) if np.minimum(theta * unit, top).sum() < target else (lo, theta)
+    rest = np.maximum(np.round(np.minimum(theta * unit, top)), 1.0)
+    return np.append(rest, float(round(top)))
 
 
 def _arrival_order(count: int) -> np.ndarray:
@@ -357,35 +394,50 @@ def _arrival_order(count: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RolloutTime:
-    seconds: float  # the whole batch, the long tail included
+    seconds: float  # the slowest engine, the long tail included: what a phase that waits for every engine takes
+    mean_seconds: float  # the engines' mean (a per-rank average: verl's generate_sequences timing)
     throughput_seconds: float  # the same tokens at the admitted batch, no drain (streamed / partial rollout)
     batch: int  # concurrent sequences per engine the KV cache and max_num_seqs admit
     kv_tokens: float  # per engine
-    drain_seconds: float  # time after the last response was admitted
+    drain_seconds: float  # the slowest engine's time after its last response was admitted
 
 
 def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) -> RolloutTime:
     """Continuous batching on one engine: responses are admitted while slots last (KV tokens / (prompt + mean
     response) per engine, at most max_num_seqs), each running response emits one token per step, a finished one
-    frees its slot for the next (with its prefill); the rollout ends when the last response ends."""
+    frees its slot for the next (with its prefill); an engine ends when its last response ends.
+
+    Each engine gets its share of the batch, independent draws of the length distribution (`response_lengths`).
+    An engine's time rises with its longest response (the drain), so the engines' mean is an engine whose longest
+    is the expected longest of its share, and the slowest engine the one that drew the whole batch's longest: the
+    maximum of the engines' times is the time of the engine holding the maximum of all draws (the times are
+    increasing in the longest draw, the other draws alike), priced at its expected value
+    (`expected_longest` over job.sequences draws). A phase that waits for every engine (the trainer's
+    generation) takes the slowest; a per-rank average the mean."""
     per_engine = math.ceil(job.sequences / layout.engines)
     kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
     slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
     if slots < 1:
-        return RolloutTime(math.inf, math.inf, 0, kv_tokens, 0.0)
+        return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
-    seconds, throughput, drain = _timeline(model, layout.model_copy(update={"gpu_memory_utilization": 0.5}), hw,
-                                           job, slots)
-    return RolloutTime(seconds=seconds, throughput_seconds=throughput, batch=slots, kv_tokens=kv_tokens,
-                       drain_seconds=drain)
+    same = layout.model_copy(update={"gpu_memory_utilization": 0.5})
+    mean, throughput, _ = _timeline(model, same, hw, job, slots, False)
+    slowest, _, drain = _timeline(model, same, hw, job, slots, True)
+    return RolloutTime(seconds=slowest, mean_seconds=mean, throughput_seconds=throughput, batch=slots,
+                       kv_tokens=kv_tokens, drain_seconds=drain)
 
 
 @lru_cache(maxsize=1024)
-def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
-    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots."""
+def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int, slowest: bool):
+    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots: the
+    engine whose longest response is the expected longest of its own share, or (`slowest`) of the whole batch."""
     per_engine = math.ceil(job.sequences / layout.engines)
     sm = step_model(model, layout, hw, slots)
-    lengths = response_lengths(job.response_len, job.max_response_len, per_engine)[_arrival_order(per_engine)]
+    lengths = response_lengths(job.response_len, job.max_response_len, per_engine)
+    if slowest and per_engine > 1:
+        lengths[-1] = max(lengths[-1], round(expected_longest(job.response_len, job.max_response_len,
+                                                              job.sequences)))
+    lengths = lengths[_arrival_order(per_engine)]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
     t, step, queue, running = 0.0, 0.0, 0, 0
     heap: list = []  # (step at which a response ends, step at which it started)

@@ -165,11 +165,59 @@ def test_eager_decode_pays_kernel_launches():
     assert R.cuda_graph_bytes(m, RolloutLayout(tp=1, engines=8, cuda_graphs=False)) == 0.0
 
 
-def test_response_lengths_keep_the_mean_and_the_maximum():
+def test_response_lengths_keep_the_mean_and_end_at_the_expected_longest():
     lengths = R.response_lengths(2000, 16384, 4096)
-    assert lengths.max() == 16384  # the longest response runs to the cap
-    assert lengths.mean() == pytest.approx(2000, rel=0.02)
+    assert np.all(np.diff(lengths) >= 0) and lengths.max() <= 16384
+    assert lengths[-1] == round(R.expected_longest(2000, 16384, 4096))
+    assert lengths.mean() == pytest.approx(2000, rel=0.002)
     assert np.all(R.response_lengths(1000, 1000, 10) == 1000)
+
+
+def test_length_scale_solves_the_capped_exponential_mean():
+    theta = R.length_scale(2048, 8192)
+    assert theta * (1.0 - np.exp(-8192 / theta)) == pytest.approx(2048, rel=1e-9)
+    assert R.length_scale(2048, 1e7) == pytest.approx(2048, rel=1e-6)  # a cap far out leaves the exponential
+
+
+@pytest.mark.parametrize("mean,cap,k", [(2048, 20480, 768), (2048, 8192, 1024), (1960, 9632, 256), (500, 600, 7)])
+def test_expected_longest_is_the_integral_of_the_maximum_survival(mean, cap, k):
+    """E[min(max of k, cap)] = integral_0^cap (1 - F(x)^k) dx with F the exponential CDF of the length scale
+    (David & Nagaraja eq. 2.1.1), integrated numerically here against the closed form's sum."""
+    theta = R.length_scale(mean, cap)
+    x = np.linspace(0.0, cap, 400_001)
+    survival = 1.0 - (1.0 - np.exp(-x / theta)) ** k
+    integral = float(np.sum((survival[1:] + survival[:-1]) / 2.0 * np.diff(x)))
+    assert R.expected_longest(mean, cap, k) == pytest.approx(integral, rel=1e-6)
+
+
+def test_expected_longest_without_a_cap_is_theta_times_the_harmonic_number():
+    k = 1000
+    harmonic = float(np.sum(1.0 / np.arange(1, k + 1)))
+    assert R.expected_longest(1000, 1e9, k) == pytest.approx(1000 * harmonic, rel=1e-6)
+    assert R.expected_longest(1000, 1e9, 1) == 1000  # one draw: its mean
+    # more draws, a longer expected maximum; never past the cap
+    assert R.expected_longest(2048, 8192, 10) < R.expected_longest(2048, 8192, 100) <= 8192
+
+
+def test_the_slowest_engine_holds_the_batch_longest_and_the_mean_engine_its_own():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    job = _job(prompts=256, response_len=2048, max_response_len=32768)
+    eight = R.simulate(m, RolloutLayout(tp=1, engines=8), hw, job)
+    assert eight.seconds > eight.mean_seconds  # the batch's longest draw outlasts an engine's own
+    one = R.simulate(m, RolloutLayout(tp=1, engines=1), hw, job)
+    assert one.seconds == one.mean_seconds  # one engine holds the whole batch: its longest is the batch's
+    even = R.simulate(m, RolloutLayout(tp=1, engines=8), hw, _job(prompts=256, response_len=2048,
+                                                                  max_response_len=2048))
+    assert even.seconds == even.mean_seconds  # no spread, no gap
+    (plan,), _ = search(m, load_cluster("h100", 8), job, Fixed(rollout={"tp": 1, "engines": 8,
+                                                                        "gpu_memory_utilization": 0.5},
+                                                                offload="none", train={"tp": 1, "pp": 1},
+                                                                placement=Placement(kind="colocated", gpus=8,
+                                                                                    train_gpus=8)), top_k=1)
+    sim = R.simulate(m, plan.rollout, hw, job)
+    assert plan.phases["rollout"] == pytest.approx(sim.seconds)  # the step waits for the slowest engine
+    assert plan.details["rollout_engine_mean_s"] == pytest.approx(sim.mean_seconds)
 
 
 def test_a_long_tail_makes_the_rollout_drain():
