@@ -286,6 +286,14 @@ class StepModel:
                         self.attn_flops_per_token * group_ctx / self.flops)
         return gemms + attention + self.comm[n] + self.launch + self.overhead
 
+    def times(self, n: np.ndarray, total_context: np.ndarray) -> np.ndarray:
+        """`time` over arrays of batch sizes and contexts."""
+        group_ctx = total_context / self.dp
+        gemms = np.maximum(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
+        attention = np.maximum(self.kv_read_per_token * group_ctx / self.hbm,
+                               self.attn_flops_per_token * group_ctx / self.flops)
+        return gemms + attention + self.comm[n] + self.launch + self.overhead
+
 
 def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,
                overhead: float = STEP_OVERHEAD_S) -> StepModel:
@@ -359,6 +367,12 @@ def expected_longest(mean: float, longest: float, draws: int) -> float:
 
 
 def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
+    """`_response_lengths` (a fresh array: callers may change it)."""
+    return _response_lengths(mean, longest, count).copy()
+
+
+@lru_cache(maxsize=1024)  # pure; the search asks for the same share for every layout of an engine size
+def _response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
     """One engine's `count` response lengths, sorted: the expected order statistics of `count` independent draws of
     the distribution of `length_scale`. The longest is `expected_longest` (exact, the cap included); the i-th of
     the others is the exponential's expected i-th order statistic theta' * (H_count - H_(count-i)) (Renyi's
@@ -439,11 +453,23 @@ def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob,
                                                               job.sequences)))
     lengths = lengths[_arrival_order(per_engine)]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
+    throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
+    if slots >= per_engine:
+        t, last_admit = _all_admitted(sm, job.prompt_len, lengths, prefill_each)
+    else:
+        t, last_admit = _admitted_in_turn(sm, job.prompt_len, lengths, slots, prefill_each)
+    return t, throughput, t - last_admit
+
+
+def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float):
+    """(seconds, time of the last admission): the event loop of continuous batching, a response admitted (with its
+    prefill) when a slot frees, in arrival order."""
+    count = len(lengths)
     t, step, queue, running = 0.0, 0.0, 0, 0
     heap: list = []  # (step at which a response ends, step at which it started)
     start_sum, last_admit, admitted = 0.0, 0.0, 0
-    while heap or queue < per_engine:
-        while queue < per_engine and running < slots:
+    while heap or queue < count:
+        while queue < count and running < slots:
             heapq.heappush(heap, (step + lengths[queue], step))
             start_sum += step
             queue += 1
@@ -455,15 +481,26 @@ def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob,
         end = heap[0][0]
         steps = end - step
         if steps > 0:  # context of the running set at the middle of the interval: prompts + tokens so far
-            ctx = running * (job.prompt_len + step + steps / 2.0) - start_sum
+            ctx = running * (prompt_len + step + steps / 2.0) - start_sum
             t += steps * sm.time(running, ctx)
             step = end
         while heap and heap[0][0] <= step:
             _, started = heapq.heappop(heap)
             start_sum -= started
             running -= 1
-    throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
-    return t, throughput, t - last_admit
+    return t, last_admit
+
+
+def _all_admitted(sm: StepModel, prompt_len: int, lengths: np.ndarray, prefill_each: float):
+    """`_admitted_in_turn` when the slots hold every response (all admitted at step 0), in closed form: between
+    consecutive distinct ends the running set is those not yet ended, at the interval's middle context."""
+    ends, count = np.unique(lengths, return_counts=True)
+    running = len(lengths) - np.cumsum(count) + count  # responses still running up to each end
+    prev = np.concatenate(([0.0], ends[:-1]))
+    steps = ends - prev
+    ctx = running * (prompt_len + prev + steps / 2.0)
+    admit = prefill_each * len(lengths)
+    return admit + float(np.sum(steps * sm.times(running.astype(int), ctx))), admit
 
 
 def _throughput_seconds(sm: StepModel, job: RLJob, lengths: np.ndarray, slots: int, prefill_each: float) -> float:

@@ -540,3 +540,63 @@ def test_only_an_engine_that_keeps_its_weights_on_the_host_copies_them_and_needs
     assert plans["sglang"].phases["switch"] - plans["vllm"].phases["switch"] == pytest.approx(
         2.0 * engine_w / hw.host_bytes_per_s)
     assert plans["sglang"].host_mem_gib - plans["vllm"].host_mem_gib == pytest.approx(8 * engine_w / GIB)
+
+
+# ---- the slowest engine and the slowest data-parallel rank ----------------------------------------------------------
+
+def test_all_admitted_closed_form_is_the_event_loop():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 300)
+    lengths = R.response_lengths(2048, 16384, 300)[R._arrival_order(300)]
+    closed = R._all_admitted(sm, 512, lengths, 0.01)
+    loop = R._admitted_in_turn(sm, 512, lengths, 300, 0.01)
+    assert closed[0] == pytest.approx(loop[0], rel=1e-12) and closed[1] == pytest.approx(loop[1], rel=1e-12)
+
+
+def test_rank_imbalance_of_one_sequence_per_rank_is_the_expected_longest():
+    from autoplan.rl.train import rank_imbalance
+
+    # one sequence per rank: the fullest rank holds the longest of `ranks` draws (closed form in rollout)
+    for mean, cap, ranks in ((2048, 28672, 8), (2048, 8192, 32)):
+        expect = (256 + R.expected_longest(mean, cap, ranks)) / (256 + mean)
+        assert rank_imbalance(mean, cap, 256, 1, ranks) == pytest.approx(expect, rel=1e-4)
+    assert rank_imbalance(2048, 28672, 256, 16, 1) == 1.0  # one rank waits for nobody
+    assert rank_imbalance(2048, 2048, 256, 16, 32) == 1.0  # no spread
+
+
+def test_rank_imbalance_tends_to_the_normal_order_statistic():
+    """Many sequences per rank: a rank's tokens are near normal (central limit), and the larger of two normals
+    exceeds the mean by sigma / sqrt(pi) (David & Nagaraja, the expected maximum of two standard normals)."""
+    from autoplan.rl.train import rank_imbalance
+
+    mean, cap, k = 2048, 28672, 400
+    theta = R.length_scale(mean, cap)
+    x = np.linspace(0.0, cap, 200_001)
+    survival = np.exp(-x / theta)  # P(min(X, cap) > x) below the cap
+    second = float(np.sum((x[1:] * survival[1:] + x[:-1] * survival[:-1]) * np.diff(x)))  # E[min(X, cap)^2]
+    sigma = np.sqrt(second - mean ** 2)
+    excess = (rank_imbalance(mean, cap, 0, k, 2) - 1.0) * k * mean
+    assert excess == pytest.approx(np.sqrt(k) * sigma / np.sqrt(np.pi), rel=0.03)
+    # fewer sequences per rank and more ranks: a larger lead of the fullest rank
+    assert rank_imbalance(mean, cap, 256, 64, 8) < rank_imbalance(mean, cap, 256, 32, 16) < \
+        rank_imbalance(mean, cap, 256, 16, 32)
+
+
+def test_training_waits_for_the_fullest_rank_every_optimizer_step():
+    from autoplan.rl.train import price_training, rank_imbalance
+    from autoplan.strategy import strategy_from_mapping
+
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    s = strategy_from_mapping({"tp": 2, "pp": 1, "ep": 1, "cp": 1, "mbs": 1, "zero": 1, "recompute": "full"})
+    spread = _job(response_len=1024, max_response_len=16384, mini_batches=4)
+    even = spread.model_copy(update={"max_response_len": 1024})  # same mean: the same training cost model
+    a, b = price_training(m, c, spread, [s], ["none"]), price_training(m, c, even, [s], ["none"])
+    tt = b.ev.time_terms
+    per_update = float(tt["dp_comm"][0] + tt["optimizer"][0])
+    work = float(b.train[0]) - 4 * per_update
+    dp, per_rank = 8, int(np.ceil(64 * 8 / 4 / 8))
+    assert float(a.train[0]) - 4 * per_update == pytest.approx(
+        work * rank_imbalance(1024, 16384, 512, per_rank, dp), rel=1e-9)
+    assert float(a.log_prob[0]) == pytest.approx(float(b.log_prob[0]))  # the log-prob pass runs balanced shares
