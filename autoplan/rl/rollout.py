@@ -66,6 +66,11 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   roofline times); the KV reads of a large, long-context batch do not hide under its GEMMs. A MoE layer reads only
   the experts its tokens chose: with k of E experts drawn per token, b tokens touch E * (1 - (1 - k/E)^b) experts
   on average (uniform routing).
+  On a compute-poor part the GEMMs bound the step early: an H20 (148 TFLOP/s bf16 against 4.0 TB/s) passes from
+  bandwidth- to compute-bound at about 0.80 * 148e12 / (0.92 * 4.0e12) = 32 tokens per GPU, so an RL rollout's
+  batch of hundreds decodes compute-bound there, not at the HBM rate. verl reports as much for H20: speculative
+  decoding (MTP), which trades compute for fewer steps, lowers a 7B model's rollout throughput by about 50% on
+  H20 (docs/advance/mtp.md at b178a3cd, "Performance Notes for MTP in Rollout Inference").
 - Every decode step also pays the engine's per-step work outside the model (scheduling, input preparation,
   sampling, output processing): STEP_OVERHEAD_S, taken from vLLM's published decode latencies (DECODE_FIGURES: its
   performance benchmark's latency tests, 32 prompt tokens, 128 output tokens, batch 8, H200): the median over the
@@ -435,41 +440,64 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) 
         return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
     same = layout.model_copy(update={"gpu_memory_utilization": 0.5})
-    mean, throughput, _ = _timeline(model, same, hw, job, slots, False)
-    slowest, _, drain = _timeline(model, same, hw, job, slots, True)
+    mean, slowest, throughput, drain = _timeline(model, same, hw, job, slots)
     return RolloutTime(seconds=slowest, mean_seconds=mean, throughput_seconds=throughput, batch=slots,
                        kv_tokens=kv_tokens, drain_seconds=drain)
 
 
 @lru_cache(maxsize=1024)
-def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int, slowest: bool):
-    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots: the
-    engine whose longest response is the expected longest of its own share, or (`slowest`) of the whole batch."""
+def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
+    """(mean engine seconds, slowest engine seconds, throughput seconds, slowest engine's drain seconds) of one
+    engine's continuous batching with `slots` slots: the engine whose longest response is the expected longest of
+    its own share (the engines' mean), and the same engine with the expected longest of the whole batch."""
     per_engine = math.ceil(job.sequences / layout.engines)
     sm = step_model(model, layout, hw, slots)
+    order = _arrival_order(per_engine)
     lengths = response_lengths(job.response_len, job.max_response_len, per_engine)
-    if slowest and per_engine > 1:
-        lengths[-1] = max(lengths[-1], round(expected_longest(job.response_len, job.max_response_len,
-                                                              job.sequences)))
-    lengths = lengths[_arrival_order(per_engine)]
+    own = lengths[order]
+    lengths[-1] = max(lengths[-1], round(expected_longest(job.response_len, job.max_response_len, job.sequences)))
+    batch = lengths[order]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
-    throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
+    throughput = _throughput_seconds(sm, job, own, slots, prefill_each)
     if slots >= per_engine:
-        t, last_admit = _all_admitted(sm, job.prompt_len, lengths, prefill_each)
+        mean, _ = _all_admitted(sm, job.prompt_len, own, prefill_each)
+        slow, last_admit = _all_admitted(sm, job.prompt_len, batch, prefill_each)
     else:
-        t, last_admit = _admitted_in_turn(sm, job.prompt_len, lengths, slots, prefill_each)
-    return t, throughput, t - last_admit
+        top = int(np.flatnonzero(order == per_engine - 1)[0])  # where the longest arrives
+        (slow, last_admit), (mean, _) = _admitted_in_turn(sm, job.prompt_len, batch, slots, prefill_each, top,
+                                                          float(own[top]))
+    return mean, slow, throughput, slow - last_admit
 
 
-def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float):
-    """(seconds, time of the last admission): the event loop of continuous batching, a response admitted (with its
-    prefill) when a slot frees, in arrival order."""
+def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float,
+                      top: int = -1, shorter: float = 0.0):
+    """[(seconds, time of the last admission)]: the event loop of continuous batching, a response admitted (with
+    its prefill) when a slot frees, in arrival order; with `top` >= 0, also for the same lengths but lengths[top] =
+    `shorter` (not longer than it). The two runs are the same event for event until the shorter response would
+    end, so the second continues from the first's state at that step."""
+    state = {"t": 0.0, "step": 0.0, "queue": 0, "running": 0, "heap": [], "start_sum": 0.0, "last_admit": 0.0}
+    forked = _event_loop(sm, prompt_len, lengths, slots, prefill_each, state, top, shorter)
+    out = [(state["t"], state["last_admit"])]
+    if forked is not None:
+        _event_loop(sm, prompt_len, lengths, slots, prefill_each, forked, -1, 0.0)
+        out.append((forked["t"], forked["last_admit"]))
+    return out
+
+
+def _event_loop(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float, st: dict,
+                top: int, shorter: float):
+    """Run `st` to the end; return, when `top` >= 0, a copy of the state at the step where lengths[top] would
+    have ended at `shorter` tokens, with that end in its heap (None otherwise)."""
     count = len(lengths)
-    t, step, queue, running = 0.0, 0.0, 0, 0
-    heap: list = []  # (step at which a response ends, step at which it started)
-    start_sum, last_admit, admitted = 0.0, 0.0, 0
+    heap = st["heap"]  # (step at which a response ends, step at which it started)
+    t, step, queue, running = st["t"], st["step"], st["queue"], st["running"]
+    start_sum, last_admit = st["start_sum"], st["last_admit"]
+    forked, fork_at = None, math.inf
+    admitted = 0
     while heap or queue < count:
         while queue < count and running < slots:
+            if queue == top:
+                fork_at = step + shorter
             heapq.heappush(heap, (step + lengths[queue], step))
             start_sum += step
             queue += 1
@@ -478,6 +506,13 @@ def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots
         if admitted:
             t += prefill_each * admitted
             last_admit, admitted = t, 0
+        if heap[0][0] >= fork_at:  # the shorter run's top ends next (or with others): fork it here
+            start = fork_at - shorter
+            fork_heap = list(heap)
+            fork_heap[fork_heap.index((start + lengths[top], start))] = (fork_at, start)
+            heapq.heapify(fork_heap)
+            forked, fork_at = {"t": t, "step": step, "queue": queue, "running": running, "heap": fork_heap,
+                               "start_sum": start_sum, "last_admit": last_admit}, math.inf
         end = heap[0][0]
         steps = end - step
         if steps > 0:  # context of the running set at the middle of the interval: prompts + tokens so far
@@ -488,7 +523,8 @@ def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots
             _, started = heapq.heappop(heap)
             start_sum -= started
             running -= 1
-    return t, last_admit
+    st.update(t=t, step=step, queue=queue, running=running, start_sum=start_sum, last_admit=last_admit)
+    return forked
 
 
 def _all_admitted(sm: StepModel, prompt_len: int, lengths: np.ndarray, prefill_each: float):

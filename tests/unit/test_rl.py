@@ -550,8 +550,26 @@ def test_all_admitted_closed_form_is_the_event_loop():
     sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 300)
     lengths = R.response_lengths(2048, 16384, 300)[R._arrival_order(300)]
     closed = R._all_admitted(sm, 512, lengths, 0.01)
-    loop = R._admitted_in_turn(sm, 512, lengths, 300, 0.01)
+    (loop,) = R._admitted_in_turn(sm, 512, lengths, 300, 0.01)
     assert closed[0] == pytest.approx(loop[0], rel=1e-12) and closed[1] == pytest.approx(loop[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("count,slots", [(300, 37), (64, 63), (200, 5)])
+def test_the_mean_engine_forked_from_the_slowest_is_its_own_run(count, slots):
+    """The mean engine's run (its longest shorter) continues from the slowest engine's state: the same result as
+    running it alone."""
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, slots)
+    order = R._arrival_order(count)
+    own = R.response_lengths(1500, 12000, count)
+    batch = own.copy()
+    batch[-1] = 12000.0
+    top = int(np.flatnonzero(order == count - 1)[0])
+    slow, mean = R._admitted_in_turn(sm, 512, batch[order], slots, 0.01, top, float(own[-1]))
+    assert slow == R._admitted_in_turn(sm, 512, batch[order], slots, 0.01)[0]
+    assert mean == R._admitted_in_turn(sm, 512, own[order], slots, 0.01)[0]
+    assert slow[0] > mean[0]
 
 
 def test_rank_imbalance_of_one_sequence_per_rank_is_the_expected_longest():
