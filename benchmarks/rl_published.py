@@ -59,6 +59,13 @@ for require_batches x mini batch samples from the queue, and the update) and sum
 (detach_utils.py MetricsAggregator: "timing_s/" metrics aggregate as time_sum, lines 256-257 and 294-295); its
 "gen" is compared with wait_s as well.
 
+What waits for the slowest (since 2026-12-07b; order statistics of the assumed length distribution, no constant
+fitted): the slowest rollout engine is the one holding the batch's expected longest response, the engines' mean
+one the expected longest of its own share (autoplan/rl/rollout.py `simulate`); every optimizer step waits for the
+data-parallel group with the most tokens in its share of the mini-batch (autoplan/rl/train.py `rank_imbalance`,
+verl dp_actor.py at b25bb7d4 lines 388 and 503-504). The output's "slowest" section prints both per run, and how
+the colocated FA phases scale from 32 to 128 GPUs.
+
 Assumed inputs (not published; fixed here before any comparison and used for every row of a run):
 - mean prompt length 256 tokens for the DAPO-Math-17k prompts of every run;
 - mean response length 2048 tokens for the Qwen2.5-Math-7B runs (OSO, FA) and 4096 for R1 and GLM (their pages
@@ -290,6 +297,8 @@ def main() -> int:
     print()
     _implied_mean()
     print()
+    _slowest()
+    print()
     _timing()
     return 0
 
@@ -391,6 +400,47 @@ def _implied_mean() -> None:
                 lo, hi = (mid, hi) if phase(mid, key) < target else (lo, mid)
             cells.append(f"{(lo + hi) // 2:15d}")
         print(f"{run.name:36} " + " ".join(cells))
+
+
+def _slowest() -> None:
+    """What waits for the slowest engine or rank (autoplan/rl/rollout.py `simulate`, autoplan/rl/train.py
+    `rank_imbalance`; order statistics of the assumed length distribution): per Qwen2.5-Math-7B run, the predicted
+    slowest engine's generation less the engines' mean beside the published gen - generate_sequences (which also
+    holds the switch), and the data-parallel groups, sequences per group per mini-batch and the expected fullest
+    group's tokens over the mean that each optimizer step waits for; then how the colocated FA phases scale from
+    32 to 64 to 128 GPUs, published and predicted."""
+    import math
+
+    from autoplan.rl.train import rank_imbalance
+
+    print("the slowest engine and the slowest data-parallel group (order statistics of the assumed lengths)")
+    print(f"{'run':36} {'engines':>7} {'per eng':>7} {'slow-mean s':>11} {'pub gen-gen_seq':>15} "
+          f"{'dp':>4} {'seq/dp/mb':>9} {'fullest/mean':>12}")
+    phases: Dict[str, Dict[int, Tuple[float, float]]] = {"train_s": {}, "old_log_prob_s": {}}
+    for run in runs():
+        if run.model != MATH[0]:
+            continue
+        m, c = load_model(run.model, run.sets), load_cluster(run.gpu, run.gpus)
+        (plan,), _ = search(m, c, run.job, run.fixed, top_k=1)
+        got = predicted(plan, run)
+        job, s, lay = run.job, plan.strategy, plan.rollout
+        gap = plan.details["rollout_slowest_engine_s"] - plan.details["rollout_engine_mean_s"]
+        pub = run.published
+        pub_gap = f"{pub['gen_s'] - pub['gen_seq_s']:15.1f}" if "gen_s" in pub and "gen_seq_s" in pub else \
+            f"{'-':>15}"
+        dp = run.fixed.placement.train_gpus // (s.tp * s.pp * s.cp)
+        k = math.ceil(job.sequences / job.mini_batches / dp)
+        factor = rank_imbalance(job.response_len, job.max_response_len, job.prompt_len, k, dp)
+        print(f"{run.name:36} {lay.engines:7d} {math.ceil(job.sequences / lay.engines):7d} {gap:11.1f} {pub_gap} "
+              f"{dp:4d} {k:9d} {factor:12.3f}")
+        if run.name.startswith("FA colocate"):
+            for key in phases:
+                phases[key][run.gpus] = (pub[key], got[key])
+    for key, by in phases.items():
+        pub_r = " / ".join(f"{by[a][0] / by[b][0]:.2f}" for a, b in ((32, 64), (64, 128)))
+        got_r = " / ".join(f"{by[a][1] / by[b][1]:.2f}" for a, b in ((32, 64), (64, 128)))
+        print(f"  FA colocate {key}: 32->64 / 64->128 GPUs speedup published {pub_r}, predicted {got_r} "
+              f"(linear 2.00 / 2.00)")
 
 
 def _timing() -> None:

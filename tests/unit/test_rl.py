@@ -218,6 +218,7 @@ def test_the_slowest_engine_holds_the_batch_longest_and_the_mean_engine_its_own(
     sim = R.simulate(m, plan.rollout, hw, job)
     assert plan.phases["rollout"] == pytest.approx(sim.seconds)  # the step waits for the slowest engine
     assert plan.details["rollout_engine_mean_s"] == pytest.approx(sim.mean_seconds)
+    assert plan.details["rollout_slowest_engine_s"] == pytest.approx(sim.seconds)
 
 
 def test_a_long_tail_makes_the_rollout_drain():
