@@ -238,7 +238,8 @@ def naive(bar, run: Run, m, c) -> Dict[str, float]:
     old_lp = 0.0 if job.mode == "async" else forward
     trainer = ref + old_lp + train
     step = rollout + trainer if job.mode == "on-policy" else max(rollout, trainer)
-    return {"step_s": step, "rollout_s": rollout, "gen_s": rollout, "gen_seq_s": rollout, "old_log_prob_s": old_lp, "train_s": train,
+    return {"step_s": step, "rollout_s": rollout, "gen_s": rollout, "gen_seq_s": rollout, "old_log_prob_s": old_lp,
+            "train_s": train,
             "rollout_share": rollout / step, "wait_s": max(0.0, rollout - trainer)}
 
 
