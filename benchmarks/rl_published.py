@@ -43,10 +43,14 @@ alike): on a colocated run the trainer's "gen" timer wraps the whole call, which
 weights back on the GPU, weights synced into the engine, KV cache resumed), generates, and switches back, while
 "generate_sequences" times the generation alone, averaged over the ranks (`reduce_timing`, an all-reduce with
 ReduceOp.AVG, verl/utils/profiler/performance.py lines 198-224 at 2bb42bae; fsdp_workers.py line 750 at 503ea75f),
-whereas "gen" waits for the slowest rank. So a colocated run's "gen" is compared with the predicted rollout + refit
-+ switch (gen_s) and its "generate_sequences" with the predicted rollout (rollout_s); the model gives every engine
-the same share of the long tail, so it has no slowest-vs-mean gap. On a split pool (one-step-off) generation is all
-the engine does and "generate_sequences" is rollout_s; "wait_prev_gen" is the trainer's wait for the previous
+whereas "gen" waits for the slowest rank. So a colocated run's "gen" is compared with the predicted slowest
+engine's generation + refit + switch (gen_s) and its "generate_sequences" with the engines' mean generation
+(gen_seq_s; since 2026-12-07b the model draws each engine's share of the response lengths and prices the slowest
+engine and the mean apart, autoplan/rl/rollout.py `simulate`; before, every engine got the same share of the tail and
+the row was named rollout_s). On a split pool (one-step-off) generation is all the engine does and
+"generate_sequences" is gen_seq_s as well (the recipe's rollout worker calls the same generate_sequences,
+recipe/one_step_off_policy/fsdp_workers.py line 217 at 503ea75f); V3's "rollout time" is compared with the slowest
+engine (rollout_s, the phase its step waits for); "wait_prev_gen" is the trainer's wait for the previous
 step's generation (the page: step = wait_prev_gen + old_log_prob + update_actor), compared with wait_s = the
 predicted rollout less the trainer's phases, or 0. A fully-async "step" is one parameter version (require_batches 4
 x mini batch 32 prompts x trigger_parameter_sync_step 4 = 512 prompts): the trainer times each of its 4 local
@@ -54,6 +58,13 @@ updates (verl/experimental/fully_async_policy/fully_async_trainer.py lines 320-3
 for require_batches x mini batch samples from the queue, and the update) and sums them over the version
 (detach_utils.py MetricsAggregator: "timing_s/" metrics aggregate as time_sum, lines 256-257 and 294-295); its
 "gen" is compared with wait_s as well.
+
+What waits for the slowest (since 2026-12-07b; order statistics of the assumed length distribution, no constant
+fitted): the slowest rollout engine is the one holding the batch's expected longest response, the engines' mean
+one the expected longest of its own share (autoplan/rl/rollout.py `simulate`); every optimizer step waits for the
+data-parallel group with the most tokens in its share of the mini-batch (autoplan/rl/train.py `rank_imbalance`,
+verl dp_actor.py at b25bb7d4 lines 388 and 503-504). The output's "slowest" section prints both per run, and how
+the colocated FA phases scale from 32 to 128 GPUs.
 
 Assumed inputs (not published; fixed here before any comparison and used for every row of a run):
 - mean prompt length 256 tokens for the DAPO-Math-17k prompts of every run;
@@ -149,13 +160,13 @@ def runs() -> List[Run]:
                        _job(512, n_col, QWEN_MATH_RESPONSE, longest, 16, ref=False, packed=packed),
                        _fixed(train, "swap", {"tp": 2, "dp": 1, "ep": 1, "engines": 8,
                                               "gpu_memory_utilization": 0.8}, _col(16)),
-                       dict(zip(("step_s", "gen_s", "rollout_s", "old_log_prob_s", "train_s"), pub[0]))))
+                       dict(zip(("step_s", "gen_s", "gen_seq_s", "old_log_prob_s", "train_s"), pub[0]))))
         out.append(Run(f"OSO one-step-off {label} 12+4xH20", *MATH, "h20", 16,
                        _job(512, 12, QWEN_MATH_RESPONSE, longest, 16, ref=False, mode="one-step-off",
                             packed=packed),
                        _fixed(train, "none", {"tp": 2, "dp": 1, "ep": 1, "engines": 2,
                                               "gpu_memory_utilization": 0.8}, _split(16, 12)),
-                       dict(zip(("step_s", "wait_s", "rollout_s", "old_log_prob_s", "train_s"), pub[1]))))
+                       dict(zip(("step_s", "wait_s", "gen_seq_s", "old_log_prob_s", "train_s"), pub[1]))))
     fa = {32: ((790.10, 357.41, 107.71, 269.80), (294.77, 21.26, 313.81)),
           64: ((365.28, 150.72, 70.26, 133.41), (189.26, 28.46, 156.98)),
           128: ((356.30, 177.85, 53.92, 113.81), (150.63, 33.14, 113.16))}
@@ -188,7 +199,7 @@ def predicted(plan, run: Run) -> Dict[str, float]:
     e = plan.to_dict(run.job)["estimate"]
     ph = e["phase_times_s"]
     trainer = ph["ref"] + ph["old_log_prob"] + ph["reward"] + ph["train"]
-    out = {"step_s": e["step_time_s"], "rollout_s": ph["rollout"],
+    out = {"step_s": e["step_time_s"], "rollout_s": ph["rollout"], "gen_seq_s": e["rollout_engine_mean_s"],
            "gen_s": ph["rollout"] + ph["refit"] + ph["switch"], "wait_s": max(0.0, ph["rollout"] - trainer),
            "old_log_prob_s": ph["old_log_prob"],
            "train_s": ph["train"], "rollout_share": ph["rollout"] / e["step_time_s"],
@@ -227,7 +238,8 @@ def naive(bar, run: Run, m, c) -> Dict[str, float]:
     old_lp = 0.0 if job.mode == "async" else forward
     trainer = ref + old_lp + train
     step = rollout + trainer if job.mode == "on-policy" else max(rollout, trainer)
-    return {"step_s": step, "rollout_s": rollout, "gen_s": rollout, "old_log_prob_s": old_lp, "train_s": train,
+    return {"step_s": step, "rollout_s": rollout, "gen_s": rollout, "gen_seq_s": rollout, "old_log_prob_s": old_lp,
+            "train_s": train,
             "rollout_share": rollout / step, "wait_s": max(0.0, rollout - trainer)}
 
 
@@ -285,6 +297,8 @@ def main() -> int:
     _mean_bound()
     print()
     _implied_mean()
+    print()
+    _slowest()
     print()
     _timing()
     return 0
@@ -346,7 +360,7 @@ def _mean_bound() -> None:
               f"<= {bound:6.0f} tokens (assumed {run.job.response_len})")
 
 
-IMPLIED_PHASES = ("rollout_s", "gen_s", "old_log_prob_s", "train_s")
+IMPLIED_PHASES = ("gen_seq_s", "gen_s", "old_log_prob_s", "train_s")
 
 
 def _implied_mean() -> None:
@@ -387,6 +401,47 @@ def _implied_mean() -> None:
                 lo, hi = (mid, hi) if phase(mid, key) < target else (lo, mid)
             cells.append(f"{(lo + hi) // 2:15d}")
         print(f"{run.name:36} " + " ".join(cells))
+
+
+def _slowest() -> None:
+    """What waits for the slowest engine or rank (autoplan/rl/rollout.py `simulate`, autoplan/rl/train.py
+    `rank_imbalance`; order statistics of the assumed length distribution): per Qwen2.5-Math-7B run, the predicted
+    slowest engine's generation less the engines' mean beside the published gen - generate_sequences (which also
+    holds the switch), and the data-parallel groups, sequences per group per mini-batch and the expected fullest
+    group's tokens over the mean that each optimizer step waits for; then how the colocated FA phases scale from
+    32 to 64 to 128 GPUs, published and predicted."""
+    import math
+
+    from autoplan.rl.train import rank_imbalance
+
+    print("the slowest engine and the slowest data-parallel group (order statistics of the assumed lengths)")
+    print(f"{'run':36} {'engines':>7} {'per eng':>7} {'slow-mean s':>11} {'pub gen-gen_seq':>15} "
+          f"{'dp':>4} {'seq/dp/mb':>9} {'fullest/mean':>12}")
+    phases: Dict[str, Dict[int, Tuple[float, float]]] = {"train_s": {}, "old_log_prob_s": {}}
+    for run in runs():
+        if run.model != MATH[0]:
+            continue
+        m, c = load_model(run.model, run.sets), load_cluster(run.gpu, run.gpus)
+        (plan,), _ = search(m, c, run.job, run.fixed, top_k=1)
+        got = predicted(plan, run)
+        job, s, lay = run.job, plan.strategy, plan.rollout
+        gap = plan.details["rollout_slowest_engine_s"] - plan.details["rollout_engine_mean_s"]
+        pub = run.published
+        pub_gap = f"{pub['gen_s'] - pub['gen_seq_s']:15.1f}" if "gen_s" in pub and "gen_seq_s" in pub else \
+            f"{'-':>15}"
+        dp = run.fixed.placement.train_gpus // (s.tp * s.pp * s.cp)
+        k = math.ceil(job.sequences / job.mini_batches / dp)
+        factor = rank_imbalance(job.response_len, job.max_response_len, job.prompt_len, k, dp)
+        print(f"{run.name:36} {lay.engines:7d} {math.ceil(job.sequences / lay.engines):7d} {gap:11.1f} {pub_gap} "
+              f"{dp:4d} {k:9d} {factor:12.3f}")
+        if run.name.startswith("FA colocate"):
+            for key in phases:
+                phases[key][run.gpus] = (pub[key], got[key])
+    for key, by in phases.items():
+        pub_r = " / ".join(f"{by[a][0] / by[b][0]:.2f}" for a, b in ((32, 64), (64, 128)))
+        got_r = " / ".join(f"{by[a][1] / by[b][1]:.2f}" for a, b in ((32, 64), (64, 128)))
+        print(f"  FA colocate {key}: 32->64 / 64->128 GPUs speedup published {pub_r}, predicted {got_r} "
+              f"(linear 2.00 / 2.00)")
 
 
 def _timing() -> None:

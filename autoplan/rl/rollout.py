@@ -66,6 +66,11 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   roofline times); the KV reads of a large, long-context batch do not hide under its GEMMs. A MoE layer reads only
   the experts its tokens chose: with k of E experts drawn per token, b tokens touch E * (1 - (1 - k/E)^b) experts
   on average (uniform routing).
+  On a compute-poor part the GEMMs bound the step early: an H20 (148 TFLOP/s bf16 against 4.0 TB/s) passes from
+  bandwidth- to compute-bound at about 0.80 * 148e12 / (0.92 * 4.0e12) = 32 tokens per GPU, so an RL rollout's
+  batch of hundreds decodes compute-bound there, not at the HBM rate. verl reports as much for H20: speculative
+  decoding (MTP), which trades compute for fewer steps, lowers a 7B model's rollout throughput by about 50% on
+  H20 (docs/advance/mtp.md at b178a3cd, "Performance Notes for MTP in Rollout Inference").
 - Every decode step also pays the engine's per-step work outside the model (scheduling, input preparation,
   sampling, output processing): STEP_OVERHEAD_S, taken from vLLM's published decode latencies (DECODE_FIGURES: its
   performance benchmark's latency tests, 32 prompt tokens, 128 output tokens, batch 8, H200): the median over the
@@ -286,6 +291,14 @@ class StepModel:
                         self.attn_flops_per_token * group_ctx / self.flops)
         return gemms + attention + self.comm[n] + self.launch + self.overhead
 
+    def times(self, n: np.ndarray, total_context: np.ndarray) -> np.ndarray:
+        """`time` over arrays of batch sizes and contexts."""
+        group_ctx = total_context / self.dp
+        gemms = np.maximum(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
+        attention = np.maximum(self.kv_read_per_token * group_ctx / self.hbm,
+                               self.attn_flops_per_token * group_ctx / self.flops)
+        return gemms + attention + self.comm[n] + self.launch + self.overhead
+
 
 def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,
                overhead: float = STEP_OVERHEAD_S) -> StepModel:
@@ -327,23 +340,66 @@ def prefill_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, token
 
 # ---- response lengths and the rollout timeline ---------------------------------------------------------------------
 
-def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
-    """`count` response lengths of mean `mean` whose longest is `longest`: one response runs to the maximum (the
-    cap exists because responses reach it: verl data.max_response_length, slime --rollout-max-response-len), the
-    others are the quantiles of an exponential distribution truncated at `longest` whose truncated mean makes the
-    whole set's mean `mean` (a modelling assumption: the user gives a mean and a maximum, and RL response lengths
-    are right-skewed). mean == longest: all equal."""
-    if longest <= mean or count == 1:
-        return np.full(count, float(longest if longest <= mean else mean))
-    rest_mean = max((mean * count - longest) / (count - 1), 1.0)
-    lo, hi = 1e-3 * rest_mean, 1e3 * longest
-    for _ in range(100):  # truncated mean theta * (1 - exp(-longest/theta)) rises with theta
+def length_scale(mean: float, longest: float) -> float:
+    """Scale theta of the response-length distribution: a length is min(X, longest), X exponential with mean theta
+    (responses are right-skewed and generation stops at the cap: verl data.max_response_length, slime
+    --rollout-max-response-len), and E[min(X, c)] = integral over [0, c] of exp(-x / theta) dx =
+    theta * (1 - exp(-c / theta)) must be `mean` (a modelling assumption: the user gives a mean and a maximum).
+    The left side rises with theta; solved by bisection."""
+    lo, hi = 1e-3 * mean, 1e3 * longest
+    for _ in range(100):
         theta = math.sqrt(lo * hi)
         m = theta * (1.0 - math.exp(-longest / theta))
-        lo, hi = (theta, hi) if m < rest_mean else (lo, theta)
-    q = (np.arange(count - 1) + 0.5) / (count - 1)
-    rest = np.maximum(np.round(np.minimum(-theta * np.log1p(-q), float(longest))), 1.0)
-    return np.append(rest, float(longest))
+        lo, hi = (theta, hi) if m < mean else (lo, theta)
+    return theta
+
+
+def expected_longest(mean: float, longest: float, draws: int) -> float:
+    """Expected longest of `draws` independent response lengths of the distribution of `length_scale` (mean `mean`,
+    capped at `longest`). The maximum M of k i.i.d. draws has CDF F(x)^k (David & Nagaraja, "Order Statistics",
+    3rd ed. 2003, eq. 2.1.1) and a non-negative variable has E = integral of P(> x) dx, so with F(x) = 1 -
+    exp(-x / theta) below the cap and u = F(x): E[min(M, c)] = integral_0^c (1 - F(x)^k) dx = theta * integral_0^u_c
+    (1 - u^k) / (1 - u) du = theta * sum_{j=1..k} u_c^j / j, u_c = 1 - exp(-c / theta). Without a cap it is
+    theta * H_k, the exponential's expected maximum (Renyi's representation, ibid. sec. 2.5). mean >= longest:
+    every response has the cap."""
+    if longest <= mean or draws <= 1:
+        return float(min(mean, longest))
+    theta = length_scale(mean, longest)
+    u = -math.expm1(-longest / theta)
+    j = np.arange(1, draws + 1, dtype=float)
+    return float(min(theta * np.sum(np.exp(j * math.log(u)) / j) if u < 1.0 else theta * np.sum(1.0 / j),
+                     longest))
+
+
+def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
+    """`_response_lengths` (a fresh array: callers may change it)."""
+    return _response_lengths(mean, longest, count).copy()
+
+
+@lru_cache(maxsize=1024)  # pure; the search asks for the same share for every layout of an engine size
+def _response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
+    """One engine's `count` response lengths, sorted: the expected order statistics of `count` independent draws of
+    the distribution of `length_scale`. The longest is `expected_longest` (exact, the cap included); the i-th of
+    the others is the exponential's expected i-th order statistic theta' * (H_count - H_(count-i)) (Renyi's
+    representation: the i-th smallest of n exponentials is a sum of independent exponentials of means
+    theta / n, ..., theta / (n - i + 1); David & Nagaraja sec. 2.5) held at the longest's (an order statistic
+    never exceeds the maximum, and the cap holds all of them below it), with theta' chosen so that
+    the set's mean is `mean` (n draws' lengths sum to n x mean on average, their maximum included). mean >=
+    longest: all equal."""
+    if longest <= mean or count == 1:
+        return np.full(count, float(longest if longest <= mean else mean))
+    top = expected_longest(mean, longest, count)
+    harmonic = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1, count + 1))))
+    unit = harmonic[count] - harmonic[count - np.arange(1, count)]  # i = 1 .. count - 1, rising
+    target = mean * count - top
+    if target >= top * (count - 1):
+        return np.full(count, float(top))
+    lo, hi = 0.0, 1e3 * longest / max(float(unit[0]), 1e-12)
+    for _ in range(100):  # the capped sum rises with theta'
+        theta = 0.5 * (lo + hi)
+        lo, hi = (theta, hi) if np.minimum(theta * unit, top).sum() < target else (lo, theta)
+    rest = np.maximum(np.round(np.minimum(theta * unit, top)), 1.0)
+    return np.append(rest, float(round(top)))
 
 
 def _arrival_order(count: int) -> np.ndarray:
@@ -357,41 +413,91 @@ def _arrival_order(count: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RolloutTime:
-    seconds: float  # the whole batch, the long tail included
+    seconds: float  # the slowest engine, the long tail included: what a phase that waits for every engine takes
+    mean_seconds: float  # the engines' mean (a per-rank average: verl's generate_sequences timing)
     throughput_seconds: float  # the same tokens at the admitted batch, no drain (streamed / partial rollout)
     batch: int  # concurrent sequences per engine the KV cache and max_num_seqs admit
     kv_tokens: float  # per engine
-    drain_seconds: float  # time after the last response was admitted
+    drain_seconds: float  # the slowest engine's time after its last response was admitted
 
 
 def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) -> RolloutTime:
     """Continuous batching on one engine: responses are admitted while slots last (KV tokens / (prompt + mean
     response) per engine, at most max_num_seqs), each running response emits one token per step, a finished one
-    frees its slot for the next (with its prefill); the rollout ends when the last response ends."""
+    frees its slot for the next (with its prefill); an engine ends when its last response ends.
+
+    Each engine gets its share of the batch, independent draws of the length distribution (`response_lengths`).
+    An engine's time rises with its longest response (the drain), so the engines' mean is an engine whose longest
+    is the expected longest of its share, and the slowest engine the one that drew the whole batch's longest: the
+    maximum of the engines' times is the time of the engine holding the maximum of all draws (the times are
+    increasing in the longest draw, the other draws alike), priced at its expected value
+    (`expected_longest` over job.sequences draws). A phase that waits for every engine (the trainer's
+    generation) takes the slowest; a per-rank average the mean."""
     per_engine = math.ceil(job.sequences / layout.engines)
     kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
     slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
     if slots < 1:
-        return RolloutTime(math.inf, math.inf, 0, kv_tokens, 0.0)
+        return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
-    seconds, throughput, drain = _timeline(model, layout.model_copy(update={"gpu_memory_utilization": 0.5}), hw,
-                                           job, slots)
-    return RolloutTime(seconds=seconds, throughput_seconds=throughput, batch=slots, kv_tokens=kv_tokens,
-                       drain_seconds=drain)
+    same = layout.model_copy(update={"gpu_memory_utilization": 0.5})
+    mean, slowest, throughput, drain = _timeline(model, same, hw, job, slots)
+    return RolloutTime(seconds=slowest, mean_seconds=mean, throughput_seconds=throughput, batch=slots,
+                       kv_tokens=kv_tokens, drain_seconds=drain)
 
 
 @lru_cache(maxsize=1024)
 def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
-    """(seconds, throughput seconds, drain seconds) of one engine's continuous batching with `slots` slots."""
+    """(mean engine seconds, slowest engine seconds, throughput seconds, slowest engine's drain seconds) of one
+    engine's continuous batching with `slots` slots: the engine whose longest response is the expected longest of
+    its own share (the engines' mean), and the same engine with the expected longest of the whole batch."""
     per_engine = math.ceil(job.sequences / layout.engines)
     sm = step_model(model, layout, hw, slots)
-    lengths = response_lengths(job.response_len, job.max_response_len, per_engine)[_arrival_order(per_engine)]
+    order = _arrival_order(per_engine)
+    lengths = response_lengths(job.response_len, job.max_response_len, per_engine)
+    own = lengths[order]
+    lengths[-1] = max(lengths[-1], round(expected_longest(job.response_len, job.max_response_len, job.sequences)))
+    batch = lengths[order]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
-    t, step, queue, running = 0.0, 0.0, 0, 0
-    heap: list = []  # (step at which a response ends, step at which it started)
-    start_sum, last_admit, admitted = 0.0, 0.0, 0
-    while heap or queue < per_engine:
-        while queue < per_engine and running < slots:
+    throughput = _throughput_seconds(sm, job, own, slots, prefill_each)
+    if slots >= per_engine:
+        mean, _ = _all_admitted(sm, job.prompt_len, own, prefill_each)
+        slow, last_admit = _all_admitted(sm, job.prompt_len, batch, prefill_each)
+    else:
+        top = int(np.flatnonzero(order == per_engine - 1)[0])  # where the longest arrives
+        (slow, last_admit), (mean, _) = _admitted_in_turn(sm, job.prompt_len, batch, slots, prefill_each, top,
+                                                          float(own[top]))
+    return mean, slow, throughput, slow - last_admit
+
+
+def _admitted_in_turn(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float,
+                      top: int = -1, shorter: float = 0.0):
+    """[(seconds, time of the last admission)]: the event loop of continuous batching, a response admitted (with
+    its prefill) when a slot frees, in arrival order; with `top` >= 0, also for the same lengths but lengths[top] =
+    `shorter` (not longer than it). The two runs are the same event for event until the shorter response would
+    end, so the second continues from the first's state at that step."""
+    state = {"t": 0.0, "step": 0.0, "queue": 0, "running": 0, "heap": [], "start_sum": 0.0, "last_admit": 0.0}
+    forked = _event_loop(sm, prompt_len, lengths, slots, prefill_each, state, top, shorter)
+    out = [(state["t"], state["last_admit"])]
+    if forked is not None:
+        _event_loop(sm, prompt_len, lengths, slots, prefill_each, forked, -1, 0.0)
+        out.append((forked["t"], forked["last_admit"]))
+    return out
+
+
+def _event_loop(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int, prefill_each: float, st: dict,
+                top: int, shorter: float):
+    """Run `st` to the end; return, when `top` >= 0, a copy of the state at the step where lengths[top] would
+    have ended at `shorter` tokens, with that end in its heap (None otherwise)."""
+    count = len(lengths)
+    heap = st["heap"]  # (step at which a response ends, step at which it started)
+    t, step, queue, running = st["t"], st["step"], st["queue"], st["running"]
+    start_sum, last_admit = st["start_sum"], st["last_admit"]
+    forked, fork_at = None, math.inf
+    admitted = 0
+    while heap or queue < count:
+        while queue < count and running < slots:
+            if queue == top:
+                fork_at = step + shorter
             heapq.heappush(heap, (step + lengths[queue], step))
             start_sum += step
             queue += 1
@@ -400,18 +506,37 @@ def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob,
         if admitted:
             t += prefill_each * admitted
             last_admit, admitted = t, 0
+        if heap[0][0] >= fork_at:  # the shorter run's top ends next (or with others): fork it here
+            start = fork_at - shorter
+            fork_heap = list(heap)
+            fork_heap[fork_heap.index((start + lengths[top], start))] = (fork_at, start)
+            heapq.heapify(fork_heap)
+            forked, fork_at = {"t": t, "step": step, "queue": queue, "running": running, "heap": fork_heap,
+                               "start_sum": start_sum, "last_admit": last_admit}, math.inf
         end = heap[0][0]
         steps = end - step
         if steps > 0:  # context of the running set at the middle of the interval: prompts + tokens so far
-            ctx = running * (job.prompt_len + step + steps / 2.0) - start_sum
+            ctx = running * (prompt_len + step + steps / 2.0) - start_sum
             t += steps * sm.time(running, ctx)
             step = end
         while heap and heap[0][0] <= step:
             _, started = heapq.heappop(heap)
             start_sum -= started
             running -= 1
-    throughput = _throughput_seconds(sm, job, lengths, slots, prefill_each)
-    return t, throughput, t - last_admit
+    st.update(t=t, step=step, queue=queue, running=running, start_sum=start_sum, last_admit=last_admit)
+    return forked
+
+
+def _all_admitted(sm: StepModel, prompt_len: int, lengths: np.ndarray, prefill_each: float):
+    """`_admitted_in_turn` when the slots hold every response (all admitted at step 0), in closed form: between
+    consecutive distinct ends the running set is those not yet ended, at the interval's middle context."""
+    ends, count = np.unique(lengths, return_counts=True)
+    running = len(lengths) - np.cumsum(count) + count  # responses still running up to each end
+    prev = np.concatenate(([0.0], ends[:-1]))
+    steps = ends - prev
+    ctx = running * (prompt_len + prev + steps / 2.0)
+    admit = prefill_each * len(lengths)
+    return admit + float(np.sum(steps * sm.times(running.astype(int), ctx))), admit
 
 
 def _throughput_seconds(sm: StepModel, job: RLJob, lengths: np.ndarray, slots: int, prefill_each: float) -> float:

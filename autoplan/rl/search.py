@@ -1,6 +1,11 @@
 """Search: placement (colocated, or split with a training/rollout GPU ratio) x training layout x offload x rollout
 layout, each combination priced phase by phase and ranked by samples per second.
 
+The rollout phase is the slowest engine's generation (rollout.simulate: every engine drains its own share of
+the long tail, and the trainer waits for the last); the engines' mean is reported beside it
+(rollout_engine_mean_s; the slowest, rollout_slowest_engine_s, is the phase on-policy and one-step-off steps wait
+for).
+
 Step time by mode (verl docs/advance/one_step_off.md: "colocate sync: step = gen + old_log_prob + update_actor;
 one-step-overlap async: step = wait_prev_gen + old_log_prob + update_actor"):
 - on-policy: rollout + ref + old_log_prob + reward + refit + switch + train, one after the other (switch: a
@@ -346,7 +351,8 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     fits = (peak <= hw.capacity_bytes / GIB and host <= job.host_mem_gib and kv_ok and sim.batch > 0
             and math.isfinite(step))
     details = {"rollout_batch_per_engine": sim.batch, "kv_tokens_per_engine": float(sim.kv_tokens),
-               "rollout_drain_s": float(sim.drain_seconds), "refit_method": method,
+               "rollout_drain_s": float(sim.drain_seconds), "rollout_engine_mean_s": float(sim.mean_seconds),
+               "rollout_slowest_engine_s": float(sim.seconds), "refit_method": method,
                "refit_s_by_method": refits, "timeline": _timeline(phases, job.mode)}
     if not kv_ok:
         details["why_not"] = (f"the KV cache of one attention group holds "

@@ -6,10 +6,24 @@ offload swaps of a colocated step.
 A log-probability pass is a forward pass only: one third of the forward-backward compute (the backward pass costs
 twice the forward, Narayanan et al. 2021 sec. 3.2's 3x rule the cost model's FLOP counts follow), half of the
 per-micro-batch communication (forward and backward each run the same TP/CP/EP collectives and P2P sends), and one
-third of the pipeline bubble; no recompute, no gradient sync, no optimizer."""
+third of the pipeline bubble; no recompute, no gradient sync, no optimizer.
+
+Every optimizer step waits for the slowest data-parallel rank (`rank_imbalance`): the responses have different
+lengths, so the ranks' shares of a mini-batch differ, and the gradient reduction and the clipped norm that end the
+step synchronise them all. verl at b25bb7d4 (the fully-async recipe's first commit, where its published 7B timings
+first appear): the trainer balances the whole batch over the ranks (ray_trainer.py `_balance_batch`, seqlen
+partitions whose items keep their batch order, seqlen_balancing.py line 187 `sorted(partition)`), each rank splits
+its share into mini-batches in that order (dp_actor.py line 388, `data.split(ppo_mini_batch_size)`, the mini batch
+x n / data-parallel groups sequences, fsdp_workers.py lines 234-235) and ends each with `_optimizer_step()` and
+`grad_norm.detach().item()` (lines 503-504): a mini-batch's share on one rank is a set of draws of the length
+distribution, balanced only over the whole batch. The log-probability pass runs the rank's whole (balanced) share
+and gets no such term."""
+
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import List, Sequence
 
 import numpy as np
@@ -19,6 +33,7 @@ from autoplan.costmodel.estimate import Evaluation, evaluate
 from autoplan.costmodel.hardware import hardware_of
 from autoplan.costmodel.layout import layouts_from_strategies
 from autoplan.model import ModelSpec
+from autoplan.rl.rollout import length_scale
 from autoplan.rl.spec import RLJob
 from autoplan.strategy import Strategy
 from autoplan.workload import Workload, make_workload
@@ -57,6 +72,35 @@ def packed_mbs(job: RLJob, dp: int, cp: int) -> int:
     return max(d for d in range(1, min(fit, per_rank) + 1) if per_rank % d == 0)
 
 
+@lru_cache(maxsize=4096)
+def rank_imbalance(mean: int, longest: int, prompt: int, per_rank: int, ranks: int) -> float:
+    """Expected tokens of the fullest of `ranks` data-parallel ranks over their mean, when each rank holds
+    `per_rank` sequences of prompt + a response drawn from the length distribution (rollout.length_scale: min(X,
+    longest), X exponential). The largest of n i.i.d. sums S has CDF F_S^n (David & Nagaraja, "Order Statistics",
+    eq. 2.1.1), so E[max] = integral of (1 - F_S(x)^n) dx. F_S is the `per_rank`-fold convolution of the length
+    distribution, computed on a lattice of `longest` / bins tokens by FFT (the convolution theorem); each lattice
+    cell's mass is split between its two ends so that the lattice keeps the distribution's mean exactly. 1 for one
+    rank or lengths without spread."""
+    if ranks <= 1 or longest <= mean or per_rank < 1:
+        return 1.0
+    theta = length_scale(mean, longest)
+    bins = int(min(4096, max(16, (2 ** 19 - 1) // per_rank)))
+    w = longest / bins
+    edges = np.arange(bins + 1) * w
+    cell = np.exp(-edges[:-1] / theta) - np.exp(-edges[1:] / theta)  # P(X in [j w, (j + 1) w))
+    offset = theta - w / math.expm1(w / theta)  # E[X - j w | X in the cell], the same for every cell
+    pmf = np.zeros(bins + 1)
+    pmf[:-1] += cell * (1.0 - offset / w)
+    pmf[1:] += cell * (offset / w)
+    pmf[-1] += math.exp(-longest / theta)  # responses cut at the cap
+    size = 1 << int(math.ceil(math.log2(per_rank * bins + 1)))  # covers the sum's support: no wrap-around
+    total = np.fft.irfft(np.fft.rfft(pmf, size) ** per_rank, size)[:per_rank * bins + 1]
+    total = np.maximum(total, 0.0)
+    cdf = np.minimum(np.cumsum(total / total.sum()), 1.0)
+    longest_sum = w * float(np.sum(1.0 - cdf[:-1] ** ranks))
+    return (per_rank * prompt + longest_sum) / (per_rank * (prompt + mean))
+
+
 @dataclass(frozen=True)
 class TrainPhases:
     """Per training candidate (arrays): seconds of each training-side phase and the memory it needs."""
@@ -83,7 +127,13 @@ def price_training(model: ModelSpec, cluster: ClusterSpec, job: RLJob, strategie
     comm = tt["tp_comm"] + tt["cp_comm"] + tt["ep_comm"] + tt["pp_comm"]
     log_prob = tt["compute"] / 3.0 + comm / 2.0 + tt["bubble"] / 3.0
     per_update = tt["dp_comm"] + tt["optimizer"]
-    train = ev.step_time_s + (job.mini_batches - 1) * per_update
+    # the micro-batches' work (everything but the gradient sync and the optimizer) waits, every optimizer step, for
+    # the rank with the most tokens (`rank_imbalance`)
+    dp = np.array([max(1, cluster.num_gpus // (s.tp * s.pp * s.cp)) for s in strategies])
+    per_rank = np.ceil(job.sequences / job.mini_batches / dp).astype(int)
+    slowest = np.array([rank_imbalance(job.response_len, job.max_response_len, job.prompt_len, int(k), int(g))
+                        for k, g in zip(per_rank, dp)])
+    train = slowest * (ev.step_time_s - per_update) + job.mini_batches * per_update
     weights = ev.memory_terms["weights"]
     params = weights / 2.0  # bf16 weights
     off = np.array([o in ("optimizer", "all") for o in offload])

@@ -165,11 +165,60 @@ def test_eager_decode_pays_kernel_launches():
     assert R.cuda_graph_bytes(m, RolloutLayout(tp=1, engines=8, cuda_graphs=False)) == 0.0
 
 
-def test_response_lengths_keep_the_mean_and_the_maximum():
+def test_response_lengths_keep_the_mean_and_end_at_the_expected_longest():
     lengths = R.response_lengths(2000, 16384, 4096)
-    assert lengths.max() == 16384  # the longest response runs to the cap
-    assert lengths.mean() == pytest.approx(2000, rel=0.02)
+    assert np.all(np.diff(lengths) >= 0) and lengths.max() <= 16384
+    assert lengths[-1] == round(R.expected_longest(2000, 16384, 4096))
+    assert lengths.mean() == pytest.approx(2000, rel=0.002)
     assert np.all(R.response_lengths(1000, 1000, 10) == 1000)
+
+
+def test_length_scale_solves_the_capped_exponential_mean():
+    theta = R.length_scale(2048, 8192)
+    assert theta * (1.0 - np.exp(-8192 / theta)) == pytest.approx(2048, rel=1e-9)
+    assert R.length_scale(2048, 1e7) == pytest.approx(2048, rel=1e-6)  # a cap far out leaves the exponential
+
+
+@pytest.mark.parametrize("mean,cap,k", [(2048, 20480, 768), (2048, 8192, 1024), (1960, 9632, 256), (500, 600, 7)])
+def test_expected_longest_is_the_integral_of_the_maximum_survival(mean, cap, k):
+    """E[min(max of k, cap)] = integral_0^cap (1 - F(x)^k) dx with F the exponential CDF of the length scale
+    (David & Nagaraja eq. 2.1.1), integrated numerically here against the closed form's sum."""
+    theta = R.length_scale(mean, cap)
+    x = np.linspace(0.0, cap, 400_001)
+    survival = 1.0 - (1.0 - np.exp(-x / theta)) ** k
+    integral = float(np.sum((survival[1:] + survival[:-1]) / 2.0 * np.diff(x)))
+    assert R.expected_longest(mean, cap, k) == pytest.approx(integral, rel=1e-6)
+
+
+def test_expected_longest_without_a_cap_is_theta_times_the_harmonic_number():
+    k = 1000
+    harmonic = float(np.sum(1.0 / np.arange(1, k + 1)))
+    assert R.expected_longest(1000, 1e9, k) == pytest.approx(1000 * harmonic, rel=1e-6)
+    assert R.expected_longest(1000, 1e9, 1) == 1000  # one draw: its mean
+    # more draws, a longer expected maximum; never past the cap
+    assert R.expected_longest(2048, 8192, 10) < R.expected_longest(2048, 8192, 100) <= 8192
+
+
+def test_the_slowest_engine_holds_the_batch_longest_and_the_mean_engine_its_own():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    job = _job(prompts=256, response_len=2048, max_response_len=32768)
+    eight = R.simulate(m, RolloutLayout(tp=1, engines=8), hw, job)
+    assert eight.seconds > eight.mean_seconds  # the batch's longest draw outlasts an engine's own
+    one = R.simulate(m, RolloutLayout(tp=1, engines=1), hw, job)
+    assert one.seconds == one.mean_seconds  # one engine holds the whole batch: its longest is the batch's
+    even = R.simulate(m, RolloutLayout(tp=1, engines=8), hw, _job(prompts=256, response_len=2048,
+                                                                  max_response_len=2048))
+    assert even.seconds == even.mean_seconds  # no spread, no gap
+    (plan,), _ = search(m, load_cluster("h100", 8), job, Fixed(rollout={"tp": 1, "engines": 8,
+                                                                        "gpu_memory_utilization": 0.5},
+                                                                offload="none", train={"tp": 1, "pp": 1},
+                                                                placement=Placement(kind="colocated", gpus=8,
+                                                                                    train_gpus=8)), top_k=1)
+    sim = R.simulate(m, plan.rollout, hw, job)
+    assert plan.phases["rollout"] == pytest.approx(sim.seconds)  # the step waits for the slowest engine
+    assert plan.details["rollout_engine_mean_s"] == pytest.approx(sim.mean_seconds)
+    assert plan.details["rollout_slowest_engine_s"] == pytest.approx(sim.seconds)
 
 
 def test_a_long_tail_makes_the_rollout_drain():
@@ -492,3 +541,81 @@ def test_only_an_engine_that_keeps_its_weights_on_the_host_copies_them_and_needs
     assert plans["sglang"].phases["switch"] - plans["vllm"].phases["switch"] == pytest.approx(
         2.0 * engine_w / hw.host_bytes_per_s)
     assert plans["sglang"].host_mem_gib - plans["vllm"].host_mem_gib == pytest.approx(8 * engine_w / GIB)
+
+
+# ---- the slowest engine and the slowest data-parallel rank ----------------------------------------------------------
+
+def test_all_admitted_closed_form_is_the_event_loop():
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 300)
+    lengths = R.response_lengths(2048, 16384, 300)[R._arrival_order(300)]
+    closed = R._all_admitted(sm, 512, lengths, 0.01)
+    (loop,) = R._admitted_in_turn(sm, 512, lengths, 300, 0.01)
+    assert closed[0] == pytest.approx(loop[0], rel=1e-12) and closed[1] == pytest.approx(loop[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("count,slots", [(300, 37), (64, 63), (200, 5)])
+def test_the_mean_engine_forked_from_the_slowest_is_its_own_run(count, slots):
+    """The mean engine's run (its longest shorter) continues from the slowest engine's state: the same result as
+    running it alone."""
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, slots)
+    order = R._arrival_order(count)
+    own = R.response_lengths(1500, 12000, count)
+    batch = own.copy()
+    batch[-1] = 12000.0
+    top = int(np.flatnonzero(order == count - 1)[0])
+    slow, mean = R._admitted_in_turn(sm, 512, batch[order], slots, 0.01, top, float(own[-1]))
+    assert slow == R._admitted_in_turn(sm, 512, batch[order], slots, 0.01)[0]
+    assert mean == R._admitted_in_turn(sm, 512, own[order], slots, 0.01)[0]
+    assert slow[0] > mean[0]
+
+
+def test_rank_imbalance_of_one_sequence_per_rank_is_the_expected_longest():
+    from autoplan.rl.train import rank_imbalance
+
+    # one sequence per rank: the fullest rank holds the longest of `ranks` draws (closed form in rollout)
+    for mean, cap, ranks in ((2048, 28672, 8), (2048, 8192, 32)):
+        expect = (256 + R.expected_longest(mean, cap, ranks)) / (256 + mean)
+        assert rank_imbalance(mean, cap, 256, 1, ranks) == pytest.approx(expect, rel=1e-4)
+    assert rank_imbalance(2048, 28672, 256, 16, 1) == 1.0  # one rank waits for nobody
+    assert rank_imbalance(2048, 2048, 256, 16, 32) == 1.0  # no spread
+
+
+def test_rank_imbalance_tends_to_the_normal_order_statistic():
+    """Many sequences per rank: a rank's tokens are near normal (central limit), and the larger of two normals
+    exceeds the mean by sigma / sqrt(pi) (David & Nagaraja, the expected maximum of two standard normals)."""
+    from autoplan.rl.train import rank_imbalance
+
+    mean, cap, k = 2048, 28672, 400
+    theta = R.length_scale(mean, cap)
+    x = np.linspace(0.0, cap, 200_001)
+    survival = np.exp(-x / theta)  # P(min(X, cap) > x) below the cap
+    second = float(np.sum((x[1:] * survival[1:] + x[:-1] * survival[:-1]) * np.diff(x)))  # E[min(X, cap)^2]
+    sigma = np.sqrt(second - mean ** 2)
+    excess = (rank_imbalance(mean, cap, 0, k, 2) - 1.0) * k * mean
+    assert excess == pytest.approx(np.sqrt(k) * sigma / np.sqrt(np.pi), rel=0.03)
+    # fewer sequences per rank and more ranks: a larger lead of the fullest rank
+    assert rank_imbalance(mean, cap, 256, 64, 8) < rank_imbalance(mean, cap, 256, 32, 16) < \
+        rank_imbalance(mean, cap, 256, 16, 32)
+
+
+def test_training_waits_for_the_fullest_rank_every_optimizer_step():
+    from autoplan.rl.train import price_training, rank_imbalance
+    from autoplan.strategy import strategy_from_mapping
+
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    s = strategy_from_mapping({"tp": 2, "pp": 1, "ep": 1, "cp": 1, "mbs": 1, "zero": 1, "recompute": "full"})
+    spread = _job(response_len=1024, max_response_len=16384, mini_batches=4)
+    even = spread.model_copy(update={"max_response_len": 1024})  # same mean: the same training cost model
+    a, b = price_training(m, c, spread, [s], ["none"]), price_training(m, c, even, [s], ["none"])
+    tt = b.ev.time_terms
+    per_update = float(tt["dp_comm"][0] + tt["optimizer"][0])
+    work = float(b.train[0]) - 4 * per_update
+    dp, per_rank = 8, int(np.ceil(64 * 8 / 4 / 8))
+    assert float(a.train[0]) - 4 * per_update == pytest.approx(
+        work * rank_imbalance(1024, 16384, 512, per_rank, dp), rel=1e-9)
+    assert float(a.log_prob[0]) == pytest.approx(float(b.log_prob[0]))  # the log-prob pass runs balanced shares
