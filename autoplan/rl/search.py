@@ -152,8 +152,10 @@ def _train_candidates(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed:
     else:
         strategies = candidate_strategies(model, cluster.num_gpus, cluster.gpu.gpus_per_node)
     if job.micro_batch_tokens is not None and "mbs" not in fixed.train:
-        strategies = [s.model_copy(update={"mbs": packed_mbs(job, cluster.num_gpus // (s.tp * s.pp * s.cp), s.cp)})
-                      for s in strategies]
+        # Packing sets the micro-batch, so layouts that differ only in it become one.
+        strategies = list(dict.fromkeys(
+            s.model_copy(update={"mbs": packed_mbs(job, cluster.num_gpus // (s.tp * s.pp * s.cp), s.cp)})
+            for s in strategies))
     legal = [s for s in strategies if first_broken_rule(model, cluster, wl, s) is None]
     if fixed.train and not legal:
         given = ",".join(f"{k}={v}" for k, v in fixed.train.items())

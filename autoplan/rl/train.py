@@ -21,6 +21,8 @@ and gets no such term."""
 
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -158,7 +160,9 @@ def swap_seconds(bytes_per_gpu: np.ndarray, cluster: ClusterSpec) -> np.ndarray:
 def candidate_strategies(model: ModelSpec, gpus: int, gpus_per_node: int) -> List[Strategy]:
     """Training layouts the search tries: tp up to a node, pp dividing the layers (an uneven last stage when they
     do not divide, as verl's DeepSeek recipe's LAST_LAYER), ep dividing the experts, cp 1, full recompute (what
-    verl's and slime's large-model recipes run) and selective recompute, distributed optimizer, micro batch 1."""
+    verl's and slime's large-model recipes run), selective recompute and none (verl's Megatron 7B recipes leave
+    megatron_actor.yaml's recompute unset), distributed optimizer, micro batch 1 and 2 (those recipes' 2 sequences
+    per micro-batch; packing replaces it when --micro-batch-tokens is given)."""
     from autoplan.strategy import strategy_from_mapping
 
     out: List[Strategy] = []
@@ -173,8 +177,8 @@ def candidate_strategies(model: ModelSpec, gpus: int, gpus_per_node: int) -> Lis
             for ep in eps:
                 if (dp * tp) % ep:  # experts span the data- and tensor-parallel ranks of a stage (etp=1)
                     continue
-                for recompute in ("full", "selective"):
-                    values = {"tp": tp, "pp": pp, "ep": ep, "etp": 1, "cp": 1, "mbs": 1, "zero": 1,
+                for recompute, mbs in itertools.product(("full", "selective", "none"), (1, 2)):
+                    values = {"tp": tp, "pp": pp, "ep": ep, "etp": 1, "cp": 1, "mbs": mbs, "zero": 1,
                               "sp": tp > 1, "recompute": recompute}
                     if pp > 1 and model.num_layers % pp:
                         base = model.num_layers // pp
