@@ -687,9 +687,9 @@ def test_async_staleness_is_priced_by_the_version_model_and_refused_elsewhere():
     assert plan.step_time_s == pytest.approx(v.seconds)
     assert plan.details["trainer_wait_s"] == pytest.approx(v.trainer_wait_s)
     with pytest.raises(ValueError, match="mode async only"):
-        _job().model_copy(update={}).__class__(**{**_job().model_dump(), "staleness": 0.5})
+        _job(staleness=0.5)
     with pytest.raises(ValueError, match="must divide"):
-        _job().__class__(**{**_job(mode="async").model_dump(), "mini_batches": 4, "require_batches": 3})
+        _job(mode="async", mini_batches=4, require_batches=3)
 
 
 def test_cli_async_streaming_settings_are_priced_and_emitted(tmp_path, capsys):
