@@ -40,6 +40,12 @@ def rl_cmd(
                                                      "into micro-batches of at most this many tokens per GPU (verl "
                                                      "ppo_max_token_len_per_gpu, slime --max-tokens-per-gpu; "
                                                      "default: prompt + longest response)."),
+    staleness: Optional[float] = typer.Option(None, "--staleness", help="--mode async: how far the rollout may run "
+                                              "ahead, in parameter versions (verl async_training."
+                                              "staleness_threshold); default unbounded."),
+    require_batches: Optional[int] = typer.Option(None, "--require-batches", help="--mode async: mini-batches per "
+                                                  "local update (verl async_training.require_batches); must divide "
+                                                  "--mini-batches."),
     train_strategy: Optional[str] = typer.Option(None, "--train-strategy", help="'tp=..,pp=..,ep=..[,offload=none|swap|"
                                                  "optimizer|all]': price this training layout."),
     rollout: Optional[str] = typer.Option(None, "--rollout", help="'tp=..,dp=..,ep=..,engines=..,"
@@ -89,12 +95,21 @@ def rl_cmd(
                          f"max_position_embeddings={prompt_len + longest} if the model is run that long")
     if mini_batches > prompts:
         raise InputError(f"--mini-batches={mini_batches} exceeds --prompts={prompts}; use at most {prompts}")
+    if (staleness is not None or require_batches is not None) and mode != "async":
+        raise InputError(f"--staleness / --require-batches price verl's fully-async trainer; pass --mode async or "
+                         f"drop them (--mode {mode})")
+    if staleness is not None and staleness < 0:
+        raise InputError(f"--staleness={staleness} must be >= 0 (0: each version's rollout starts after its sync)")
+    if require_batches is not None and (require_batches < 1 or mini_batches % require_batches):
+        raise InputError(f"--require-batches={require_batches} must be a positive divisor of --mini-batches="
+                         f"{mini_batches} (a parameter version is a whole number of local updates)")
     fixed = _fixed(train_strategy, rollout, placement, gpus, engine)
     job = S.RLJob(algo=algo, prompts=prompts, samples=samples, prompt_len=prompt_len, response_len=response_len,
                   max_response_len=longest, mode=mode, use_ref=not no_ref, mini_batches=mini_batches,
                   micro_batch_tokens=S.micro_batch_tokens_default(prompt_len, longest, micro_batch_tokens,
                                                                   int(fixed.train.get("cp", 1))),
-                  host_mem_gib=S.host_mem_default(c.gpu.id, host_mem_gib))
+                  host_mem_gib=S.host_mem_default(c.gpu.id, host_mem_gib), staleness=staleness,
+                  require_batches=require_batches)
     notes = ["reward: rule-based (no reward model forward)"]
     cm = load_model(critic, ()) if critic else None
     if algo == "ppo":

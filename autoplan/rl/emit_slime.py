@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from autoplan import keys as K
+from autoplan.errors import InputError
 from autoplan.model import ModelSpec
 from autoplan.rl.spec import RLJob
 
@@ -15,6 +16,9 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
     from autoplan.rl.emit_verl import pools
 
     s, lay, pl = plan.strategy, plan.rollout, plan.placement
+    if job.staleness is not None or job.require_batches is not None:  # verl fully-async settings; slime has none
+        raise InputError("--staleness / --require-batches are verl fully-async settings that slime has no flag "
+                         "for; drop them or pass --emit verl")
     nodes, per_node, _, _ = pools(pl, min(gpus_per_node, pl.gpus))
     a = ["--hf-checkpoint", model_path,
          "--actor-num-nodes", str(nodes), "--actor-num-gpus-per-node", str(per_node),

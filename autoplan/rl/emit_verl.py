@@ -93,6 +93,15 @@ def overrides(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
           f"trainer.n_gpus_per_node={train_per_node}", f"trainer.nnodes={train_nodes}"]
     if pl.kind == "split":
         o += [f"{a}.hybrid_engine=False", f"rollout.n_gpus_per_node={roll_per_node}", f"rollout.nnodes={roll_nodes}"]
+    # the fully-async trainer's streaming settings the plan was priced with (autoplan/rl/stream.py; the keys of
+    # verl/experimental/fully_async_policy/config/fully_async_ppo_megatron_trainer.yaml lines 9-22 at b178a3cd): a
+    # parameter version of mini_batches mini-batches in local updates of require_batches; partial rollout on, as
+    # the price assumes for a staleness above 0
+    if job.staleness is not None:
+        o += [f"async_training.staleness_threshold={job.staleness}", "async_training.partial_rollout=True"]
+    if job.require_batches is not None:
+        o += [f"async_training.require_batches={job.require_batches}",
+              f"async_training.trigger_parameter_sync_step={job.mini_batches // job.require_batches}"]
     return o
 
 

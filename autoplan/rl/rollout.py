@@ -87,6 +87,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from statistics import NormalDist
 from typing import Dict
 
 import numpy as np
@@ -371,6 +372,41 @@ def expected_longest(mean: float, longest: float, draws: int) -> float:
                      longest))
 
 
+def expected_longest_correlated(mean: float, longest: float, prompts: int, samples: int, rho: float,
+                                nodes: int = 48, grid: int = 4096) -> float:
+    """Expected longest of `prompts` x `samples` response lengths whose `samples` of one prompt are correlated: each
+    length has the distribution of `length_scale` (mean `mean`, capped at `longest`), joined by a Gaussian copula
+    with correlation `rho` between two samples of one prompt and 0 between prompts (a length is F^-1(Phi(Z)), Z =
+    sqrt(rho) A_prompt + sqrt(1 - rho) B_sample, A and B independent standard normals; Nelsen, "An Introduction to
+    Copulas", 2nd ed. 2006, sec. 2.3 / 3.1). The marginal, and so the mean, is that of the independent case for
+    every rho; rho is not an input of the planner (no published figure fixes it): the benchmark prints its effect.
+    Given A the samples are independent, so P(max <= x) = (E_A[Phi((z(x) - sqrt(rho) A) / sqrt(1 - rho))^samples])
+    ^prompts with z(x) = Phi^-1(F(x)) (E_A by Gauss-Hermite quadrature of `nodes` points) and E[min(max, c)] =
+    integral_0^c (1 - P(max <= x)) dx (trapezoids on `grid` points). rho 0 is `expected_longest` over prompts x
+    samples draws, rho 1 over `prompts` draws."""
+    if rho <= 0.0:
+        return expected_longest(mean, longest, prompts * samples)
+    if rho >= 1.0:
+        return expected_longest(mean, longest, prompts)
+    if longest <= mean:
+        return float(min(mean, longest))
+    theta = length_scale(mean, longest)
+    x = np.linspace(0.0, longest, grid)
+    u = np.clip(-np.expm1(-x / theta), 1e-300, 1.0 - 1e-16)
+    std = NormalDist()
+    z = np.array([std.inv_cdf(float(v)) for v in u])
+    a, w = np.polynomial.hermite_e.hermegauss(nodes)
+    w = w / w.sum()
+    arg = (z[:, None] - math.sqrt(rho) * a[None, :]) / math.sqrt(1.0 - rho)
+    phi = 0.5 * _erfc(-arg / math.sqrt(2.0))
+    cdf = np.exp(prompts * np.log(np.maximum((phi ** samples) @ w, 1e-300)))
+    tail = 1.0 - cdf
+    return float(np.sum((tail[1:] + tail[:-1]) * np.diff(x)) / 2.0)
+
+
+_erfc = np.vectorize(math.erfc, otypes=[float])
+
+
 def response_lengths(mean: int, longest: int, count: int) -> np.ndarray:
     """`_response_lengths` (a fresh array: callers may change it)."""
     return _response_lengths(mean, longest, count).copy()
@@ -421,7 +457,7 @@ class RolloutTime:
     drain_seconds: float  # the slowest engine's time after its last response was admitted
 
 
-def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) -> RolloutTime:
+def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, rho: float = 0.0) -> RolloutTime:
     """Continuous batching on one engine: responses are admitted while slots last (KV tokens / (prompt + mean
     response) per engine, at most max_num_seqs), each running response emits one token per step, a finished one
     frees its slot for the next (with its prefill); an engine ends when its last response ends.
@@ -432,7 +468,12 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) 
     maximum of the engines' times is the time of the engine holding the maximum of all draws (the times are
     increasing in the longest draw, the other draws alike), priced at its expected value
     (`expected_longest` over job.sequences draws). A phase that waits for every engine (the trainer's
-    generation) takes the slowest; a per-rank average the mean."""
+    generation) takes the slowest; a per-rank average the mean.
+
+    `rho` (not used by the planner, which keeps 0): the correlation of the lengths of one prompt's samples when an
+    engine gets whole prompts (verl's synchronous rollout: the n copies of a prompt are adjacent in the batch and a
+    rank's contiguous chunk goes to its engine); both expected longests then come from
+    `expected_longest_correlated`, the engine's other lengths unchanged."""
     per_engine = math.ceil(job.sequences / layout.engines)
     kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
     slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
@@ -440,13 +481,13 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob) 
         return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it
     same = layout.model_copy(update={"gpu_memory_utilization": 0.5})
-    mean, slowest, throughput, drain = _timeline(model, same, hw, job, slots)
+    mean, slowest, throughput, drain = _timeline(model, same, hw, job, slots, float(rho))
     return RolloutTime(seconds=slowest, mean_seconds=mean, throughput_seconds=throughput, batch=slots,
                        kv_tokens=kv_tokens, drain_seconds=drain)
 
 
 @lru_cache(maxsize=1024)
-def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int):
+def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, slots: int, rho: float = 0.0):
     """(mean engine seconds, slowest engine seconds, throughput seconds, slowest engine's drain seconds) of one
     engine's continuous batching with `slots` slots: the engine whose longest response is the expected longest of
     its own share (the engines' mean), and the same engine with the expected longest of the whole batch."""
@@ -454,8 +495,17 @@ def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob,
     sm = step_model(model, layout, hw, slots)
     order = _arrival_order(per_engine)
     lengths = response_lengths(job.response_len, job.max_response_len, per_engine)
+    if rho > 0.0:  # whole prompts per engine, their samples' lengths correlated (`simulate`)
+        per_prompts = max(1, per_engine // job.samples)
+        own_top = round(expected_longest_correlated(job.response_len, job.max_response_len, per_prompts,
+                                                    job.samples, rho))
+        lengths = np.minimum(lengths, own_top)  # no order statistic above the maximum
+        lengths[-1] = own_top
+        top = expected_longest_correlated(job.response_len, job.max_response_len, job.prompts, job.samples, rho)
+    else:
+        top = expected_longest(job.response_len, job.max_response_len, job.sequences)
     own = lengths[order]
-    lengths[-1] = max(lengths[-1], round(expected_longest(job.response_len, job.max_response_len, job.sequences)))
+    lengths[-1] = max(lengths[-1], round(top))
     batch = lengths[order]
     prefill_each = prefill_seconds(model, layout, hw, job.prompt_len) / layout.dp
     throughput = _throughput_seconds(sm, job, own, slots, prefill_each)

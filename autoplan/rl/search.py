@@ -14,7 +14,10 @@ one-step-overlap async: step = wait_prev_gen + old_log_prob + update_actor"):
   old_log_prob + reward + train) + refit;
 - async (split only; verl fully-async with partial rollout, slime --partial-rollout): the rollout streams, so its
   long tail carries over into the next step and it costs its steady-state time; step = max(rollout at full batch,
-  ref + reward + train) + refit, the actor's log-probs coming from the engine."""
+  ref + reward + train) + refit, the actor's log-probs coming from the engine; with a staleness bound
+  (job.staleness, verl fully-async staleness_threshold) the version is autoplan/rl/stream.py's: the rollouter runs
+  at most that far ahead, the trainer waits for each local update's prompts, and at staleness 0 the last local
+  update waits for the slowest engine's tail (details["trainer_wait_s"]: the trainer's waits)."""
 from __future__ import annotations
 
 import math
@@ -30,6 +33,7 @@ from autoplan.model import ModelSpec
 from autoplan.rl import memory as M
 from autoplan.rl import refit as F
 from autoplan.rl import rollout as R
+from autoplan.rl import stream as ST
 from autoplan.rl.spec import OFFLOADS, Placement, RLJob, RolloutLayout
 from autoplan.rl.train import TrainPhases, candidate_strategies, packed_mbs, price_training, swap_seconds
 from autoplan.strategy import Strategy
@@ -327,10 +331,20 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     phases = {"rollout": float(rollout), "ref": actor.ref_s if job.use_ref else 0.0, "old_log_prob": old_lp,
               "reward": reward, "refit": refits[method], "switch": switch, "train": train}
     trainer_side = phases["ref"] + phases["old_log_prob"] + phases["reward"] + phases["train"]
+    trainer_wait = None
     if job.mode == "on-policy":
         step = sum(phases.values())
+    elif job.mode == "async" and job.staleness is not None:
+        # the rollouter's lead bounded (verl fully-async staleness_threshold) and the trainer's local updates
+        # (require_batches mini-batches each): autoplan/rl/stream.py
+        per = job.require_batches or job.mini_batches
+        v = ST.version(job.prompts, max(1, job.mini_batches // per), job.staleness, sim.throughput_seconds,
+                       sim.seconds, trainer_side, phases["refit"] + phases["switch"])
+        step, trainer_wait = v.seconds, v.trainer_wait_s
     else:
         step = max(phases["rollout"], trainer_side) + phases["refit"] + phases["switch"]
+    if trainer_wait is None:
+        trainer_wait = max(0.0, phases["rollout"] - trainer_side) if job.mode != "on-policy" else 0.0
     rollout_bytes = R.rollout_gpu_bytes(model, lay, hw)
     resident = (actor.resident_bytes + (critic.resident_bytes if critic else 0.0)) if colocated else 0.0
     train_peak = actor.peak_bytes
@@ -354,7 +368,8 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
             and math.isfinite(step))
     details = {"rollout_batch_per_engine": sim.batch, "kv_tokens_per_engine": float(sim.kv_tokens),
                "rollout_drain_s": float(sim.drain_seconds), "rollout_engine_mean_s": float(sim.mean_seconds),
-               "rollout_slowest_engine_s": float(sim.seconds), "refit_method": method,
+               "rollout_slowest_engine_s": float(sim.seconds), "trainer_wait_s": float(trainer_wait),
+               "refit_method": method,
                "refit_s_by_method": refits, "timeline": _timeline(phases, job.mode)}
     if not kv_ok:
         details["why_not"] = (f"the KV cache of one attention group holds "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoplan.errors import InputError
 
@@ -53,6 +53,22 @@ class RLJob(BaseModel):
         "use_dynamic_bsz with actor.ppo_max_token_len_per_gpu; slime --use-dynamic-batch-size with "
         "--max-tokens-per-gpu); None: one sequence per micro-batch."))
     host_mem_gib: float = Field(gt=0, description="Host RAM per node, GiB.")
+    staleness: Optional[float] = Field(None, ge=0, description=(
+        "async only: how far the rollouter may run ahead of the trainer, in parameter versions (verl fully-async "
+        "async_training.staleness_threshold; 0: each version's rollout starts after its sync); None: unbounded, "
+        "the rollout and the trainer overlap fully (autoplan/rl/stream.py)."))
+    require_batches: Optional[int] = Field(None, gt=0, description=(
+        "async only: mini-batches per local update of the trainer (verl fully-async async_training.require_batches;"
+        " a parameter version is mini_batches / require_batches local updates); None: one update per version."))
+
+    @model_validator(mode="after")
+    def _streaming(self) -> "RLJob":
+        if (self.staleness is not None or self.require_batches is not None) and self.mode != "async":
+            raise ValueError(f"staleness / require_batches apply to mode async only, not {self.mode}")
+        if self.require_batches is not None and self.mini_batches % self.require_batches:
+            raise ValueError(f"require_batches {self.require_batches} must divide mini_batches {self.mini_batches} "
+                             f"(a parameter version is a whole number of local updates)")
+        return self
 
     @property
     def sequences(self) -> int:

@@ -356,6 +356,9 @@ def test_cli_prices_a_given_layout_with_every_phase(capsys):
     (["--placement", "split:8", "--rollout", "tp=2,engines=8"], "engines"),
     (["--train-strategy", "tp=3"], "divisible"),
     (["--train-strategy", "offload=maybe"], "offload"),
+    (["--staleness", "0.5"], "--mode async"),
+    (["--mode", "async", "--placement", "split:8", "--staleness", "-1"], "--staleness"),
+    (["--mode", "async", "--placement", "split:8", "--mini-batches", "4", "--require-batches", "3"], "divisor"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(capsys, extra, words):
     code, out, err = run_cli(BASE + extra, capsys)
@@ -619,3 +622,85 @@ def test_training_waits_for_the_fullest_rank_every_optimizer_step():
     assert float(a.train[0]) - 4 * per_update == pytest.approx(
         work * rank_imbalance(1024, 16384, 512, per_rank, dp), rel=1e-9)
     assert float(a.log_prob[0]) == pytest.approx(float(b.log_prob[0]))  # the log-prob pass runs balanced shares
+
+
+# ---- correlated lengths within a prompt; the fully-async parameter version -----------------------------------------
+
+@pytest.mark.parametrize("mean,cap,prompts,samples", [(2048, 8192, 32, 16), (2048, 20480, 32, 12), (500, 4000, 8, 4)])
+def test_correlated_longest_runs_from_independent_draws_to_one_draw_per_prompt(mean, cap, prompts, samples):
+    independent = R.expected_longest(mean, cap, prompts * samples)
+    per_prompt = R.expected_longest(mean, cap, prompts)
+    near0 = R.expected_longest_correlated(mean, cap, prompts, samples, 1e-9)
+    near1 = R.expected_longest_correlated(mean, cap, prompts, samples, 1 - 1e-6)
+    assert near0 == pytest.approx(independent, rel=2e-3)  # the quadrature reproduces the closed form
+    assert near1 == pytest.approx(per_prompt, rel=2e-2)  # one prompt's samples move together: one draw each
+    values = [R.expected_longest_correlated(mean, cap, prompts, samples, r) for r in (0.0, 0.3, 0.6, 0.9)]
+    assert values == sorted(values, reverse=True)  # fewer effectively independent draws, a shorter longest
+    assert R.expected_longest_correlated(mean, cap, prompts, samples, 0.0) == independent
+
+
+def test_correlated_lengths_give_spread_between_engines_where_the_cap_hid_it():
+    # every engine reaches the cap among its independent draws, so no engine is slower than the mean; correlated
+    # samples of whole prompts leave some engines short of it
+    m = load_model("llama3-8b", ())
+    hw = hardware_of(load_cluster("h100", 8))
+    job = _job(prompts=256, samples=16, response_len=2048, max_response_len=8192)
+    lay = RolloutLayout(tp=1, engines=8)
+    independent = R.simulate(m, lay, hw, job)
+    correlated = R.simulate(m, lay, hw, job, rho=0.9)
+    assert independent.seconds - independent.mean_seconds < 1e-6 * independent.seconds
+    assert correlated.seconds - correlated.mean_seconds > 0.0
+
+
+def test_fully_async_version_streams_when_the_rollouter_may_run_ahead():
+    from autoplan.rl import stream as ST
+
+    # rollout faster than training: with a lead the trainer never waits after the first version
+    v = ST.version(512, 4, 0.5, throughput_s=40.0, tail_s=120.0, trainer_s=100.0, sync_s=2.0)
+    assert v.seconds == pytest.approx(102.0) and v.trainer_wait_s == pytest.approx(0.0)
+    assert v.lead_prompts == pytest.approx(0.5 * 512)
+    # staleness 0: each version starts empty; the first update waits for its prompts, the last for the tail
+    s0 = ST.version(512, 4, 0.0, throughput_s=40.0, tail_s=120.0, trainer_s=100.0, sync_s=2.0)
+    assert s0.trainer_wait_s == pytest.approx(10.0 + (120.0 - (10.0 + 75.0)))
+    assert s0.seconds == pytest.approx(120.0 + 25.0 + 2.0)
+    # rollout slower than training: the version is the rollout, the trainer waits the difference
+    slow = ST.version(512, 4, 0.5, throughput_s=150.0, tail_s=300.0, trainer_s=100.0, sync_s=2.0)
+    assert slow.seconds == pytest.approx(152.0) and slow.trainer_wait_s == pytest.approx(50.0)
+    # a small lead (less than one local update's prompts) leaves a wait at each version's start
+    small = ST.version(512, 4, 0.1, throughput_s=40.0, tail_s=120.0, trainer_s=100.0, sync_s=2.0)
+    assert small.trainer_wait_s == pytest.approx((128 - 51.2) / 512 * 40.0)
+
+
+def test_async_staleness_is_priced_by_the_version_model_and_refused_elsewhere():
+    from autoplan.rl import stream as ST
+
+    m = load_model("llama3-8b", ())
+    c = load_cluster("h100", 16)
+    fixed = Fixed(train={"tp": 1, "pp": 1}, offload="none", placement=Placement(kind="split", gpus=16, train_gpus=8),
+                  rollout={"tp": 1, "engines": 8, "gpu_memory_utilization": 0.8})
+    job = _job(mode="async").model_copy(update={"staleness": 0.0, "require_batches": 1, "mini_batches": 4})
+    (plan,), _ = search(m, c, job, fixed, top_k=1)
+    p = plan.phases
+    sim = R.simulate(m, plan.rollout, hardware_of(c), job)
+    v = ST.version(job.prompts, 4, 0.0, sim.throughput_seconds, sim.seconds, p["train"] + p["ref"] + p["reward"],
+                   p["refit"] + p["switch"])
+    assert plan.step_time_s == pytest.approx(v.seconds)
+    assert plan.details["trainer_wait_s"] == pytest.approx(v.trainer_wait_s)
+    with pytest.raises(ValueError, match="mode async only"):
+        _job(staleness=0.5)
+    with pytest.raises(ValueError, match="must divide"):
+        _job(mode="async", mini_batches=4, require_batches=3)
+
+
+def test_cli_async_streaming_settings_are_priced_and_emitted(tmp_path, capsys):
+    extra = ["--mode", "async", "--placement", "split:8", "--mini-batches", "4", "--staleness", "0",
+             "--require-batches", "2"]
+    code, out, err = run_cli(BASE + extra + ["--emit", "verl", "--out", str(tmp_path / "verl"), "--json"], capsys)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["job"]["staleness"] == 0 and result["job"]["require_batches"] == 2
+    text = (tmp_path / "verl" / "verl_overrides.txt").read_text()
+    assert "async_training.staleness_threshold=0.0" in text and "async_training.require_batches=2" in text
+    assert "async_training.trigger_parameter_sync_step=2" in text  # 4 mini-batches in local updates of 2
+    code, _, err = run_cli(BASE + extra + ["--emit", "slime", "--out", str(tmp_path / "slime")], capsys)
+    assert code == 2 and "slime has no flag" in err and "Traceback" not in err
