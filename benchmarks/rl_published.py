@@ -10,8 +10,32 @@ Sources (verl @ b178a3cd, 2026-01-29; slime @ 624b824a):
   layout from the page's table for 96 GPUs (TP 8, PP 12, EP 8, OFFLOAD_FRACTION 1, LAST_LAYER 6) and
   examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh (96 prompts x 8, max prompt 2048, max response
   1204*8 = 9632, mini batch 32 prompts, KL loss on, param/grad/optimizer offload, CPU Adam, full recompute (lines
-  154-155), use_dynamic_bsz with ppo_max_token_len_per_gpu = 2048 + 9632 (lines 58-59), vLLM TP 32,
-  gpu_memory_utilization 0.6, enforce_eager True).
+  154-155), use_dynamic_bsz with ppo_max_token_len_per_gpu = 2048 + 9632 (lines 58-59), Megatron's flex token
+  dispatcher with DeepEP (moe_enable_deepep True, moe_token_dispatcher_type flex, lines 152-153; since 2026-12-07e,
+  before which the row was priced with the all-to-all dispatcher), vLLM TP 32, gpu_memory_utilization 0.6,
+  enforce_eager True).
+  V3's "GPU memory 66 GB", what is known of it (checked 2026-12-07e): the page does not say what it measures; the
+  row came in at e2e4c35e as "0.9" and became 66 at e31a8831 ("fix a typo"). Its neighbours, CPU memory 1500 and
+  mfu 0.19, are the figures verl's Megatron update_actor reports together (verl/workers/megatron_workers.py lines
+  636-639 at e2e4c35e: perf/mfu/actor; perf/max_memory_allocated_gb and perf/max_memory_reserved_gb, torch's
+  allocator peaks; perf/cpu_memory_used_gb, psutil's used host memory; each divided by 1024**3), which would make
+  the unit GiB and the figure a torch-allocator peak rather than a device total; that is not stated, so the row
+  keeps the page's GB. The run's software differs from what the rollout model prices (verl b178a3cd, vLLM 0.11,
+  the engine in a process of its own): at e2e4c35e verl's default rollout mode "sync" (trainer/config/rollout/
+  rollout.yaml line 8) runs vLLM inside the training worker (megatron_workers.py line 408, vLLMRollout), with
+  vLLM <= 0.9.1 (setup.py line 52; the page's image: vLLM 0.8.5), whose worker sizes the KV cache as
+  total x gpu_memory_utilization less torch's peak since the profile began (the training tensors then resident
+  included) and less all device memory torch does not hold (every CUDA context and NCCL buffer on the GPU; vLLM
+  0.8.5 vllm/v1/worker/gpu_worker.py lines 177-210; its MLA workspace is made with the model runner, before the
+  profile: gpu_model_runner.py line 141, mla/common.py lines 362-380). There, what exists when the engine starts
+  lies inside the 0.6 share (one CUDA context, not two), and only what training allocates afterwards and keeps
+  through the rollout comes on top (the DeepEP buffer, made at the first MoE forward: Megatron-core 0.13
+  transformer/moe/fused_a2a.py `get_buffer`, lines 32-65, a module global; NCCL communicators torch creates at a
+  group's first collective; TransformerEngine's and cuBLAS's workspaces). The model's rollout figure (share +
+  a second CUDA context + the engine's NCCL + the trainer's context and NCCL + DeepEP) is not below that sum's
+  priced parts; the 1.9 GiB to the page's 66 GB (6.4 GiB if the figure is verl's GiB metric) is not accounted
+  for by any term found in the engines' code or the recipe, and the test that holds the rule stays an expected
+  failure (tests/unit/test_rl.py).
 - OSO: verl docs/advance/one_step_off.md "Experimental Results" (first published with the recipe at 503ea75f,
   2025-07-17): Qwen2.5-Math-7B DAPO on 2 nodes x 8 H20, 12 training + 4 rollout GPUs; step / gen / wait_prev_gen /
   generate_sequences / old_log_prob / update_actor per row; max response FSDP2 20,480, Megatron 8,192 (the page's
@@ -163,7 +187,7 @@ def runs() -> List[Run]:
     gib = 1e9 / 2**30  # published GB -> GiB
     out = [Run("V3 verl GRPO 96xH20", "deepseek-v3", ("mtp_num_layers=0",), "h20", 96,
                _job(96, 8, 1960, 9632, 3, packed=V3_TOKENS),
-               _fixed({"tp": 8, "pp": 12, "ep": 8}, "all",
+               _fixed({"tp": 8, "pp": 12, "ep": 8, "moe_flex_dispatcher": True}, "all",
                       {"tp": 32, "dp": 1, "ep": 1, "engines": 3, "gpu_memory_utilization": 0.6,
                        "cuda_graphs": False}, _col(96)),
                {"step_s": 1700, "rollout_s": 1050, "rollout_share": 1050 / 1700, "gpu_mem_gib": 66 * gib,
