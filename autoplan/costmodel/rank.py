@@ -535,6 +535,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     transient = np.where(full_graph, transient + step_copy, np.maximum(transient, step_copy - activations - logits))
     graph_buffers = M.cuda_graph_static_bytes(m, sh, lay, wl.seq_len, chunk_layers, chunks, m_micro)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
+    weights = weights + M.mxfp8_module_copy_bytes(m, lay)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     grads = grads + fsdp_grads
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size
