@@ -327,17 +327,24 @@ def deepseek_v3_modules(gpu: str, release: str, pp: str, vpp: str, ep: str) -> s
 
 def nemotron3_modules(model: str, gpu: str, precision: str) -> str:
     """Selective recompute modules of the Nemotron-3 perf presets
-    (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py): Super on B200 moe_act, layernorm,
-    core_attn (BASE_NEMOTRON_3_SUPER_CONFIG_B200), on GB200 in bf16 / MXFP8 those and moe
-    (BASE_NEMOTRON_3_SUPER_CONFIG_GB200; its NVFP4 preset is the plain base), none elsewhere; Nano on H100 moe and
+    (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py, tags v0.4.0 to v0.5.1 alike for
+    Super): Super on B200 moe_act, moe, layernorm and core_attn in bf16 (B200_BF16_V1), moe_act and layernorm in
+    MXFP8 (BASE_NEMOTRON_3_SUPER_CONFIG_B200), none in NVFP4 (`recompute_modules=None`, which
+    utils/overrides.py `_set_recompute_overrides` leaves at the recipe's none); on B300 moe_act and layernorm in bf16
+    and NVFP4 (B300_NVFP4_V1 = B300_BF16_V1), none in MXFP8; none on GB200 and GB300 (BASE_NEMOTRON_3_SUPER_CONFIG
+    and its tp-2 GB200 copy set no modules; the GB200 "moe_act, layernorm, core_attn, moe" of the April 2026 main
+    branch was removed by commit 142fdafe2 'nt super cleanup' before any of those tags); Nano on H100 moe and
     layernorm in bf16, moe, layernorm, core_attn and moe_act in FP8, none elsewhere. Every preset sets a flex
     dispatcher backend (hybridep, deepep on B300)."""
     if model.startswith("Nemotron_3_Super"):
         if gpu == "b200":
-            return "moe_act/layernorm/core_attn"
-        if gpu == "gb200" and precision != "nvfp4":
-            return "moe_act/layernorm/core_attn/moe"
+            return {"bf16": "moe_act/moe/layernorm/core_attn", "nvfp4": ""}.get(precision, "moe_act/layernorm")
+        if gpu == "b300" and precision in ("bf16", "nvfp4"):
+            return "moe_act/layernorm"
         return ""
+    if model.startswith("Nemotron_3_Nano") and gpu == "h100":
+        return "moe/layernorm" if precision == "bf16" else "moe/layernorm/core_attn/moe_act"
+    return ""
     if model.startswith("Nemotron_3_Nano") and gpu == "h100":
         return "moe/layernorm" if precision == "bf16" else "moe/layernorm/core_attn/moe_act"
     return ""
