@@ -196,8 +196,11 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh, cal: Calibration):
     a2a = collective_time("all_to_all", C.BF16 * sh.routed_tokens * topk * width, lay.ep,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
+    # Inside the domain at the GPU profile's measured rate where it has one (GB200 NVL72: HybridEP's published
+    # figures), else calibration.flex_nvlink_eff (DeepEP on H800).
+    nvlink_eff = hw.flex_nvlink_eff or cal.flex_nvlink_eff
     flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw,
-                                cal.flex_nvlink_eff, cal.flex_network_eff)
+                                nvlink_eff, cal.flex_network_eff)
     return np.where(lay.moe_flex_dispatcher, flex, a2a)
 
 
