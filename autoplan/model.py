@@ -226,10 +226,10 @@ class ModelSpec(BaseModel):
     # FP8/FP4 recipe (Megatron-Core quant_recipe; Megatron-Bridge's Nemotron-3 Super NVFP4 presets load
     # scripts/performance/configs/nemotronh/te_quant.cfg).
     bf16_modules: Tuple[str, ...] = Field((), description=(
-        "GEMM modules kept in bf16 under FP8/FP4: any of attention_linear, latent_proj, mtp, mamba_out_proj."))
+        f"GEMM modules kept in bf16 under FP8/FP4: any of {', '.join(QUANT_OVERRIDE_MODULES)}."))
     mxfp8_modules: Tuple[str, ...] = Field((), description=(
-        "GEMM modules run in MXFP8 under an NVFP4 recipe: any of attention_linear, latent_proj, mtp, "
-        "mamba_out_proj."))
+        f"GEMM modules run in MXFP8 under FP8/FP4 (an NVFP4 run's exceptions): any of "
+        f"{', '.join(QUANT_OVERRIDE_MODULES)}."))
 
     @field_validator("*", mode="after")
     @classmethod
