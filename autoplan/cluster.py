@@ -37,6 +37,10 @@ class GpuSpec(BaseModel):
     host_bandwidth_gbytes_per_s: float = Field(55.4, gt=0, description=(
         "Host<->device copy rate per GPU per direction, GB/s (CPU activation offload); default: PCIe Gen5 x16 as "
         "measured by nvbandwidth on 8x H200, 55.4 GB/s (profiles/gpu_reference.md sec. 3, S1)."))
+    flex_nvlink_efficiency: Optional[float] = Field(None, gt=0, le=1.2, description=(
+        "Measured bandwidth of the flex token dispatcher (DeepEP / HybridEP) inside the NVLink domain, as a fraction "
+        "of the per-direction NVLink rate, counted as collectives.flex_all_to_all_time counts bytes; unset: "
+        "calibration.flex_nvlink_eff (DeepEP on H800)."))
     attention_efficiency: float = Field(1.0, gt=0, le=2.0,
                                         description="Flash-attention speed relative to the calibrated baseline "
                                                     "(softmax exp throughput vs tensor throughput); 1 = baseline.")

@@ -19,6 +19,14 @@ MAX_LAYERS = 2**14
 # sizes in float64 (layers x hidden^2 x ...), which a 400-digit field overflows into a crash or an inf.
 MAX_SIZE = 2**31 - 1
 
+# GEMM modules a per-module quantization recipe can take out of the run's FP8/FP4 recipe (Megatron-Core
+# `quant_recipe`, megatron/core/quantization/quant_config.py: glob matchers over module names, each mapped to a
+# TransformerEngine recipe; megatron/core/extensions/transformer_engine.py `_get_fp8_autocast_for_quant_recipe`:
+# an empty training recipe runs the module in bf16, `fp8_quantization_recipe: mxfp8` in MXFP8): attention's
+# linear_qkv and linear_proj, a latent MoE's fc1/fc2_latent_proj, every module of the MTP depths, the Mamba
+# mixer's out_proj.
+QUANT_OVERRIDE_MODULES = ("attention_linear", "latent_proj", "mtp", "mamba_out_proj")
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are counts (not bytes); all are per model, not per rank."""
@@ -214,6 +222,14 @@ class ModelSpec(BaseModel):
     # bf16 and save bf16 inputs.
     bf16_first_layers: int = Field(0, ge=0, description="Leading layers whose GEMMs stay bf16 under FP8/FP4.")
     bf16_last_layers: int = Field(0, ge=0, description="Trailing layers whose GEMMs stay bf16 under FP8/FP4.")
+    # Modules (QUANT_OVERRIDE_MODULES) a per-module quantization recipe runs in bf16 / in MXFP8 whatever the run's
+    # FP8/FP4 recipe (Megatron-Core quant_recipe; Megatron-Bridge's Nemotron-3 Super NVFP4 presets load
+    # scripts/performance/configs/nemotronh/te_quant.cfg).
+    bf16_modules: Tuple[str, ...] = Field((), description=(
+        f"GEMM modules kept in bf16 under FP8/FP4: any of {', '.join(QUANT_OVERRIDE_MODULES)}."))
+    mxfp8_modules: Tuple[str, ...] = Field((), description=(
+        f"GEMM modules run in MXFP8 under FP8/FP4 (an NVFP4 run's exceptions): any of "
+        f"{', '.join(QUANT_OVERRIDE_MODULES)}."))
 
     @field_validator("*", mode="after")
     @classmethod
@@ -235,6 +251,13 @@ class ModelSpec(BaseModel):
         if self.mtp_layer_pattern and not self.is_hybrid:
             raise ValueError(f"mtp_layer_pattern={self.mtp_layer_pattern!r} is for hybrid models; a GPT model's "
                              f"MTP depth is one layer of its own kind, leave it empty")
+        for field in ("bf16_modules", "mxfp8_modules"):
+            unknown = [x for x in getattr(self, field) if x not in QUANT_OVERRIDE_MODULES]
+            if unknown:
+                raise ValueError(f"{field} names {unknown}; each must be one of {', '.join(QUANT_OVERRIDE_MODULES)}")
+        both = set(self.bf16_modules) & set(self.mxfp8_modules)
+        if both:
+            raise ValueError(f"{sorted(both)} in both bf16_modules and mxfp8_modules; name each module once")
         if self.bf16_first_layers + self.bf16_last_layers > self.num_layers:
             raise ValueError(f"bf16_first_layers + bf16_last_layers = {self.bf16_first_layers + self.bf16_last_layers}"
                              f" cannot exceed num_layers={self.num_layers}")

@@ -398,6 +398,8 @@ def build_run(row: Dict[str, str], cal: Calibration = DEFAULT, policy: str = "re
         model = model.model_copy(update={"hidden_dropout": 0.0})  # the recipe's model provider sets p = 0
     if facts is not None and facts.bf16_last_layers:
         model = model.model_copy(update={"bf16_last_layers": facts.bf16_last_layers})
+    if facts is not None and (facts.bf16_modules or facts.mxfp8_modules):
+        model = model.model_copy(update={"bf16_modules": facts.bf16_modules, "mxfp8_modules": facts.mxfp8_modules})
     base = base_strategy(row, model, gpu, facts)
     strategy, escalated = choose_recompute(model, cluster, base, wl, facts, policy, cal)
     return PublishedRun(

@@ -38,7 +38,11 @@ Facts read there, per family (config names are those files' constants / function
   nemotron_3_nano.py and nemotron_3_super.py, v0.4.0; perf_recipes/nemotronh/common.py, v0.6.0): the MoE
   squared ReLU is weighted by the routing probabilities in Megatron's fused kernel (Strategy
   `fused_weighted_squared_relu`). Nemotron-3 Super NVFP4 runs `nemotron_3_super_bf16_with_nvfp4_mixed`
-  (src/megatron/bridge/training/mixed_precision.py): its last 14 layers in bf16 (`bf16_last_layers`).
+  (src/megatron/bridge/training/mixed_precision.py): its last 14 layers in bf16 (`bf16_last_layers`), and its
+  presets load the per-module quantization recipe scripts/performance/configs/nemotronh/te_quant.cfg (v0.4.0-v0.5.1;
+  src/megatron/bridge/perf_recipes/nemotronh/te_quant.cfg in v0.6.0, byte-identical, sha256 35ce5b22e5922b4faf3d14788a9a71bf920fffaf8881b0ca5b0818f7ea0d7976):
+  glob matchers `*.linear_qkv`, `*.linear_proj`, `*mlp.fc[12]_latent_proj` and `mtp.*` to an empty (bf16) recipe,
+  `*mixer.out_proj` to MXFP8 (`bf16_modules`, `mxfp8_modules`).
 - Qwen3-235B-A22B: no recompute; `moe_a2a_overlap` on H100 (all tags), on B300 in v0.3.0, on GB200 / GB300
   MXFP8 from v0.5.0.
 - Pipeline split: the Qwen3-235B-A22B and Llama3.1-405B pre-training recipes the perf configs start from set
@@ -105,6 +109,8 @@ class RecipeFacts:
     pipeline_layout: Optional[str] = None  # --pipeline-model-parallel-layout the recipe sets
     account_for_split: bool = False  # account_for_embedding/loss_in_pipeline_split both set by the recipe
     bf16_last_layers: int = 0  # trailing layers the mixed-precision config keeps in bf16 under FP8/FP4
+    bf16_modules: Tuple[str, ...] = ()  # modules a per-module quantization recipe keeps in bf16 (ModelSpec field)
+    mxfp8_modules: Tuple[str, ...] = ()  # modules it runs in MXFP8 under NVFP4 (ModelSpec field)
     cuda_graph_modules: Tuple[str, ...] = ()  # CUDA-graph capture (`cuda_graph_modules`); () = none
     te_op_fuser: bool = False  # TransformerEngine op fuser's fused grouped MLP for the experts
     # (key, value) of the layout the release's config runs where the table prints another (see `config_layout`).
@@ -194,10 +200,17 @@ def recipe_facts(row: Dict[str, str], gpu: str, fp8: bool) -> Optional[RecipeFac
         modules = nemotron3_modules(model, gpu, row["precision"])
         # nemotron_3_super_bf16_with_nvfp4_mixed (training/mixed_precision.py): first_last_layers_bf16 with
         # num_layers_at_end_in_bf16 = 14 (start: the MixedPrecisionConfig default 0).
-        bf16_tail = 14 if model == "Nemotron_3_Super" and row["precision"] == "nvfp4" else 0
+        super_fp4 = model == "Nemotron_3_Super" and row["precision"] == "nvfp4"
+        bf16_tail = 14 if super_fp4 else 0
+        # The Super NVFP4 presets also load a per-module quantization recipe (nemotron_3_llm_pretrain.py
+        # `set_nemotron_3_super_common_configs`: cfg.model.quant_recipe = load_quantization_recipe("te_quant.cfg"),
+        # v0.4.0-v0.5.1; perf_recipes/nemotronh/common.py `_TE_QUANT_CFG_PATH`, v0.6.0; the same file in every tag,
+        # sha256 35ce5b22...): attention linear_qkv / linear_proj, fc1/fc2_latent_proj and every mtp.* module in
+        # bf16, the Mamba mixer's out_proj in MXFP8.
         return RecipeFacts(recompute="selective" if modules else "none", recompute_modules=modules,
                            moe_flex_dispatcher=True, fused_weighted_squared_relu=True, bf16_last_layers=bf16_tail,
-                           **common)
+                           bf16_modules=("attention_linear", "latent_proj", "mtp") if super_fp4 else (),
+                           mxfp8_modules=("mamba_out_proj",) if super_fp4 else (), **common)
     return RecipeFacts(**common)
 
 
@@ -314,17 +327,24 @@ def deepseek_v3_modules(gpu: str, release: str, pp: str, vpp: str, ep: str) -> s
 
 def nemotron3_modules(model: str, gpu: str, precision: str) -> str:
     """Selective recompute modules of the Nemotron-3 perf presets
-    (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py): Super on B200 moe_act, layernorm,
-    core_attn (BASE_NEMOTRON_3_SUPER_CONFIG_B200), on GB200 in bf16 / MXFP8 those and moe
-    (BASE_NEMOTRON_3_SUPER_CONFIG_GB200; its NVFP4 preset is the plain base), none elsewhere; Nano on H100 moe and
+    (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py, tags v0.4.0 to v0.5.1 alike for
+    Super): Super on B200 moe_act, moe, layernorm and core_attn in bf16 (B200_BF16_V1), moe_act and layernorm in
+    MXFP8 (BASE_NEMOTRON_3_SUPER_CONFIG_B200), none in NVFP4 (`recompute_modules=None`, which
+    utils/overrides.py `_set_recompute_overrides` leaves at the recipe's none); on B300 moe_act and layernorm in bf16
+    and NVFP4 (B300_NVFP4_V1 = B300_BF16_V1), none in MXFP8; none on GB200 and GB300 (BASE_NEMOTRON_3_SUPER_CONFIG
+    and its tp-2 GB200 copy set no modules; the GB200 "moe_act, layernorm, core_attn, moe" of the April 2026 main
+    branch was removed by commit 142fdafe2 'nt super cleanup' before any of those tags); Nano on H100 moe and
     layernorm in bf16, moe, layernorm, core_attn and moe_act in FP8, none elsewhere. Every preset sets a flex
     dispatcher backend (hybridep, deepep on B300)."""
     if model.startswith("Nemotron_3_Super"):
         if gpu == "b200":
-            return "moe_act/layernorm/core_attn"
-        if gpu == "gb200" and precision != "nvfp4":
-            return "moe_act/layernorm/core_attn/moe"
+            return {"bf16": "moe_act/moe/layernorm/core_attn", "nvfp4": ""}.get(precision, "moe_act/layernorm")
+        if gpu == "b300" and precision in ("bf16", "nvfp4"):
+            return "moe_act/layernorm"
         return ""
+    if model.startswith("Nemotron_3_Nano") and gpu == "h100":
+        return "moe/layernorm" if precision == "bf16" else "moe/layernorm/core_attn/moe_act"
+    return ""
     if model.startswith("Nemotron_3_Nano") and gpu == "h100":
         return "moe/layernorm" if precision == "bf16" else "moe/layernorm/core_attn/moe_act"
     return ""

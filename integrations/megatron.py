@@ -97,6 +97,12 @@ def check_megatron_plan(plan: Plan) -> None:
         f"(0 leaves the indexer untrained)",
         _pipeline_split_problem(m, s),
         _window_problem(m, w.seq_len),
+        # Megatron-LM reads a per-module quantization recipe only from a YAML file (arguments.py
+        # --te-precision-config-file, megatron/core/quantization/quant_config.py), which these files do not write.
+        (f"{m.name} keeps modules out of the FP8/FP4 recipe (bf16_modules={list(m.bf16_modules)}, "
+         f"mxfp8_modules={list(m.mxfp8_modules)}), which Megatron-LM takes only as a --te-precision-config-file "
+         f"YAML that autoplan does not write; write that file and pass it, or clear both fields")
+        if s.uses_fp8 and (m.bf16_modules or m.mxfp8_modules) else None,
         inexpressible_problem(m),
         # [RT] the interleaved schedule's micro-batch groups (autoplan/validate.py, shared with the search).
         interleaved_schedule_problem(s.pp, s.vpp, w.global_batch_size // (s.mbs * dp)),

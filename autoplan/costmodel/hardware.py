@@ -26,6 +26,7 @@ class Hardware:
     network_bytes_per_s: float  # per GPU per direction
     host_bytes_per_s: float  # host<->device copies per GPU per direction (CPU activation offload)
     nvlink_bus_eff: float
+    flex_nvlink_eff: float  # the profile's measured flex-dispatcher NVLink efficiency; 0 = calibration's
     network_bus_eff: float
     nvlink_latency_s: float
     network_latency_s: float
@@ -51,6 +52,7 @@ def hardware_of(cluster: ClusterSpec) -> Hardware:
         network_bytes_per_s=max(g.network_bandwidth_gbytes_per_s, 1e-3) * 1e9,
         host_bytes_per_s=g.host_bandwidth_gbytes_per_s * 1e9,
         nvlink_bus_eff=g.nvlink_bus_efficiency,
+        flex_nvlink_eff=g.flex_nvlink_efficiency or 0.0,
         network_bus_eff=g.network_bus_efficiency,
         nvlink_latency_s=g.nvlink_latency_us * 1e-6,
         network_latency_s=g.network_latency_us * 1e-6,

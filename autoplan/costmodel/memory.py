@@ -216,6 +216,26 @@ def state_bytes(params_dense, params_expert, lay: Layouts, edp, fp8):
     return weights, grads, optimizer
 
 
+def mxfp8_module_copy_bytes(m: ModelSpec, lay: Layouts):
+    """What the weight copies of the modules a per-module recipe runs in MXFP8 (`ModelSpec.mxfp8_modules`) add to
+    `state_bytes`, which counts every GEMM weight's two quantised copies at the run's `lay.quant_bytes`: 2 x
+    (MXFP8 - the run's bytes) per element of those modules' weights, every such layer of the model on the rank
+    (an upper bound on a pipeline stage or under ZeRO-3), sharded over tp. The bf16 modules' copies, which
+    TransformerEngine does not make, stay counted (an upper bound too)."""
+    from autoplan.costmodel import params as P
+    from autoplan.costmodel.layout import QUANTISED_BYTES
+
+    moe_layers = m.layer_count("E") if m.is_hybrid else m.num_layers
+    attn_layers = m.layer_count("*") if m.is_hybrid else m.num_layers
+    per_module = {"mamba_out_proj": m.layer_count("M") * m.mamba_d_inner * m.hidden_size,
+                  "attention_linear": attn_layers * P.attention_params(m),
+                  "latent_proj": moe_layers * P.latent_projection_params(m),
+                  "mtp": sum(P.mtp_params(m))}
+    elements = sum(per_module[k] for k in m.mxfp8_modules) / lay.tp
+    extra = 2.0 * np.maximum(QUANTISED_BYTES["mxfp8"] - lay.quant_bytes, 0.0) * elements
+    return np.where(lay.fp8, extra, 0.0)
+
+
 def checkpoint_bytes(params_dense, params_expert, lay: Layouts, edp):
     """(local, unique) checkpoint bytes of a rank, from `state_bytes` (bf16 weights, fp32 master copy and Adam moments
     of the layout; no gradients, no FP8 weight caches, which a checkpoint does not hold).

@@ -196,8 +196,11 @@ def _a2a_time(m: ModelSpec, hw: Hardware, lay: Layouts, sh, cal: Calibration):
     a2a = collective_time("all_to_all", C.BF16 * sh.routed_tokens * topk * width, lay.ep,
                           _spans(lay.etp, lay.ep, hw), hw, inter_fraction=inter)
     # Flex dispatcher (DeepEP / HybridEP): one network copy per (token, destination node), NVLink fan-out there.
+    # Inside the domain at the GPU profile's measured rate where it has one (GB200 NVL72: HybridEP's published
+    # figures), else calibration.flex_nvlink_eff (DeepEP on H800).
+    nvlink_eff = hw.flex_nvlink_eff or cal.flex_nvlink_eff
     flex = flex_all_to_all_time(C.BF16 * sh.routed_tokens * width, topk, lay.ep, in_domain, hw,
-                                cal.flex_nvlink_eff, cal.flex_network_eff)
+                                nvlink_eff, cal.flex_network_eff)
     return np.where(lay.moe_flex_dispatcher, flex, a2a)
 
 
@@ -535,6 +538,7 @@ def rank_memory(m: ModelSpec, lay: Layouts, st, sh, stage, wl: Workload, params_
     transient = np.where(full_graph, transient + step_copy, np.maximum(transient, step_copy - activations - logits))
     graph_buffers = M.cuda_graph_static_bytes(m, sh, lay, wl.seq_len, chunk_layers, chunks, m_micro)
     weights, grads, optimizer = M.state_bytes(params_dense, params_expert, lay, edp, lay.fp8)
+    weights = weights + M.mxfp8_module_copy_bytes(m, lay)
     weights = weights + _gathered_params(lay, st, params_dense, params_expert, vocab)
     grads = grads + fsdp_grads
     # DeepSpeed's contiguous-gradient reduce bucket (contiguous_gradients, the emitted setting): reduce_bucket_size

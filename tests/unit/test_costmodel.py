@@ -180,6 +180,23 @@ def test_flex_dispatcher_cuts_network_all_to_all_only():
     assert ep_comm(inside, Strategy(ep=8, moe_flex_dispatcher=True)) < ep_comm(inside, Strategy(ep=8))
 
 
+def test_flex_dispatch_inside_the_domain_takes_the_profiles_measured_rate():
+    """A GPU profile's flex_nvlink_efficiency (GB200: HybridEP's published NVL72 figure) replaces the calibration's
+    DeepEP-on-H800 fraction inside the NVLink domain: with bytes deciding, the dispatch time scales by their ratio."""
+    from autoplan.clusterio import load_gpu
+    from autoplan.costmodel.calibration import DEFAULT
+
+    moe = make_moe(num_experts=64, moe_router_topk=8, hidden_size=4096, num_attention_heads=32, kv_channels=128)
+    wl = workload(seq=65536, gbs=64)  # long enough that the per-peer latency is a small share
+    s = Strategy(ep=32, moe_flex_dispatcher=True)
+    plain = cluster(32, nvlink_domain_size=72)
+    measured = cluster(32, nvlink_domain_size=72, flex_nvlink_efficiency=0.39)
+    a, b = (estimate(moe, c, s, wl).time_breakdown["ep_comm"] for c in (plain, measured))
+    assert b / a == pytest.approx(DEFAULT.flex_nvlink_eff / 0.39, rel=0.02)
+    assert load_gpu("gb200").flex_nvlink_efficiency == pytest.approx(468.9 / 900, abs=0.005)
+    assert load_gpu("h800").flex_nvlink_efficiency is None  # the calibration constant is DeepEP's H800 figure
+
+
 def test_flex_dispatch_counts_bytes_and_rates_as_deepep_measures_them():
     """One dispatch: token bytes x distinct destination nodes (own included) over the NIC at the DeepEP RDMA
     fraction, token bytes x distinct destination GPUs over NVLink at the DeepEP NVLink fraction, the slower one,

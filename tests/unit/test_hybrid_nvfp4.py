@@ -201,3 +201,46 @@ def test_megatron_emits_the_layers_kept_in_bf16():
     bf16 = Strategy(tp=1, pp=1, mbs=1, zero=1)
     assert "--first-last-layers-bf16" not in _precision_args(SimpleNamespace(strategy=bf16, model=m,
                                                                             cluster=load_cluster("b200", 8)))
+
+
+def test_modules_a_per_module_recipe_keeps_out_of_nvfp4_cost_their_own_rate_and_never_less_memory():
+    # Megatron-Bridge's Nemotron-3 Super NVFP4 presets (te_quant.cfg): attention linears, latent projections and the
+    # MTP depths in bf16, the Mamba out_proj in MXFP8. Each module moved out of NVFP4 is slower, none is faster.
+    base = load_model(str(MODELS / "nemotron-3-super.yaml"))
+    fp4 = _estimate(base, fp8_recipe="nvfp4")
+    for field, module in (("bf16_modules", "attention_linear"), ("bf16_modules", "latent_proj"),
+                          ("bf16_modules", "mtp"), ("mxfp8_modules", "mamba_out_proj")):
+        moved = _estimate(base.model_copy(update={field: (module,)}), fp8_recipe="nvfp4")
+        assert moved.step_time_s > fp4.step_time_s, module
+        assert moved.peak_mem_gib >= fp4.peak_mem_gib, module
+    recipe = base.model_copy(update={"bf16_modules": ("attention_linear", "latent_proj", "mtp"),
+                                     "mxfp8_modules": ("mamba_out_proj",)})
+    mxfp8 = _estimate(base, fp8_recipe="mxfp8")
+    assert fp4.step_time_s < _estimate(recipe, fp8_recipe="nvfp4").step_time_s
+    # Under MXFP8 the MXFP8 override changes nothing; a bf16 run ignores both.
+    assert _estimate(recipe.model_copy(update={"bf16_modules": ()}), fp8_recipe="mxfp8").step_time_s == \
+        pytest.approx(mxfp8.step_time_s)
+    bf16 = Strategy(tp=1, pp=1, ep=8, mbs=1, zero=1)
+    wl = Workload(seq_len=8192, global_batch_size=64)
+    assert estimate(recipe, load_cluster("gb200", 8), bf16, wl).step_time_s == \
+        pytest.approx(estimate(base, load_cluster("gb200", 8), bf16, wl).step_time_s)
+
+
+def test_per_module_recipe_names_known_modules_once():
+    m = load_model("llama3-8b")
+    with pytest.raises(ValidationError, match="each must be one of"):
+        ModelSpec.model_validate({**m.model_dump(), "bf16_modules": ["router"]})
+    with pytest.raises(ValidationError, match="in both bf16_modules and mxfp8_modules"):
+        ModelSpec.model_validate({**m.model_dump(), "bf16_modules": ["mtp"], "mxfp8_modules": ["mtp"]})
+
+
+def test_megatron_refuses_a_per_module_recipe_it_cannot_write():
+    from types import SimpleNamespace
+    from autoplan.errors import InputError
+    from integrations.megatron import check_megatron_plan
+    m = load_model("llama3-8b").model_copy(update={"bf16_modules": ("attention_linear",)})
+    s = Strategy(tp=1, pp=1, mbs=1, zero=1, fp8="hybrid", fp8_recipe="nvfp4")
+    plan = SimpleNamespace(strategy=s, cluster=load_cluster("gb200", 8), model=m,
+                           workload=Workload(seq_len=8192, global_batch_size=64))
+    with pytest.raises(InputError, match="te-precision-config-file"):
+        check_megatron_plan(plan)

@@ -15,7 +15,7 @@ import numpy as np
 from autoplan import cuda_graphs as G
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
-from autoplan.costmodel.layout import Layouts
+from autoplan.costmodel.layout import QUANTISED_BYTES, Layouts
 from autoplan.model import ModelSpec
 
 
@@ -156,6 +156,20 @@ class LayerTime:
 def without_low_precision(lay: Layouts) -> Layouts:
     """`lay` with every GEMM in bf16 (the layers an FP8/FP4 recipe leaves in bf16)."""
     return replace(lay, fp8=np.zeros_like(lay.fp8), fp4=np.zeros_like(lay.fp4))
+
+
+def module_layouts(m: ModelSpec, lay: Layouts, module: str) -> Layouts:
+    """`lay` for the GEMMs of `module` (autoplan.model.QUANT_OVERRIDE_MODULES) under the model's per-module
+    quantization recipe (Megatron-Core quant_recipe, megatron/core/extensions/transformer_engine.py
+    `_get_fp8_autocast_for_quant_recipe`): bf16 (`ModelSpec.bf16_modules`: fp8_autocast(enabled=False)), or MXFP8
+    where the run quantises (`ModelSpec.mxfp8_modules`: MXFP8BlockScaling, so FP8 rate, MXFP8 casts and saved
+    inputs instead of NVFP4's); otherwise the run's recipe."""
+    if module in m.bf16_modules:
+        return without_low_precision(lay)
+    if module in m.mxfp8_modules:
+        return replace(lay, fp4=np.zeros_like(lay.fp4), fp8_delayed=np.zeros_like(lay.fp8_delayed),
+                       quant_bytes=np.where(lay.fp8, QUANTISED_BYTES["mxfp8"], lay.quant_bytes))
+    return lay
 
 
 def mix_bf16_layers(m: ModelSpec, lay: Layouts, per_layer):

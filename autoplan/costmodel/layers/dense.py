@@ -11,7 +11,7 @@ import numpy as np
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layers.base import (BF16, FP8, FP32, Layouts, Shard, dropout_mask_bytes, gemm_input_bytes,
-                                            gemm_time, norm_linear_input_bytes)
+                                            gemm_time, module_layouts, norm_linear_input_bytes)
 from autoplan.model import ModelSpec
 
 
@@ -21,7 +21,11 @@ DENSE_KERNELS = (("attn", 5), ("mlp", 5))
 
 
 def attention_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
+    """QKV (or MLA's projections) and the output projection. linear_qkv and linear_proj run at the precision the
+    model's per-module recipe gives "attention_linear" (base.module_layouts); MLA's projections other than
+    linear_proj have other module names and keep the run's."""
     T, h = sh.tokens, m.hidden_size
+    own = module_layouts(m, lay, "attention_linear")
     if m.multi_latent_attention:
         # Megatron MLA: the down projections are replicated across TP; the up projections are column-parallel.
         qk = m.qk_head_dim + m.qk_pos_emb_head_dim
@@ -32,10 +36,10 @@ def attention_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal
             t = t + gemm_time(T, sh.heads * qk, m.q_lora_rank, lay, hw, cal)
         else:
             t = t + gemm_time(T, sh.heads * qk, h, lay, hw, cal)
-        return t + gemm_time(T, h, sh.heads * m.v_head_dim, lay, hw, cal, dy_rows=sh.tokens_sp)
+        return t + gemm_time(T, h, sh.heads * m.v_head_dim, own, hw, cal, dy_rows=sh.tokens_sp)
     d = m.kv_channels
-    qkv = gemm_time(T, (sh.heads + 2 * sh.groups) * d, h, lay, hw, cal, norm_fused_input=True)
-    return qkv + gemm_time(T, h, sh.heads * d, lay, hw, cal, dy_rows=sh.tokens_sp)
+    qkv = gemm_time(T, (sh.heads + 2 * sh.groups) * d, h, own, hw, cal, norm_fused_input=True)
+    return qkv + gemm_time(T, h, sh.heads * d, own, hw, cal, dy_rows=sh.tokens_sp)
 
 
 def attention_core_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
@@ -70,7 +74,8 @@ def mlp_gemm_time(m: ModelSpec, ffn, tokens, lay: Layouts, hw: Hardware, cal: Ca
 def qkv_input_bytes(m: ModelSpec, lay: Layouts):
     """Bytes per element of the saved QKV input (the input-norm output): a fused norm + linear's
     (`norm_linear_input_bytes`), except MLA, whose down projections are plain linears after a separate norm."""
-    return gemm_input_bytes(lay) if m.multi_latent_attention else norm_linear_input_bytes(lay)
+    return gemm_input_bytes(lay) if m.multi_latent_attention else \
+        norm_linear_input_bytes(module_layouts(m, lay, "attention_linear"))
 
 
 def mla_qkv_bytes(m: ModelSpec, sh: Shard):

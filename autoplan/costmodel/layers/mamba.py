@@ -22,7 +22,7 @@ from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layers.base import (BF16, FP32, LayerTime, Layouts, Shard, dropout_mask_bytes,
                                             elementwise_time, gemm_input_bytes, gemm_time, kernel_costs,
-                                            norm_linear_input_bytes, scoped)
+                                            module_layouts, norm_linear_input_bytes, scoped)
 from autoplan.costmodel.layers.dense import (attention_activation_bytes, attention_core_time, attention_gemm_time,
                                              mlp_activation_bytes, mlp_gemm_time, softmax_stats_bytes)
 from autoplan.costmodel.layers.moe import (HYBRID_MOE_KERNELS, elementwise_bytes, moe_activation_bytes,
@@ -80,8 +80,9 @@ def mamba_mixer_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: C
     d_local = heads * m.mamba_head_dim
     cal = scoped(cal, lay, "mamba")
     # in_proj takes the layer's norm fused in (TELayerNormColumnParallelLinear in Megatron's Mamba layer spec).
+    # out_proj at the precision the model's per-module recipe gives it (base.module_layouts: "mamba_out_proj").
     gemm = gemm_time(T, mamba_in_proj_width(m) / lay.tp, h, lay, hw, cal, norm_fused_input=True) + \
-        gemm_time(T, h, d_local, lay, hw, cal, dy_rows=sh.tokens_sp)
+        gemm_time(T, h, d_local, module_layouts(m, lay, "mamba_out_proj"), hw, cal, dy_rows=sh.tokens_sp)
     scan_compute = T * ssd_flops_per_token(m, heads, groups) / (hw.peak_flops_bf16 * cal.attention_eff_fwd)
     scan_memory = T * ssd_bytes_per_token(m, heads, groups) / (hw.hbm_bytes_per_s * cal.hbm_eff)
     scan = np.maximum(scan_compute, scan_memory) + 5 * cal.kernel_overhead_s
@@ -155,7 +156,7 @@ def mamba_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
             + BF16 * sh.tokens * mamba_in_proj_width(m) / lay.tp
             + BF16 * sh.tokens * mamba_conv_channels(m) / lay.tp
             + BF16 * sh.tokens * d_local + FP32 * sh.tokens * heads
-            + gemm_input_bytes(lay) * sh.tokens * d_local)
+            + gemm_input_bytes(module_layouts(m, lay, "mamba_out_proj")) * sh.tokens * d_local)
 
 
 def latent_moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
@@ -170,7 +171,9 @@ def latent_moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     routed = (g_in * copies * latent + BF16 * copies * (2 if m.gated_mlp else 1) * f + g_in * copies * f
               + routing_weight_bytes(copies) + weighted_activation_bytes(m, lay, copies, f)
               + FP32 * sh.tokens_sp * m.num_experts + routing_index_bytes(m, sh, lay))
-    projections = g_in * region + g_in * sh.tokens * latent  # inputs of fc1_latent_proj and fc2_latent_proj
+    # inputs of fc1_latent_proj and fc2_latent_proj, at their per-module precision (base.module_layouts)
+    g_proj = gemm_input_bytes(module_layouts(m, lay, "latent_proj"))
+    projections = g_proj * region + g_proj * sh.tokens * latent
     base = 2 * BF16 * region + dropout_mask_bytes(m, region)
     shared = 0.0
     if m.shared_expert_ffn_hidden_size:

@@ -9,7 +9,7 @@ import numpy as np
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
 from autoplan.costmodel.layers.base import (BF16, FP32, Layouts, Shard, dropout_mask_bytes, gemm_input_bytes,
-                                            gemm_time, scoped)
+                                            gemm_time, module_layouts, scoped)
 from autoplan.costmodel.layers.dense import mlp_activation_bytes, mlp_gemm_time
 from autoplan.costmodel.layout import QUANTISED_BYTES
 from autoplan.costmodel.params import norms_per_layer
@@ -56,9 +56,10 @@ def moe_gemm_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Cali
     if m.shared_expert_ffn_hidden_size:
         shared = mlp_gemm_time(m, m.shared_expert_ffn_hidden_size, sh.tokens, lay, hw, cal, lay.tp,
                                norm_fused_input=False, tokens_sp=sh.tokens_sp)
-    if m.moe_latent_size:
-        shared = shared + gemm_time(sh.tokens, m.moe_latent_size / lay.tp, m.hidden_size, lay, hw, cal) + \
-            gemm_time(sh.tokens, m.hidden_size, m.moe_latent_size / lay.tp, lay, hw, cal)
+    if m.moe_latent_size:  # at the precision the model's per-module recipe gives them (base.module_layouts)
+        proj = module_layouts(m, lay, "latent_proj")
+        shared = shared + gemm_time(sh.tokens, m.moe_latent_size / lay.tp, m.hidden_size, proj, hw, cal) + \
+            gemm_time(sh.tokens, m.hidden_size, m.moe_latent_size / lay.tp, proj, hw, cal)
     return experts + router + shared
 
 

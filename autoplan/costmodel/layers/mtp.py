@@ -10,7 +10,8 @@ import numpy as np
 
 from autoplan.costmodel.calibration import Calibration
 from autoplan.costmodel.hardware import Hardware
-from autoplan.costmodel.layers.base import BF16, Layouts, Shard, elementwise_time, gemm_input_bytes, gemm_time, scoped
+from autoplan.costmodel.layers.base import (BF16, Layouts, Shard, elementwise_time, gemm_input_bytes, gemm_time,
+                                            module_layouts, scoped)
 from autoplan.costmodel.layers.mamba import symbol_activation_bytes, symbol_time
 from autoplan.model import ModelSpec
 
@@ -21,6 +22,7 @@ def mtp_forward_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: C
     if not m.mtp_num_layers:
         return 0.0
     seq = sh.tokens * lay.cp / lay.mbs  # the sequence length the shard was cut from
+    lay = module_layouts(m, lay, "mtp")  # every module of the depths at the per-module recipe's precision
     layers = sum(symbol_time(m, sh, lay, seq, hw, cal, k).fwd for k in m.mtp_depth_pattern)
     cal = scoped(cal, lay, "rest")  # eh_proj and the depth's norms sit outside the per-layer graph scopes
     eh_proj = gemm_time(sh.tokens, m.hidden_size / lay.tp, 2 * m.hidden_size, lay, hw, cal)
@@ -33,6 +35,7 @@ def mtp_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts, logits_one):
     eh_proj input (2h per token) and one more set of logits (`logits_one`, as the main head holds)."""
     if not m.mtp_num_layers:
         return 0.0 * sh.tokens
+    lay = module_layouts(m, lay, "mtp")
     layers = sum(symbol_activation_bytes(m, sh, lay, k) for k in m.mtp_depth_pattern)
     eh_in = gemm_input_bytes(lay) * sh.tokens * 2 * m.hidden_size
     return m.mtp_num_layers * (layers + eh_in + logits_one) + 0.0 * np.asarray(sh.tokens)
