@@ -318,3 +318,53 @@ def test_megatron_fsdp_buffers():
     # The step's fp32 copy of the bf16 grad shard.
     assert float(M.optimizer_step_grad_copy_bytes(dense, np.array([0.0]), lay, np.array([8]))[0]) == \
         pytest.approx(4 * 7.0e9 / 8)
+
+
+def test_deepep_buffer_hints_match_deepeps_formula():
+    """DeepEP's NVLink and RDMA buffer hints (DeepEP csrc/config.hpp get_nvl_buffer_size_hint /
+    get_rdma_buffer_size_hint) worked by hand with Megatron's 20 SMs (10 channels), int64 top-k indices, 8-byte
+    source meta, kNumMaxTopK = kNumMaxScales = 128 and the deep_ep/buffer.py chunk configs, rounded up to 128 bytes."""
+    from autoplan.costmodel.layers.moe import deepep_nvl_buffer_hint, deepep_rdma_buffer_hint
+
+    # 4 ranks, hidden 2048: 10 ch x 4 nvl x (2 x 1 + 3) x 4 = 800; 10 x 4 x 256 x (4096 + 8 + 1024 + 512 + 512)
+    # = 62,996,480; 62,997,280 rounded up to 128
+    assert float(deepep_nvl_buffer_hint(2048 * 2, 4, 256)) == 62_997_376
+    assert float(deepep_rdma_buffer_hint(2048 * 2, 4, 6, 128)) == 0  # one node: no RDMA buffer
+    # 8 ranks, hidden 7168: 10 x 8 x 5 x 4 = 1600; 10 x 8 x 256 x (14336 + 8 + 1024 + 512 + 512) = 335,708,160
+    assert float(deepep_nvl_buffer_hint(7168 * 2, 8, 256)) == 335_709_824
+    # 16 ranks: nvl 10 x 8 x 7 x 4 = 2240 + 10 x 8 x 288 x 16392 = 377,671,680; rdma recv 128 aligned up to the
+    # send chunk 20 -> 140:
+    # 10 x 2 x 18 x 2 x 4 = 2880 + 10 x 2 x 140 x 2 x (16392 + 16) = 91,884,800
+    assert float(deepep_nvl_buffer_hint(7168 * 2, 16, 288)) == 377_673_984
+    assert float(deepep_rdma_buffer_hint(7168 * 2, 16, 20, 128)) == 91_887_744
+    # 64 ranks: 8 RDMA ranks; 10 x 8 x 18 x 2 x 4 = 11520 + 10 x 8 x 128 x 32816 = 336,035,840
+    assert float(deepep_rdma_buffer_hint(7168 * 2, 64, 8, 128)) == 336_047_360
+
+
+def test_flex_dispatcher_buffers_cover_both_backends():
+    """The flex dispatcher's buffers are priced as the larger of HybridEP's and DeepEP's (an imported run may use
+    either backend): DeepSeek-V3 at EP 8 with 1024 tokens per rank is DeepEP's NVLink buffer, its peer pointers and
+    32 MiB workspace (more than HybridEP's); DeepEP's group is ETP x EP."""
+    from autoplan.costmodel import compute as C
+    from autoplan.costmodel.layers.moe import deepep_buffer_bytes, hybridep_buffer_bytes
+    from autoplan.modelio import load_model
+
+    for name in ("deepseek-v3", "qwen3-30b-a3b"):
+        m = load_model(name)
+        for ep in (2, 8, 16, 64):
+            lay = layouts_from_strategies([Strategy(ep=ep, moe_flex_dispatcher=True)], 64, gpu_id="h100")
+            for tokens in (1024, 4096, 16384):
+                sh = C.shard_of(m, lay, tokens)
+                priced = M.flex_dispatcher_buffer_bytes(m, sh, lay, 8)
+                assert priced >= hybridep_buffer_bytes(m, sh, lay, 8)
+                assert priced >= deepep_buffer_bytes(m, lay)
+    m = load_model("deepseek-v3")
+    lay = layouts_from_strategies([Strategy(ep=8, moe_flex_dispatcher=True)], 64, gpu_id="h100")
+    sh = C.shard_of(m, lay, 1024)
+    deepep = 335_709_824 + 8 * (4 + 8 + 8) + 32 * 1024 ** 2
+    assert float(M.flex_dispatcher_buffer_bytes(m, sh, lay, 8)[0]) == deepep
+    assert float(hybridep_buffer_bytes(m, sh, lay, 8)[0]) < deepep
+    split = layouts_from_strategies([Strategy(tp=2, ep=4, etp=2, moe_flex_dispatcher=True)], 64, gpu_id="h100")
+    assert float(deepep_buffer_bytes(m, split)[0]) == deepep  # a group of 4 EP x 2 ETP = 8 ranks
+    off = layouts_from_strategies([Strategy(ep=8, moe_flex_dispatcher=False)], 64, gpu_id="h100")
+    assert float(deepep_buffer_bytes(m, off)[0]) == 0.0

@@ -186,9 +186,9 @@ def dispatcher_state_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
     return (4.0 + 1.0) * m.num_experts * sh.routed_tokens + permute_row_id_map_bytes(m, sh)
 
 
-def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
-    """GPU memory the flex token dispatcher allocates once per rank for its communication buffers, bytes: HybridEP's
-    (the larger of Megatron's two flex backends; DeepEP's NVLink and RDMA buffers are 0.2-0.7 GiB at these sizes).
+def hybridep_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
+    """GPU memory HybridEP (Megatron's `--moe-flex-dispatcher-backend hybridep`) allocates once per rank for its
+    communication buffers, bytes.
     HybridEP sizes its buffers for every rank's tokens of the expert-parallel group G (DeepEP hybrid-ep branch,
     csrc/hybrid_ep/buffer/intranode.cu: max tokens = T x G; token buffer T G H x 2 bytes, routing probabilities
     T G (E_local x ranks per NVLink domain) x 4, scaling factors T G (H / 128) x 4, the all-gathered routing map
@@ -209,6 +209,99 @@ def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_pe
     combine = 2 * (n - 1) * t * (2 * h + 4 * e_local * r)
     internode = np.where(n > 1, dispatch + combine, 0.0)
     return np.where(lay.moe_flex_dispatcher & (lay.ep > 1), intranode + internode, 0.0) if m.is_moe else 0.0 * g
+
+
+
+# DeepEP's normal-mode (high-throughput) buffer, as Megatron sizes it. Sources, DeepEP at 567632dd (the last
+# commit with the pre-EPv2 layout that Megatron's fused_a2a.py imports; megatron docker/Dockerfile.ci.dev
+# DEEPEP_COMMIT pins de0dd118 of that line):
+# - csrc/kernels/configs.cuh:3 NUM_MAX_NVL_PEERS 8; :5 NUM_WORKSPACE_BYTES 32 MiB; :7 NUM_BUFFER_ALIGNMENT_BYTES
+#   128; :71-77 topk_idx_t int64 unless built with TOPK_IDX_BITS (Megatron's Dockerfile does not set it).
+# - csrc/kernels/internode.cu:17-39 get_source_meta_bytes() = sizeof(SourceMeta) = two ints, 8 bytes.
+# - csrc/config.hpp:52-74 get_nvl_buffer_size_hint and :76-104 get_rdma_buffer_size_hint (kNumMaxTopK = 128 and
+#   kNumMaxScales = 128 at :55-56 and :84-85; the Config constructor at :46 aligns the RDMA recv chunk up to a
+#   multiple of the RDMA send chunk).
+# - deep_ep/buffer.py:233-260 get_dispatch_config and :263-290 get_combine_config, Config(num_sms, nvl send,
+#   nvl recv, rdma send, rdma recv) by rank count; any other rank count asserts.
+# - csrc/deep_ep.cpp:146-148 barrier signals and peer pointers (8 x 4 + 8 x 8 + 8 x 8 bytes) are allocated with
+#   the NVLink buffer (:182-183); :197 the 32 MiB workspace; :368 the RDMA buffer, from NVSHMEM's symmetric heap.
+# Megatron (d98e8a64): megatron/core/transformer/moe/fused_a2a.py:36-69 get_buffer takes, per buffer, the larger
+# of the dispatch and combine configs' hints for group.size(), with hidden_bytes = hidden x max(element size, 2)
+# (:24-33, so 2 bytes per element for bf16 or FP8 tokens); token_dispatcher.py:1837-1838 passes tp_ep_group, the
+# expert-tensor-and-model-parallel group of ETP x EP ranks (process_groups_config.py:244-246); :1288-1292 sets
+# num_sms to moe_flex_dispatcher_num_sms or 20 (autoplan emits no SM count, so 20).
+_DEEPEP_NVL_PEERS = 8
+_DEEPEP_MAX_TOPK = 128
+_DEEPEP_MAX_SCALES = 128
+_DEEPEP_TOPK_IDX_BYTES = 8
+_DEEPEP_SOURCE_META_BYTES = 8
+_DEEPEP_INT4_BYTES = 16
+_DEEPEP_WORKSPACE_BYTES = 32 * 1024 ** 2
+_DEEPEP_PEER_BYTES = _DEEPEP_NVL_PEERS * (4 + 8 + 8)
+_DEEPEP_NUM_SMS = 20
+# rank count: (dispatch (nvl recv, rdma send, rdma recv), combine (the same)); nvl send chunks do not size buffers.
+_DEEPEP_CONFIGS = {
+    2: ((256, 6, 128), (256, 6, 128)), 4: ((256, 6, 128), (256, 6, 128)), 8: ((256, 6, 128), (256, 6, 128)),
+    16: ((288, 20, 128), (288, 12, 128)), 24: ((288, 8, 128), (288, 8, 128)), 32: ((288, 8, 128), (288, 8, 128)),
+    48: ((288, 8, 128), (288, 8, 128)), 64: ((288, 8, 128), (288, 8, 128)), 96: ((480, 12, 128), (480, 8, 128)),
+    128: ((560, 12, 128), (560, 8, 128)), 144: ((720, 12, 128), (720, 8, 128)),
+    160: ((720, 12, 128), (720, 8, 128)),
+}
+
+
+def _align(x, a):
+    return np.ceil(np.asarray(x, dtype=float) / a) * a
+
+
+def deepep_nvl_buffer_hint(hidden_bytes, num_ranks, nvl_recv_tokens, num_sms=_DEEPEP_NUM_SMS):
+    """DeepEP's `Config::get_nvl_buffer_size_hint` (csrc/config.hpp:52-74), bytes, for one config."""
+    num_ranks = np.asarray(num_ranks, dtype=float)
+    rdma = np.maximum(np.floor(num_ranks / _DEEPEP_NVL_PEERS), 1.0)
+    nvl = np.minimum(num_ranks, _DEEPEP_NVL_PEERS)
+    ch = num_sms // 2
+    per_token = (hidden_bytes + _DEEPEP_SOURCE_META_BYTES + _DEEPEP_MAX_TOPK * _DEEPEP_TOPK_IDX_BYTES
+                 + _DEEPEP_MAX_TOPK * FP32 + _DEEPEP_MAX_SCALES * FP32)
+    return _align(ch * nvl * (2 * rdma + 3) * 4 + ch * nvl * nvl_recv_tokens * per_token, 128)
+
+
+def deepep_rdma_buffer_hint(hidden_bytes, num_ranks, rdma_send_tokens, rdma_recv_tokens, num_sms=_DEEPEP_NUM_SMS):
+    """DeepEP's `Config::get_rdma_buffer_size_hint` (csrc/config.hpp:76-104), bytes, for one config: zero within
+    one NVLink node (num_ranks <= 8)."""
+    num_ranks = np.asarray(num_ranks, dtype=float)
+    rdma = np.floor(num_ranks / _DEEPEP_NVL_PEERS)
+    ch = num_sms // 2
+    recv = _align(rdma_recv_tokens, rdma_send_tokens)  # Config constructor, config.hpp:46
+    per_token = 2 * (hidden_bytes + _DEEPEP_SOURCE_META_BYTES + _DEEPEP_MAX_TOPK * _DEEPEP_TOPK_IDX_BYTES
+                     + _DEEPEP_MAX_TOPK * FP32 + _DEEPEP_MAX_SCALES * FP32 + _DEEPEP_INT4_BYTES)
+    b = _align(ch * rdma * (_DEEPEP_NVL_PEERS * 2 + 2) * 2 * 4 + ch * rdma * recv * per_token, 128)
+    return np.where(num_ranks > _DEEPEP_NVL_PEERS, b, 0.0)
+
+
+def deepep_buffer_bytes(m: ModelSpec, lay: Layouts):
+    """GPU memory DeepEP (Megatron's `--moe-flex-dispatcher-backend deepep`, the default, and the deprecated
+    `--moe-enable-deepep`) allocates once per rank, bytes: the NVLink and RDMA buffers Megatron's get_buffer sizes
+    as the larger of DeepEP's dispatch and combine hints for the ETP x EP group (sources above), plus the barrier
+    signals and peer pointers allocated with the NVLink buffer and the 32 MiB workspace. Independent of the token
+    count. Zero without the flex dispatcher or where the group has a rank count DeepEP has no config for (it
+    asserts there, so no DeepEP run of that size exists)."""
+    hb = float(m.moe_latent_size or m.hidden_size) * BF16
+    g = (lay.ep * lay.etp).astype(float)
+    out = np.zeros_like(g)
+    for ranks, configs in _DEEPEP_CONFIGS.items():
+        nvl = max(float(deepep_nvl_buffer_hint(hb, ranks, c[0])) for c in configs)
+        rdma = max(float(deepep_rdma_buffer_hint(hb, ranks, c[1], c[2])) for c in configs)
+        out = np.where(g == ranks, nvl + _DEEPEP_PEER_BYTES + _DEEPEP_WORKSPACE_BYTES + rdma, out)
+    return np.where(lay.moe_flex_dispatcher, out, 0.0) if m.is_moe else 0.0 * g
+
+
+def flex_dispatcher_buffer_bytes(m: ModelSpec, sh: Shard, lay: Layouts, ranks_per_domain):
+    """GPU memory the flex token dispatcher allocates once per rank for its communication buffers, bytes: the larger
+    of its two backends' (HybridEP's, `hybridep_buffer_bytes`, and DeepEP's, `deepep_buffer_bytes`). autoplan
+    emits `--moe-flex-dispatcher-backend hybridep`, but an imported Megatron run may use either backend under the
+    same switch and the planner does not know which, so memory is priced for the larger. Neither is always the
+    larger: HybridEP's grows with the rank's tokens and the group, DeepEP's is fixed by the group size (DeepSeek-V3
+    at EP 8: HybridEP about 0.12 GiB at 1024 tokens per rank and 0.48 GiB at 4096, DeepEP 0.34 GiB at both)."""
+    return np.maximum(hybridep_buffer_bytes(m, sh, lay, ranks_per_domain), deepep_buffer_bytes(m, lay))
 
 
 def moe_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
