@@ -513,9 +513,9 @@ def _timeline(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob,
         mean, _ = _all_admitted(sm, job.prompt_len, own, prefill_each)
         slow, last_admit = _all_admitted(sm, job.prompt_len, batch, prefill_each)
     else:
-        top = int(np.flatnonzero(order == per_engine - 1)[0])  # where the longest arrives
-        (slow, last_admit), (mean, _) = _admitted_in_turn(sm, job.prompt_len, batch, slots, prefill_each, top,
-                                                          float(own[top]))
+        top_at = int(np.flatnonzero(order == per_engine - 1)[0])  # where the longest arrives
+        (slow, last_admit), (mean, _) = _admitted_in_turn(sm, job.prompt_len, batch, slots, prefill_each, top_at,
+                                                          float(own[top_at]))
     return mean, slow, throughput, slow - last_admit
 
 

@@ -22,7 +22,6 @@ and gets no such term."""
 from __future__ import annotations
 
 import itertools
-
 import math
 from dataclasses import dataclass
 from functools import lru_cache
