@@ -86,7 +86,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import Dict
 
@@ -284,21 +284,26 @@ class StepModel:
     flops: float
     dp: int
 
-    def time(self, n: int, total_context: float) -> float:
-        """Seconds of one decode step with n sequences in the engine and `total_context` tokens over them."""
-        group_ctx = total_context / self.dp
-        gemms = max(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
-        attention = max(self.kv_read_per_token * group_ctx / self.hbm,
-                        self.attn_flops_per_token * group_ctx / self.flops)
-        return gemms + attention + self.comm[n] + self.launch + self.overhead
+    @cached_property
+    def fixed(self) -> np.ndarray:
+        """Seconds of a step at each n apart from attention: max(weight bytes, GEMM FLOPs) + communication +
+        launches + the engine's overhead."""
+        return np.maximum(self.mem_fixed / self.hbm, self.flops_fixed / self.flops) + self.comm + self.launch + \
+            self.overhead
 
-    def times(self, n: np.ndarray, total_context: np.ndarray) -> np.ndarray:
-        """`time` over arrays of batch sizes and contexts."""
-        group_ctx = total_context / self.dp
-        gemms = np.maximum(self.mem_fixed[n] / self.hbm, self.flops_fixed[n] / self.flops)
-        attention = np.maximum(self.kv_read_per_token * group_ctx / self.hbm,
-                               self.attn_flops_per_token * group_ctx / self.flops)
-        return gemms + attention + self.comm[n] + self.launch + self.overhead
+    @cached_property
+    def per_context_token(self) -> float:
+        """Seconds of attention per token of context over the engine: both its bytes and its FLOPs grow linearly
+        with the context, so max(KV bytes, attention FLOPs) is the context times the larger rate."""
+        return max(self.kv_read_per_token / self.hbm, self.attn_flops_per_token / self.flops) / self.dp
+
+    def times(self, n, total_context):
+        """Seconds of one decode step with n sequences in the engine and `total_context` tokens over them (scalars
+        or arrays)."""
+        return self.fixed[n] + self.per_context_token * total_context
+
+    def time(self, n: int, total_context: float) -> float:
+        return float(self.times(n, total_context))
 
 
 def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch: int,
@@ -544,6 +549,7 @@ def _event_loop(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int,
     start_sum, last_admit = st["start_sum"], st["last_admit"]
     forked, fork_at = None, math.inf
     admitted = 0
+    fixed, per_token = sm.fixed.tolist(), sm.per_context_token  # StepModel.times, inlined for the loop's speed
     while heap or queue < count:
         while queue < count and running < slots:
             if queue == top:
@@ -567,7 +573,7 @@ def _event_loop(sm: StepModel, prompt_len: int, lengths: np.ndarray, slots: int,
         steps = end - step
         if steps > 0:  # context of the running set at the middle of the interval: prompts + tokens so far
             ctx = running * (prompt_len + step + steps / 2.0) - start_sum
-            t += steps * sm.time(running, ctx)
+            t += steps * (fixed[running] + per_token * ctx)
             step = end
         while heap and heap[0][0] <= step:
             _, started = heapq.heappop(heap)
