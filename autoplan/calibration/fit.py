@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -217,19 +217,33 @@ def prior_spreads(jd: np.ndarray, residual: np.ndarray, cov: np.ndarray, sd: np.
     return 1.0 if odds > 0 else scale
 
 
-def linearised(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT, constants: Sequence[Constant] = CONSTANTS
-               ) -> Tuple[np.ndarray, np.ndarray]:
+def log_step_derivatives(log_pred: Callable[[np.ndarray], np.ndarray], z: np.ndarray, lp: np.ndarray,
+                         upper: np.ndarray) -> np.ndarray:
+    """d log step / d z at `z` (runs x constants), `lp` = log_pred(z): forward differences of FD_STEP in each
+    constant's coordinate, backward where the step would leave the constant's upper bound."""
+    cols = []
+    for i in range(len(z)):
+        h = FD_STEP if z[i] + FD_STEP <= upper[i] else -FD_STEP
+        dz = z.copy()
+        dz[i] += h
+        cols.append((log_pred(dz) - lp) / h)
+    return np.array(cols).T
+
+
+def linearised(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT, constants: Sequence[Constant] = CONSTANTS,
+               predict: Optional[Predictor] = None) -> Tuple[np.ndarray, np.ndarray]:
     """(log predicted - log measured step time at the priors, d log step / d z there: runs x constants) of runs on
-    one GPU type; finite differences of FD_STEP in each constant's coordinate."""
-    predict = Predictor(runs, base)
+    one GPU type (`predict`: the runs' Predictor, when the caller has one)."""
+    predict = predict or Predictor(runs, base)
     priors = priors_of(runs[0].cluster, base)
     z0 = np.array([c.to_z(priors[c.name]) for c in constants])
-    lp = np.log(predict.step_times(priors))
-    cols = []
-    for i, c in enumerate(constants):
-        h = FD_STEP if z0[i] + FD_STEP <= c.z_bounds()[1] else -FD_STEP
-        cols.append((np.log(predict.step_times({**priors, c.name: c.from_z(float(z0[i] + h))})) - lp) / h)
-    return lp - np.log(np.array([r.step_time_s for r in runs])), np.array(cols).T
+
+    def log_pred(z: np.ndarray) -> np.ndarray:
+        return np.log(predict.step_times({**priors, **{c.name: c.from_z(float(x)) for c, x in zip(constants, z)}}))
+
+    lp = log_pred(z0)
+    upper = np.array([c.z_bounds()[1] for c in constants])
+    return lp - np.log(np.array([r.step_time_s for r in runs])), log_step_derivatives(log_pred, z0, lp, upper)
 
 
 def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
@@ -243,7 +257,7 @@ def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
     measured = np.log(np.array([r.step_time_s for r in runs]))
     cov = run_covariance(runs)
     whiten = np.linalg.inv(np.linalg.cholesky(cov))  # residual -> independent unit-variance terms
-    residual0, jd0 = linearised(runs, base, constants)
+    residual0, jd0 = linearised(runs, base, constants, predict)
     scale = prior_spreads(jd0, residual0, cov, np.array([c.prior_sd for c in constants]),
                           is_catalogue_gpu(runs[0].cluster))
 
@@ -263,13 +277,7 @@ def fit(runs: Sequence[MeasuredRun], base: Calibration = DEFAULT,
             return np.concatenate([whiten @ (lp - measured), (z - z0) / sd])
 
         def jacobian(z: np.ndarray, lp: np.ndarray) -> np.ndarray:
-            cols = []
-            for i in range(len(z)):
-                h = FD_STEP if z[i] + FD_STEP <= hi[i] else -FD_STEP
-                dz = z.copy()
-                dz[i] += h
-                cols.append((log_pred(dz) - lp) / h)
-            return np.array(cols).T  # (runs, constants), d log step / d z
+            return log_step_derivatives(log_pred, z, lp, hi)
 
         z = z0.copy()
         lp = log_pred(z)
