@@ -18,6 +18,8 @@ from autoplan.rl.spec import Placement, RLJob, RolloutLayout, parse_placement, p
 from autoplan.errors import InputError
 from tests.conftest import run_cli
 
+H100_NODE = hardware_of(load_cluster("h100", 8))  # one 8-GPU H100 node, the hardware of most rollout checks
+
 
 def _job(**kw):
     base = dict(algo="grpo", prompts=64, samples=8, prompt_len=512, response_len=1024, max_response_len=4096,
@@ -56,7 +58,7 @@ def test_mla_kv_is_one_latent_per_token_on_every_tp_rank():
 
 def test_kv_capacity_is_requested_memory_less_weights_activation_and_context():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     vllm = RolloutLayout(engine="vllm", tp=2, engines=4, gpu_memory_utilization=0.7)
     sgl = vllm.model_copy(update={"engine": "sglang"})
     weights = R.engine_weights(m, vllm).total
@@ -72,7 +74,7 @@ def test_kv_capacity_is_requested_memory_less_weights_activation_and_context():
 
 def test_the_kv_cache_decides_the_admitted_batch():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, engines=8, gpu_memory_utilization=0.5)
     job = _job(prompts=1024, samples=8, prompt_len=2048, response_len=8192, max_response_len=8192)
     sim = R.simulate(m, lay, hw, job)
@@ -83,7 +85,7 @@ def test_the_kv_cache_decides_the_admitted_batch():
 
 def test_small_batch_decode_reads_every_weight_once():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, engines=8)
     sm = R.step_model(m, lay, hw, 8)
     weights = R.engine_weights(m, lay).total
@@ -96,7 +98,7 @@ def test_small_batch_decode_reads_every_weight_once():
 
 def test_large_batch_decode_is_compute_bound():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, engines=8)
     n = 4096
     sm = R.step_model(m, lay, hw, n)
@@ -108,7 +110,7 @@ def test_a_long_context_large_batch_step_adds_the_kv_reads_to_the_gemms():
     """The GEMMs and the attention are kernels run one after the other: a compute-bound GEMM phase does not hide the
     KV cache's HBM reads."""
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, engines=8)
     n, ctx = 1024, 1024 * 2048
     sm = R.step_model(m, lay, hw, n)
@@ -146,7 +148,7 @@ def test_decode_latency_against_vllm_published_figures(name, tp, ms):
 
 def test_moe_decode_reads_only_the_experts_its_tokens_chose():
     m = load_model("qwen3-30b-a3b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, dp=1, ep=1, engines=8)
     sm = R.step_model(m, lay, hw, 2)
     w = R.engine_weights(m, lay)
@@ -157,7 +159,7 @@ def test_moe_decode_reads_only_the_experts_its_tokens_chose():
 
 def test_eager_decode_pays_kernel_launches():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     graphs = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 4)
     eager = R.step_model(m, RolloutLayout(tp=1, engines=8, cuda_graphs=False), hw, 4)
     assert eager.time(1, 0.0) - graphs.time(1, 0.0) == pytest.approx(
@@ -201,7 +203,7 @@ def test_expected_longest_without_a_cap_is_theta_times_the_harmonic_number():
 
 def test_the_slowest_engine_holds_the_batch_longest_and_the_mean_engine_its_own():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     job = _job(prompts=256, response_len=2048, max_response_len=32768)
     eight = R.simulate(m, RolloutLayout(tp=1, engines=8), hw, job)
     assert eight.seconds > eight.mean_seconds  # the batch's longest draw outlasts an engine's own
@@ -223,7 +225,7 @@ def test_the_slowest_engine_holds_the_batch_longest_and_the_mean_engine_its_own(
 
 def test_a_long_tail_makes_the_rollout_drain():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     lay = RolloutLayout(tp=1, engines=8)
     even = R.simulate(m, lay, hw, _job(prompts=256, response_len=2048, max_response_len=2048))
     tail = R.simulate(m, lay, hw, _job(prompts=256, response_len=2048, max_response_len=16384))
@@ -551,7 +553,7 @@ def test_only_an_engine_that_keeps_its_weights_on_the_host_copies_them_and_needs
 
 def test_all_admitted_closed_form_is_the_event_loop():
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, 300)
     lengths = R.response_lengths(2048, 16384, 300)[R._arrival_order(300)]
     closed = R._all_admitted(sm, 512, lengths, 0.01)
@@ -564,7 +566,7 @@ def test_the_mean_engine_forked_from_the_slowest_is_its_own_run(count, slots):
     """The mean engine's run (its longest shorter) continues from the slowest engine's state: the same result as
     running it alone."""
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     sm = R.step_model(m, RolloutLayout(tp=1, engines=8), hw, slots)
     order = R._arrival_order(count)
     own = R.response_lengths(1500, 12000, count)
@@ -644,7 +646,7 @@ def test_correlated_lengths_give_spread_between_engines_where_the_cap_hid_it():
     # every engine reaches the cap among its independent draws, so no engine is slower than the mean; correlated
     # samples of whole prompts leave some engines short of it
     m = load_model("llama3-8b", ())
-    hw = hardware_of(load_cluster("h100", 8))
+    hw = H100_NODE
     job = _job(prompts=256, samples=16, response_len=2048, max_response_len=8192)
     lay = RolloutLayout(tp=1, engines=8)
     independent = R.simulate(m, lay, hw, job)
