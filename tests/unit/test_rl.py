@@ -507,21 +507,26 @@ def test_cli_micro_batch_tokens_default_admit_the_longest_sequence_and_a_smaller
 
 # ---- the colocated switch: states moved between GPU and host where verl times it ---------------------------------
 
+SWITCH_MODEL, SWITCH_CLUSTER = load_model("llama3-8b", ()), load_cluster("h100", 16)
+SWITCH_ROLLOUT = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
+
+
+def _colocated_tp2(**fixed):
+    """The best colocated plan of Llama-3 8B on 16 H100 at training tp 2 and the SWITCH_ROLLOUT layout."""
+    col = Placement(kind="colocated", gpus=16, train_gpus=16)
+    (plan,), _ = search(SWITCH_MODEL, SWITCH_CLUSTER, _job(), Fixed(train={"tp": 2, "pp": 1}, placement=col,
+                                                                  rollout=SWITCH_ROLLOUT, **fixed), top_k=1)
+    return plan
+
+
 def test_colocated_switch_moves_the_offloaded_weights_twice_and_a_split_pool_never_switches():
     from autoplan.rl.train import price_training
 
-    m = load_model("llama3-8b", ())
-    c = load_cluster("h100", 16)
-    hw = hardware_of(c)
-    col = Placement(kind="colocated", gpus=16, train_gpus=16)
-    rollout = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
-    (swap,), _ = search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="swap", placement=col,
-                                            rollout=rollout), top_k=1)
-    (kept,), _ = search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="none", placement=col,
-                                            rollout=rollout), top_k=1)
+    m, c = SWITCH_MODEL, SWITCH_CLUSTER
+    swap, kept = _colocated_tp2(offload="swap"), _colocated_tp2(offload="none")
     tp = price_training(m, c, _job(), [swap.strategy], ["swap"])
     weights = float(tp.weights_bytes[0])
-    move = 2.0 * weights / hw.host_bytes_per_s
+    move = 2.0 * weights / hardware_of(c).host_bytes_per_s
     assert swap.phases["switch"] == pytest.approx(move)  # vLLM at sleep level 2 copies none of its own weights
     assert swap.phases["old_log_prob"] == pytest.approx(float(tp.log_prob[0]) + move)
     assert kept.phases["switch"] == 0.0 and kept.phases["old_log_prob"] == pytest.approx(float(tp.log_prob[0]))
@@ -535,17 +540,11 @@ def test_colocated_switch_moves_the_offloaded_weights_twice_and_a_split_pool_nev
 
 
 def test_only_an_engine_that_keeps_its_weights_on_the_host_copies_them_and_needs_the_host_ram():
-    m = load_model("llama3-8b", ())
-    c = load_cluster("h100", 16)
-    hw = hardware_of(c)
-    col = Placement(kind="colocated", gpus=16, train_gpus=16)
-    lay = {"tp": 1, "engines": 16, "gpu_memory_utilization": 0.6}
-    plans = {e: search(m, c, _job(), Fixed(train={"tp": 2, "pp": 1}, offload="none", placement=col, rollout=lay,
-                                           engine=e), top_k=1)[0][0] for e in ("vllm", "sglang")}
-    engine_w = R.engine_weights(m, RolloutLayout(**lay)).total
+    plans = {e: _colocated_tp2(offload="none", engine=e) for e in ("vllm", "sglang")}
+    engine_w = R.engine_weights(SWITCH_MODEL, RolloutLayout(**SWITCH_ROLLOUT)).total
     assert not R.WEIGHTS_ON_HOST_ASLEEP["vllm"] and R.WEIGHTS_ON_HOST_ASLEEP["sglang"]
     assert plans["sglang"].phases["switch"] - plans["vllm"].phases["switch"] == pytest.approx(
-        2.0 * engine_w / hw.host_bytes_per_s)
+        2.0 * engine_w / hardware_of(SWITCH_CLUSTER).host_bytes_per_s)
     assert plans["sglang"].host_mem_gib - plans["vllm"].host_mem_gib == pytest.approx(8 * engine_w / GIB)
 
 
