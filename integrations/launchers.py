@@ -14,13 +14,16 @@ cleaned up with `os.killpg` SIGTERM, then SIGKILL after a grace period, so nothi
 happens when this process is interrupted (SIGINT/SIGTERM raise here and the cleanup runs on the way out) and when
 it dies without a chance to clean up (SIGKILL, a crash): a small reaper process, started first, holds the read end
 of a pipe from this process; when the pipe closes without a release it kills every group of the launch, so ranks
-never outlive their launcher, and their ports go with them. A group is killed as a whole (`killpg`), so torchrun's
+never outlive their launcher, and their ports go with them. Each command starts behind a gate (`GATE`) that lets
+it run only once the reaper knows its group, so a launcher killed in between leaves nothing either. A group is killed as a whole (`killpg`), so torchrun's
 workers and anything the ranks started go too.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -93,10 +96,42 @@ def group_alive(pgid: int) -> bool:
         return True
 
 
-def _spawn(argv: List[str], env: Dict[str, str], cwd: str, log) -> subprocess.Popen:
-    # A new session makes the child lead its own process group, which killpg reaches with all its descendants.
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+# The gate every command starts behind: it waits for one byte on an inherited pipe before it becomes the command
+# (exec keeps its pid, session and environment). The launcher sends the byte only after the reaper knows the new
+# process group, so a launcher killed between starting a rank and registering it (SIGKILL under load) leaves a gate
+# that reads end of file and exits, never a rank nobody will end.
+GATE = """
+import os, sys
+fd = int(sys.argv[1])
+go = os.read(fd, 1)
+os.close(fd)
+if go != b"g":
+    os._exit(1)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+def _spawn(argv: List[str], env: Dict[str, str], cwd: str, log, register: Callable[[int], None]) -> subprocess.Popen:
+    """Start `argv` in a new session (the child leads its own process group, which killpg reaches with all its
+    descendants) behind GATE, call `register(pid)`, then let it run."""
+    if shutil.which(argv[0], path=os.pathsep.join(os.get_exec_path(env))) is None:  # as Popen would raise
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", GATE, str(read_end), *argv], env=env, cwd=cwd, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                pass_fds=(read_end,))
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    try:
+        register(proc.pid)
+        os.write(write_end, b"g")
+    finally:
+        os.close(write_end)
+    return proc
 
 
 # The reaper: reads "pgid" lines and "locks SINCE ROOT" lines, then "release" (the launch cleaned up itself) or end
@@ -210,8 +245,7 @@ def run_group(commands: List[List[str]], envs: List[Dict[str, str]], cwd: str, l
     try:
         with open(log_path, "ab", buffering=0) as log:
             for cmd, env in zip(commands, envs):
-                procs.append(_spawn(cmd, env, cwd, log))
-                reaper.watch(procs[-1].pid)
+                procs.append(_spawn(cmd, env, cwd, log, reaper.watch))
             codes = _wait_all(procs, start + timeout_s, on_tick)
     finally:
         # On a hang, an interrupt, or when one rank died while its peers wait forever in a collective, this ends

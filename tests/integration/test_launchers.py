@@ -155,6 +155,35 @@ def test_launcher_killed_leaves_no_rank_and_no_port(tmp_path, sig):
         sock.bind(("127.0.0.1", port))
 
 
+# The launcher dies in the moment between starting a rank and telling the reaper about it (register exits the
+# process before it returns): the rank must never start.
+DIES_BEFORE_REGISTERING = textwrap.dedent("""
+    import os, sys
+    from autoplan.integrations.launchers import _spawn
+    marker = sys.argv[1]
+    with open(os.devnull, "wb") as log:
+        _spawn([sys.executable, "-c", "import sys, time; open(sys.argv[1], 'w').close(); time.sleep(300)", marker],
+               dict(os.environ), ".", log, register=lambda pid: (print(pid, flush=True), os._exit(9)))
+""")
+
+
+def test_launcher_killed_before_registering_a_rank_leaves_nothing(tmp_path):
+    marker = tmp_path / "rank-ran"
+    done = subprocess.run([sys.executable, "-c", DIES_BEFORE_REGISTERING, str(marker)], capture_output=True,
+                          text=True, timeout=deadline_s(4))
+    assert done.returncode == 9, done.stderr
+    gate = int(done.stdout.split()[0])
+    _wait_for(lambda: not _alive(gate), deadline_s(2), "the gated process gone")
+    assert not marker.exists()  # the command never ran
+
+
+def test_spawn_of_a_missing_program_raises_as_popen_does(tmp_path):
+    from autoplan.integrations.launchers import _spawn
+
+    with open(os.devnull, "wb") as log, pytest.raises(FileNotFoundError):
+        _spawn([str(tmp_path / "no-such-program")], dict(os.environ), str(tmp_path), log, register=lambda pid: None)
+
+
 def test_launcher_killed_mid_build_leaves_no_build_lock(tmp_path):
     """The launching process is SIGKILLed while its ranks hold torch extension-build locks (a JIT op build): the
     reaper ends the ranks and then removes the locks they left, so the next start does not find a stale lock."""
