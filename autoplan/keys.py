@@ -207,7 +207,7 @@ LAYOUT_KEYS: Tuple[Key, ...] = (
     _int("cp", "Context-parallel degree (sequence split for attention); 1 = off.", "every legal degree",
          ("--context-parallel-size N",), imported=("megatron",)),
     _int("ep", "Expert-parallel degree (inside dp*cp, MoE parallel folding); 1 = off.",
-         "every legal degree (MoE), EP*ETP inside the NVLink domain (--allow ep-outside-domain: all)",
+         "every legal degree (MoE), across NVLink domains too (all-to-all priced over the network)",
          ("--expert-model-parallel-size N",), imported=("megatron",)),
     _int("etp", "Tensor-parallel degree of expert layers.", "every legal degree (MoE)",
          ("--expert-tensor-parallel-size N",), imported=("megatron",)),
