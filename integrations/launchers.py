@@ -114,7 +114,12 @@ os.execvp(sys.argv[2], sys.argv[2:])
 def _spawn(argv: List[str], env: Dict[str, str], cwd: str, log, register: Callable[[int], None]) -> subprocess.Popen:
     """Start `argv` in a new session (the child leads its own process group, which killpg reaches with all its
     descendants) behind GATE, call `register(pid)`, then let it run."""
-    if shutil.which(argv[0], path=os.pathsep.join(os.get_exec_path(env))) is None:  # as Popen would raise
+    # As Popen itself would raise: a bare name is looked up on the command's PATH, a path from its working folder.
+    if os.sep in argv[0]:
+        found = os.access(os.path.join(cwd, argv[0]), os.X_OK)
+    else:
+        found = shutil.which(argv[0], path=os.pathsep.join(os.get_exec_path(env))) is not None
+    if not found:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
     read_end, write_end = os.pipe()
     try:

@@ -182,6 +182,15 @@ def test_spawn_of_a_missing_program_raises_as_popen_does(tmp_path):
 
     with open(os.devnull, "wb") as log, pytest.raises(FileNotFoundError):
         _spawn([str(tmp_path / "no-such-program")], dict(os.environ), str(tmp_path), log, register=lambda pid: None)
+    with open(os.devnull, "wb") as log, pytest.raises(FileNotFoundError):
+        _spawn(["no-such-program-on-path"], dict(os.environ), str(tmp_path), log, register=lambda pid: None)
+    # A relative path is found from the command's working folder, as Popen(cwd=...) finds it.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "prog").write_text("#!/bin/sh\nexit 7\n")
+    (tmp_path / "bin" / "prog").chmod(0o755)
+    with open(os.devnull, "wb") as log:
+        proc = _spawn(["bin/prog"], dict(os.environ), str(tmp_path), log, register=lambda pid: None)
+    assert proc.wait(timeout=deadline_s(2)) == 7
 
 
 def test_launcher_killed_mid_build_leaves_no_build_lock(tmp_path):
