@@ -15,8 +15,8 @@ happens when this process is interrupted (SIGINT/SIGTERM raise here and the clea
 it dies without a chance to clean up (SIGKILL, a crash): a small reaper process, started first, holds the read end
 of a pipe from this process; when the pipe closes without a release it kills every group of the launch, so ranks
 never outlive their launcher, and their ports go with them. Each command starts behind a gate (`GATE`) that lets
-it run only once the reaper knows its group, so a launcher killed in between leaves nothing either. A group is killed as a whole (`killpg`), so torchrun's
-workers and anything the ranks started go too.
+it run only once the reaper knows its group, so a launcher killed in between leaves nothing either. A group is
+killed as a whole (`killpg`), so torchrun's workers and anything the ranks started go too.
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from autoplan.errors import InputError
-from autoplan.integrations.launchers import KILL_GRACE_S, LaunchRequest, kill_groups, launch, torchrun_command
+from autoplan.integrations.launchers import (KILL_GRACE_S, LaunchRequest, _spawn, kill_groups, launch,
+                                            torchrun_command)
 from conftest import deadline_s
 
 FAKE_BIN = Path(__file__).parents[1] / "fixtures" / "bin"
@@ -178,8 +179,6 @@ def test_launcher_killed_before_registering_a_rank_leaves_nothing(tmp_path):
 
 
 def test_spawn_of_a_missing_program_raises_as_popen_does(tmp_path):
-    from autoplan.integrations.launchers import _spawn
-
     with open(os.devnull, "wb") as log, pytest.raises(FileNotFoundError):
         _spawn([str(tmp_path / "no-such-program")], dict(os.environ), str(tmp_path), log, register=lambda pid: None)
     with open(os.devnull, "wb") as log, pytest.raises(FileNotFoundError):
