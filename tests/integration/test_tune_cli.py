@@ -26,6 +26,9 @@ LOGS = HERE / "fixtures" / "logs"
 # during the test. Four times that is its hang deadline: an ok probe finishes
 # within it, a hung one is killed at it.
 PROBE_STARTUPS = 32
+# A probe that hangs sleeps at its first iteration whatever its deadline, so the deadline of a run that holds only
+# the hanging probe need only outlast the launch and the kill: a few start-ups.
+HANG_STARTUPS = 4
 
 
 def _tune(args, cwd, env=None, timeout=None):
@@ -50,16 +53,30 @@ def _processes_mentioning(text: str):
 
 @pytest.mark.slow
 def test_deepspeed_tune_with_failing_and_hanging_probes_then_resume(tmp_path):
-    env = dict(os.environ, AUTOPLAN_TUNE_FAULTS="1:fail,2:hang")
-    args = ["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
-            "--engine", "deepspeed", "--trials", "4", "--storage", "sqlite:///study.db", "--out", "out",
-            "--probe-timeout", str(round(deadline_s(PROBE_STARTUPS))), "--json"]
-    done = _tune(args, tmp_path, env)
+    """A hung probe is killed at its deadline and recorded, a failing one recorded, and a resumed study goes on with
+    new plans. The hang runs first, alone, under a short deadline (it sleeps at its first iteration, so any deadline
+    kills it); the probes that must finish run on resume under the full PROBE_STARTUPS deadline, which they never
+    wait out."""
+    base = ["--model", str(TINY), "--cluster", "cpu", "--gpus", "2", "--seq", "128", "--gbs", "8",
+            "--engine", "deepspeed", "--storage", "sqlite:///study.db", "--out", "out", "--json"]
+    hung = _tune(base + ["--trials", "1", "--probe-timeout", str(round(deadline_s(HANG_STARTUPS)))], tmp_path,
+                 dict(os.environ, AUTOPLAN_TUNE_FAULTS="0:hang"))
+    # No probe of the study has succeeded yet: exit 3 (a probe failure), the trial recorded in the report.
+    assert hung.returncode == 3, hung.stderr[-3000:]
+    assert "no probe of study 'autoplan-tune' succeeded" in hung.stderr
+    first = json.loads((tmp_path / "out" / "tune_report.json").read_text())
+    assert [t["status"] for t in first["trials"]] == ["hung"]
+    assert "timed out" in first["trials"][0]["reason"]
+    assert not _processes_mentioning(str(tmp_path / "out" / "trials"))  # the hung probe left nothing
+
+    done = _tune(base + ["--trials", "3", "--probe-timeout", str(round(deadline_s(PROBE_STARTUPS)))], tmp_path,
+                 dict(os.environ, AUTOPLAN_TUNE_FAULTS="2:fail"))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert [t["status"] for t in report["trials"]] == ["ok", "failed", "hung", "ok"]
-    assert "AUTOPLAN_FAULT=fail" in report["trials"][1]["reason"]
-    assert "timed out" in report["trials"][2]["reason"]
+    assert [t["number"] for t in report["trials"]] == [0, 1, 2, 3]
+    assert len({t["label"] for t in report["trials"]}) == 4
+    assert [t["status"] for t in report["trials"]] == ["hung", "ok", "failed", "ok"]
+    assert "AUTOPLAN_FAULT=fail" in report["trials"][2]["reason"]
     for t in report["trials"]:
         assert Path(tmp_path / t["log"]).exists() if not Path(t["log"]).is_absolute() else Path(t["log"]).exists()
     ok = [t for t in report["trials"] if t["status"] == "ok"]
@@ -69,13 +86,7 @@ def test_deepspeed_tune_with_failing_and_hanging_probes_then_resume(tmp_path):
     assert {"ds_config.json", "launch.sh", "ds_hf_train.py", "plan.json"} <= {
         p.name for p in best_dir.iterdir()}
     assert report["corrections"]["time_probes"] == 2
-    assert not _processes_mentioning(str(tmp_path / "out" / "trials"))  # the hung probe left nothing
-
-    resumed = _tune([a if a != "4" else "1" for a in args], tmp_path, dict(os.environ))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    again = json.loads(resumed.stdout)
-    assert [t["number"] for t in again["trials"]] == [0, 1, 2, 3, 4]
-    assert len({t["label"] for t in again["trials"]}) == 5
+    assert not _processes_mentioning(str(tmp_path / "out" / "trials"))
 
 
 @pytest.mark.slow
