@@ -4,7 +4,10 @@ Reads the per-row CSV that `python -m benchmarks.accuracy --csv PATH` writes (wi
 a test row found in it is refused) and prints, per (GPU, release, precision) group, each row's signed error of
 predicted tokens/s/GPU (shipped constants) and its offset from the group's mean log error: the part of a row's error
 that a cluster constant, fitted on another run of the group, cannot remove. With --before, each row's error under
-an earlier CSV is printed beside it.
+an earlier CSV is printed beside it. Last, the mean signed error of each model family on each GPU type (geometric
+mean of predicted / measured, over every release and precision), with each GPU's mean over its families and each
+family's spread over the GPUs: a column off as a whole is a GPU-level error, which a calibration run of that
+cluster removes; a row off on one GPU and not on another is a family's error that depends on the GPU.
 
     python -m benchmarks.accuracy --no-rotation --csv rows.csv
     python -m benchmarks.residuals rows.csv [--before old.csv] [--top N]
@@ -67,7 +70,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"largest within-group offsets (top {args.top}):")
     for a, g, i, off in sorted(multi, reverse=True)[:args.top]:
         print(f"  {off:+.3f}  {g:22s} {float(rows[i]['error_pct']):+6.1f}%  {i}")
+    print()
+    print(family_by_gpu(rows))
     return 0
+
+
+def family_by_gpu(rows: Dict[str, Dict[str, str]]) -> str:
+    """Table: per model family (rows) and GPU type (columns), the mean signed error (geometric mean of predicted /
+    measured - 1, in %) and its row count; a last row with each GPU's mean over its families (each family weighs
+    once) and a last column with each family's range over the GPUs it ran on."""
+    cells: Dict[tuple, List[float]] = defaultdict(list)
+    for r in rows.values():
+        cells[(r["model"], r["gpu"])].append(math.log1p(float(r["error_pct"]) / 100))
+    models = sorted({m for m, _ in cells})
+    gpus = sorted({g for _, g in cells})
+
+    def pct(logs: List[float]) -> float:
+        return math.expm1(sum(logs) / len(logs)) * 100
+
+    lines = ["mean signed error by model family and GPU (% of measured tokens/s/GPU; rows in brackets)",
+             f"{'family':20s}" + "".join(f"{g:>14s}" for g in gpus) + f"{'range':>9s}"]
+    for m in models:
+        means = [pct(cells[(m, g)]) for g in gpus if cells.get((m, g))]
+        line = f"{m[:20]:20s}" + "".join(f"{pct(cells[(m, g)]):+8.1f}% ({len(cells[(m, g)]):2d})" if cells.get(
+            (m, g)) else f"{'-':>14s}" for g in gpus)
+        lines.append(line + (f"{max(means) - min(means):8.1f}" if len(means) > 1 else f"{'-':>9s}"))
+    gpu_means = []
+    for g in gpus:
+        fams = [sum(cells[(m, g)]) / len(cells[(m, g)]) for m in models if cells.get((m, g))]
+        gpu_means.append(f"{math.expm1(sum(fams) / len(fams)) * 100:+8.1f}% ({len(fams):2d})")
+    lines.append(f"{'mean of families':20s}" + "".join(gpu_means))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
