@@ -442,30 +442,64 @@ class Grid:
     level: np.ndarray
 
 
+# The structural columns of a candidate, in the grid's column order (then mbs, fp8, sp; then the memory knobs).
+STRUCTURAL = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout")
+
+
 def enumerate_grid(problem: Problem) -> Grid:
     """Every legal candidate. Within a group (same layout, mbs, fp8, sp), the memory knobs (zero, recompute)
     are ordered from fastest to slowest so a search can stop at the first that fits."""
-    blocks: List[np.ndarray] = []
-    group_base = 0
-    groups, levels = [], []
-    knob_table: Dict[Tuple[int, int, bool], np.ndarray] = {}  # (chunk layers, pp, fp8) -> memory knobs
+    knob_table: Dict[Tuple[int, int, bool], int] = {}  # (chunk layers, pp, fp8) -> index into `knobs`
     delayed = _delayed_fp8(problem)
     layout_ids: Dict[str, int] = {}  # layout strings, numbered for the integer grid
+    fp8s = fp8_choices(problem)
+    # The outer choices depend on a point's dp (mbs) and (tp, cp) (sp) alone: worked out once per value, not once
+    # per structural point (tens of thousands of points share a few dp and tp values).
+    outer_table: Dict[Tuple[int, int, int, bool], int] = {}  # (dp, tp, cp, fp8) -> index into `outers`
+    outers: List[np.ndarray] = []
+    knobs: List[np.ndarray] = []
+    blocks: List[Tuple[Tuple[int, ...], int, int]] = []  # (structural columns, outer index, knobs index)
     for p in structural_points(problem):
         p["layout"] = -1 if p["layout"] is None else layout_ids.setdefault(p["layout"], len(layout_ids))
         chunk = max((p["first"] if p["first"] >= 0 else problem.model.num_layers // p["pp"]) // p["vpp"], 1)
-        for fp8 in fp8_choices(problem):
-            knobs = knob_table.get((chunk, p["pp"], fp8))
-            if knobs is None:
-                knobs = _knobs(problem, chunk, p["pp"], fp8 and delayed)
-                knob_table[(chunk, p["pp"], fp8)] = knobs
-            outer = np.array(list(itertools.product(mbs_choices(problem, p["dp"]), [fp8],
-                                                    sp_choices(problem, p["tp"], p["cp"]))),
-                             dtype=np.int64).reshape(-1, 3)
-            if not len(knobs) or not len(outer):
-                continue
-            group_base = _add_block(blocks, groups, levels, group_base, p, outer, knobs)
-    return _grid_from(problem, blocks, groups, levels, sorted(layout_ids, key=layout_ids.get))
+        fixed = tuple(p[k] for k in STRUCTURAL)
+        for fp8 in fp8s:
+            ki = knob_table.get((chunk, p["pp"], fp8))
+            if ki is None:
+                ki = knob_table[(chunk, p["pp"], fp8)] = len(knobs)
+                knobs.append(_knobs(problem, chunk, p["pp"], fp8 and delayed))
+            oi = outer_table.get((p["dp"], p["tp"], p["cp"], fp8))
+            if oi is None:
+                oi = outer_table[(p["dp"], p["tp"], p["cp"], fp8)] = len(outers)
+                outers.append(np.array(list(itertools.product(mbs_choices(problem, p["dp"]), [fp8],
+                                                              sp_choices(problem, p["tp"], p["cp"]))),
+                                       dtype=np.int64).reshape(-1, 3))
+            if len(knobs[ki]) and len(outers[oi]):
+                blocks.append((fixed, oi, ki))
+    a, groups, levels = _assemble(blocks, outers, knobs)
+    return _grid_from(problem, a, groups, levels, sorted(layout_ids, key=layout_ids.get))
+
+
+def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray]):
+    """(candidates x 19 columns, group, level) of every block (structural columns, outer table, knobs table) in
+    block order: each block holds outer x knobs candidates, one group per outer row, the knobs in level order."""
+    if not blocks:
+        return np.zeros((0, 19), dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    fixed = np.array([b[0] for b in blocks], dtype=np.int64)
+    oi = np.array([b[1] for b in blocks])
+    ki = np.array([b[2] for b in blocks])
+    n_o = np.array([len(o) for o in outers])[oi]
+    n_k = np.array([len(k) for k in knobs])[ki]
+    rows = n_o * n_k
+    block = np.repeat(np.arange(len(blocks)), rows)  # each candidate's block
+    j = np.arange(int(rows.sum())) - np.repeat(np.cumsum(rows) - rows, rows)  # its row inside the block
+    nk = n_k[block]
+    o_off = np.cumsum([0] + [len(o) for o in outers])[:-1]
+    k_off = np.cumsum([0] + [len(k) for k in knobs])[:-1]
+    outer = np.vstack(outers)[o_off[oi][block] + j // nk]
+    knob = np.vstack(knobs)[k_off[ki][block] + j % nk]
+    group = np.repeat(np.cumsum(n_o) - n_o, rows) + j // nk
+    return np.hstack([fixed[block], outer, knob]), group, j % nk
 
 
 def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
@@ -503,25 +537,9 @@ def delayed_fp8(problem: Problem) -> bool:
     return _delayed_fp8(problem)
 
 
-def _add_block(blocks, groups, levels, group_base: int, p, outer: np.ndarray, knobs: np.ndarray) -> int:
-    """Append the candidates outer x knobs of structural point `p` (one group per outer row, knobs in level
-    order); returns the next group number."""
-    n_o, n_k = len(outer), len(knobs)
-    o = np.repeat(outer, n_k, axis=0)
-    k = np.tile(knobs, (n_o, 1))
-    fixed = np.array([p["tp"], p["pp"], p["vpp"], p["cp"], p["ep"], p["etp"], p["dp"], p["first"], p["last"],
-                      p["account"], p["layout"]], dtype=np.int64)
-    blocks.append(np.hstack([np.broadcast_to(fixed, (n_o * n_k, 11)), o, k]))
-    groups.append(group_base + np.repeat(np.arange(n_o), n_k))
-    levels.append(np.tile(np.arange(n_k), n_o))
-    return group_base + n_o
-
-
-def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Grid:
-    a = np.vstack(blocks) if blocks else np.zeros((0, 19), dtype=np.int64)
+def _grid_from(problem: Problem, a: np.ndarray, g: np.ndarray, lv: np.ndarray, layout_names=()) -> Grid:
     n = len(a)
-    col = dict(zip(("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout", "mbs", "fp8",
-                    "sp", "zero", "rc", "block", "rl", "mods"), a.T))
+    col = dict(zip(STRUCTURAL + ("mbs", "fp8", "sp", "zero", "rc", "block", "rl", "mods"), a.T))
     names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
     fp8 = col["fp8"].astype(bool)
     # The FP8 recipe as fixed, on the FP8 candidates; its effective columns come from the one place it is applied.
@@ -533,8 +551,6 @@ def _grid_from(problem: Problem, blocks, groups, levels, layout_names=()) -> Gri
         fp8=fp8, first=col["first"], last=col["last"], account=col["account"], layout=names[col["layout"]],
         fp8_recipe=written, **engine_columns(problem.engine, n), **recipe_columns(fp8, written, problem.cluster.gpu.id),
         **searched_switches(problem, col, n))  # the switches as the search sets them (autoplan/keys.py)
-    g = np.concatenate(groups) if groups else np.zeros(0, np.int64)
-    lv = np.concatenate(levels) if levels else np.zeros(0, np.int64)
     lay, keep = _apply_switches(problem, lay)
     if not keep.all():
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
