@@ -442,8 +442,11 @@ class Grid:
     level: np.ndarray
 
 
-# The structural columns of a candidate, in the grid's column order (then mbs, fp8, sp; then the memory knobs).
+# A candidate's grid columns: its structural point, the outer choices (one group each) and the memory knobs (the
+# levels of a group, `_knobs`' row order).
 STRUCTURAL = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "first", "last", "account", "layout")
+OUTER = ("mbs", "fp8", "sp")
+KNOBS = ("zero", "rc", "block", "rl", "mods")
 
 
 def enumerate_grid(problem: Problem) -> Grid:
@@ -476,15 +479,16 @@ def enumerate_grid(problem: Problem) -> Grid:
                                        dtype=np.int64).reshape(-1, 3))
             if len(knobs[ki]) and len(outers[oi]):
                 blocks.append((fixed, oi, ki))
-    a, groups, levels = _assemble(blocks, outers, knobs)
-    return _grid_from(problem, a, groups, levels, sorted(layout_ids, key=layout_ids.get))
+    col, groups, levels = _assemble(blocks, outers, knobs)
+    return _grid_from(problem, col, groups, levels, sorted(layout_ids, key=layout_ids.get))
 
 
 def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray]):
-    """(candidates x 19 columns, group, level) of every block (structural columns, outer table, knobs table) in
+    """({column: values}, group, level) of the candidates of every block (structural columns, outer table, knobs table) in
     block order: each block holds outer x knobs candidates, one group per outer row, the knobs in level order."""
     if not blocks:
-        return np.zeros((0, 19), dtype=np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return ({name: np.zeros(0, np.int64) for name in STRUCTURAL + OUTER + KNOBS}, np.zeros(0, np.int64),
+                np.zeros(0, np.int64))
     fixed = np.array([b[0] for b in blocks], dtype=np.int64)
     oi = np.array([b[1] for b in blocks])
     ki = np.array([b[2] for b in blocks])
@@ -496,10 +500,15 @@ def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray]):
     nk = n_k[block]
     o_off = np.cumsum([0] + [len(o) for o in outers])[:-1]
     k_off = np.cumsum([0] + [len(k) for k in knobs])[:-1]
-    outer = np.vstack(outers)[o_off[oi][block] + j // nk]
-    knob = np.vstack(knobs)[k_off[ki][block] + j % nk]
+    outer_row = o_off[oi][block] + j // nk
+    knob_row = k_off[ki][block] + j % nk
     group = np.repeat(np.cumsum(n_o) - n_o, rows) + j // nk
-    return np.hstack([fixed[block], outer, knob]), group, j % nk
+    # One contiguous array per column (a column of a 19-wide matrix is a strided view, slow to compute on).
+    outer_cols, knob_cols = np.vstack(outers).T, np.vstack(knobs).T
+    cols = {name: np.repeat(fixed[:, c], rows) for c, name in enumerate(STRUCTURAL)}
+    cols.update({name: outer_cols[c][outer_row] for c, name in enumerate(OUTER)})
+    cols.update({name: knob_cols[c][knob_row] for c, name in enumerate(KNOBS)})
+    return cols, group, j % nk
 
 
 def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
@@ -537,9 +546,9 @@ def delayed_fp8(problem: Problem) -> bool:
     return _delayed_fp8(problem)
 
 
-def _grid_from(problem: Problem, a: np.ndarray, g: np.ndarray, lv: np.ndarray, layout_names=()) -> Grid:
-    n = len(a)
-    col = dict(zip(STRUCTURAL + ("mbs", "fp8", "sp", "zero", "rc", "block", "rl", "mods"), a.T))
+def _grid_from(problem: Problem, col: Dict[str, np.ndarray], g: np.ndarray, lv: np.ndarray,
+               layout_names=()) -> Grid:
+    n = len(g)
     names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
     fp8 = col["fp8"].astype(bool)
     # The FP8 recipe as fixed, on the FP8 candidates; its effective columns come from the one place it is applied.

@@ -198,16 +198,17 @@ def test_goodput_objective_ranks_by_goodput(solver, pi):
 def test_grid_assembly_keeps_block_order_groups_and_levels():
     """enumerate_grid's shared outer (mbs, fp8, sp) and knob (zero, recompute) tables expand in block order: each
     block's outer rows are its groups, numbered on from the last block's, and its knob rows their levels."""
-    from autoplan.solvers.space import _assemble
+    from autoplan.solvers.space import KNOBS, OUTER, STRUCTURAL, _assemble
 
     outers = [np.array([[1, 0, 1], [2, 0, 1]]), np.array([[4, 1, 0]])]
     knobs = [np.array([[0, 0, 0, 0, 0], [1, 2, 0, 1, 0]]), np.array([[3, 0, 0, 0, 0]])]
     blocks = [(tuple(range(11)), 0, 0), (tuple(range(100, 111)), 1, 1), (tuple(range(200, 211)), 1, 0)]
-    a, group, level = _assemble(blocks, outers, knobs)
+    cols, group, level = _assemble(blocks, outers, knobs)
+    a = np.column_stack([cols[name] for name in STRUCTURAL + OUTER + KNOBS])
     expected = [list(range(11)) + o + k for o in ([1, 0, 1], [2, 0, 1]) for k in ([0] * 5, [1, 2, 0, 1, 0])] + \
         [list(range(100, 111)) + [4, 1, 0] + [3, 0, 0, 0, 0]] + \
         [list(range(200, 211)) + [4, 1, 0] + k for k in ([0] * 5, [1, 2, 0, 1, 0])]
     assert a.tolist() == expected
     assert group.tolist() == [0, 0, 1, 1, 2, 3, 3] and level.tolist() == [0, 1, 0, 1, 0, 0, 1]
     empty, g0, l0 = _assemble([], outers, knobs)
-    assert empty.shape == (0, 19) and len(g0) == len(l0) == 0
+    assert set(empty) == set(STRUCTURAL + OUTER + KNOBS) and len(g0) == len(l0) == len(empty["tp"]) == 0
