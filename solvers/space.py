@@ -479,13 +479,20 @@ def enumerate_grid(problem: Problem) -> Grid:
                                        dtype=np.int64).reshape(-1, 3))
             if len(knobs[ki]) and len(outers[oi]):
                 blocks.append((fixed, oi, ki))
-    col, groups, levels = _assemble(blocks, outers, knobs)
+    gbs = problem.workload.global_batch_size
+
+    def schedulable(pp, vpp, mbs, dp):
+        """Megatron's interleaved schedule runs whole groups of pp micro-batches (validate._interleaved_schedule)."""
+        return ~interleaving_blocked(pp, vpp, gbs // np.maximum(mbs * dp, 1))
+
+    col, groups, levels = _assemble(blocks, outers, knobs, keep=schedulable)
     return _grid_from(problem, col, groups, levels, sorted(layout_ids, key=layout_ids.get))
 
 
-def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray]):
-    """({column: values}, group, level) of the candidates of every block (structural columns, outer table, knobs table) in
-    block order: each block holds outer x knobs candidates, one group per outer row, the knobs in level order."""
+def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray], keep=None):
+    """({column: values}, group, level) of the candidates of every block (structural columns, outer table, knobs
+    table) in block order: each block holds outer x knobs candidates, one group per outer row, the knobs in level
+    order. `keep(pp, vpp, mbs, dp)`, when given, is a row filter applied before the other columns are built."""
     if not blocks:
         return ({name: np.zeros(0, np.int64) for name in STRUCTURAL + OUTER + KNOBS}, np.zeros(0, np.int64),
                 np.zeros(0, np.int64))
@@ -503,12 +510,18 @@ def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray]):
     outer_row = o_off[oi][block] + j // nk
     knob_row = k_off[ki][block] + j % nk
     group = np.repeat(np.cumsum(n_o) - n_o, rows) + j // nk
+    level = j % nk
     # One contiguous array per column (a column of a 19-wide matrix is a strided view, slow to compute on).
     outer_cols, knob_cols = np.vstack(outers).T, np.vstack(knobs).T
-    cols = {name: np.repeat(fixed[:, c], rows) for c, name in enumerate(STRUCTURAL)}
+    if keep is not None:
+        at = {name: c for c, name in enumerate(STRUCTURAL)}
+        mask = keep(fixed[:, at["pp"]][block], fixed[:, at["vpp"]][block], outer_cols[OUTER.index("mbs")][outer_row],
+                    fixed[:, at["dp"]][block])
+        block, outer_row, knob_row, group, level = (x[mask] for x in (block, outer_row, knob_row, group, level))
+    cols = {name: fixed[:, c][block] for c, name in enumerate(STRUCTURAL)}
     cols.update({name: outer_cols[c][outer_row] for c, name in enumerate(OUTER)})
     cols.update({name: knob_cols[c][knob_row] for c, name in enumerate(KNOBS)})
-    return cols, group, j % nk
+    return cols, group, level
 
 
 def _knobs(problem: Problem, chunk: int, pp: int, delayed_fp8: bool) -> np.ndarray:
@@ -548,6 +561,9 @@ def delayed_fp8(problem: Problem) -> bool:
 
 def _grid_from(problem: Problem, col: Dict[str, np.ndarray], g: np.ndarray, lv: np.ndarray,
                layout_names=()) -> Grid:
+    """The candidates' Layouts from the grid's columns (`_assemble`, the rows Megatron's interleaved schedule cannot
+    run already dropped), the fixed switches set and the rows that cannot carry them (or that the DeepSpeed emitter
+    cannot write) dropped."""
     n = len(g)
     names = np.array(list(layout_names) + [None], dtype=object)  # layout id -1 -> None
     fp8 = col["fp8"].astype(bool)
@@ -561,18 +577,12 @@ def _grid_from(problem: Problem, col: Dict[str, np.ndarray], g: np.ndarray, lv: 
         fp8_recipe=written, **engine_columns(problem.engine, n), **recipe_columns(fp8, written, problem.cluster.gpu.id),
         **searched_switches(problem, col, n))  # the switches as the search sets them (autoplan/keys.py)
     lay, keep = _apply_switches(problem, lay)
-    if not keep.all():
-        lay, g, lv = lay.take(keep), g[keep], lv[keep]
-    if len(lay):
-        # Megatron's interleaved schedule runs whole groups of pp micro-batches (validate._interleaved_schedule).
-        micro = problem.workload.global_batch_size // np.maximum(lay.mbs * lay.dp, 1)
-        keep = ~interleaving_blocked(lay.pp, lay.vpp, micro)
-        lay, g, lv = lay.take(keep), g[keep], lv[keep]
     if problem.engine == "deepspeed" and n:
         # What the DeepSpeed emitter writes: the one rule list of integrations/engines.py (deepspeed_unsupported).
         from autoplan.integrations.engines import deepspeed_blocked
 
-        keep = ~deepspeed_blocked(lay, problem.model)
+        keep = keep & ~deepspeed_blocked(lay, problem.model)
+    if not keep.all():
         lay, g, lv = lay.take(keep), g[keep], lv[keep]
     return Grid(lay, g, lv)
 

@@ -210,5 +210,10 @@ def test_grid_assembly_keeps_block_order_groups_and_levels():
         [list(range(200, 211)) + [4, 1, 0] + k for k in ([0] * 5, [1, 2, 0, 1, 0])]
     assert a.tolist() == expected
     assert group.tolist() == [0, 0, 1, 1, 2, 3, 3] and level.tolist() == [0, 1, 0, 1, 0, 0, 1]
+    # A row filter drops rows before the columns are built; the kept rows keep their groups and levels.
+    kept, kg, kl = _assemble(blocks, outers, knobs, keep=lambda pp, vpp, mbs, dp: mbs != 2)
+    assert np.column_stack([kept[name] for name in STRUCTURAL + OUTER + KNOBS]).tolist() == \
+        [row for row in expected if row[11] != 2]
+    assert kg.tolist() == [0, 0, 2, 3, 3] and kl.tolist() == [0, 1, 0, 0, 1]
     empty, g0, l0 = _assemble([], outers, knobs)
     assert set(empty) == set(STRUCTURAL + OUTER + KNOBS) and len(g0) == len(l0) == len(empty["tp"]) == 0
