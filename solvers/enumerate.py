@@ -27,14 +27,11 @@ def _finish(problem: Problem, grid: Grid, idx: np.ndarray, steps: np.ndarray, pe
     feas = idx[fits]
     order = feas[np.lexsort((np.arange(len(feas)), steps[fits]))]  # stable: ties keep enumeration order
     plans = plans_from(problem, lay, order[:top_k], profile=profile)
-    # Best plan of each other shape, for --explain.
-    shapes = {}
-    for i in order:
-        key = tuple(int(getattr(lay, k)[i]) for k in SHAPE_KEYS)
-        if key not in shapes:
-            shapes[key] = i
-    top_keys = {tuple(int(getattr(lay, k)[i]) for k in SHAPE_KEYS) for i in order[:top_k]}
-    others = [i for key, i in shapes.items() if key not in top_keys][:6]
+    # Best plan of each other shape, for --explain: each shape's first candidate in `order`, in that order.
+    shape = np.stack([getattr(lay, k)[order] for k in SHAPE_KEYS], axis=1) if len(order) else np.zeros((0, 4))
+    first = np.sort(np.unique(shape, axis=0, return_index=True)[1]) if len(order) else np.zeros(0, np.int64)
+    top_keys = {tuple(row) for row in shape[:top_k].tolist()}
+    others = [int(order[f]) for f in first if tuple(shape[f].tolist()) not in top_keys][:6]
     return SolveResult(
         plans=plans, solver=solver, space_size=len(lay), evaluated=len(idx), feasible=int(fits.sum()), wall_s=0.0,
         infeasible=infeasible, smallest_peak_gib=float(peaks.min() / GIB) if len(peaks) else None,
