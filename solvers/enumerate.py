@@ -28,8 +28,8 @@ def _finish(problem: Problem, grid: Grid, idx: np.ndarray, steps: np.ndarray, pe
     order = feas[np.lexsort((np.arange(len(feas)), steps[fits]))]  # stable: ties keep enumeration order
     plans = plans_from(problem, lay, order[:top_k], profile=profile)
     # Best plan of each other shape, for --explain: each shape's first candidate in `order`, in that order.
-    shape = np.stack([getattr(lay, k)[order] for k in SHAPE_KEYS], axis=1) if len(order) else np.zeros((0, 4))
-    first = np.sort(np.unique(shape, axis=0, return_index=True)[1]) if len(order) else np.zeros(0, np.int64)
+    shape = np.stack([getattr(lay, k)[order] for k in SHAPE_KEYS], axis=1)
+    first = np.sort(np.unique(shape, axis=0, return_index=True)[1])
     top_keys = {tuple(row) for row in shape[:top_k].tolist()}
     others = [int(order[f]) for f in first if tuple(shape[f].tolist()) not in top_keys][:6]
     return SolveResult(

@@ -514,9 +514,10 @@ def _assemble(blocks, outers: List[np.ndarray], knobs: List[np.ndarray], keep=No
     # One contiguous array per column (a column of a 19-wide matrix is a strided view, slow to compute on).
     outer_cols, knob_cols = np.vstack(outers).T, np.vstack(knobs).T
     if keep is not None:
-        at = {name: c for c, name in enumerate(STRUCTURAL)}
-        mask = keep(fixed[:, at["pp"]][block], fixed[:, at["vpp"]][block], outer_cols[OUTER.index("mbs")][outer_row],
-                    fixed[:, at["dp"]][block])
+        def structural(name):
+            return fixed[:, STRUCTURAL.index(name)][block]
+
+        mask = keep(structural("pp"), structural("vpp"), outer_cols[OUTER.index("mbs")][outer_row], structural("dp"))
         block, outer_row, knob_row, group, level = (x[mask] for x in (block, outer_row, knob_row, group, level))
     cols = {name: fixed[:, c][block] for c, name in enumerate(STRUCTURAL)}
     cols.update({name: outer_cols[c][outer_row] for c, name in enumerate(OUTER)})
