@@ -146,6 +146,11 @@ class _EncoderCosts:
         return self._get(("collective", kind, size, group, spans),
                          lambda: float(collective_time(kind, size, group, spans, self.hw)))
 
+    def hop(self, load: ImageLoad, lanes: float, encoder_tp: int) -> float:
+        """One way of a disjoint grid's boundary transfer: each encoder TP rank sends its share of the encoder
+        output for `lanes` samples to the language ranks, over the network."""
+        return self.collective("send_recv", boundary_bytes(self.spec, load, lanes) / encoder_tp, 2, True)
+
 
 def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze,
           placements: List[Placement], cal: Calibration = DEFAULT, headroom: float = 0.0) -> List[Priced]:
@@ -186,8 +191,7 @@ def _price_one(spec, wl, data, freeze, p: Placement, lay, r, i, m: int, enc_cost
             return stage, enc.total
         lanes = mbs * dp / p.encoder_dp  # samples per encoder lane per language micro batch
         enc = enc_costs.time(load, lanes, p.encoder_tp, p.encoder_recompute)
-        size = boundary_bytes(spec, load, lanes) / p.encoder_tp  # each encoder TP rank sends its share
-        hop = enc_costs.collective("send_recv", size, 2, True) * (2 if trains_front else 1)
+        hop = enc_costs.hop(load, lanes, p.encoder_tp) * (2 if trains_front else 1)
         return np.concatenate([[enc.total + hop], llm_mb]), enc.total
 
     # The encoder's gradients are reduced after its backward, the last pass of a step on its ranks (its buckets
@@ -308,19 +312,18 @@ def drawn_step(spec: MultimodalSpec, cluster: ClusterSpec, data: ImageData, free
 
     p = priced.placement
     m = priced.num_microbatches
-    hw = hardware_of(cluster)
+    costs = _EncoderCosts(spec, cluster, freeze, cal)
     trains_front = not (freeze.vision_model and freeze.vision_projection)
     enc_f, enc_b = [], []
     for load in drawn_loads(data, m):
         if p.kind == "inherit":
-            e = encoder_time(spec, cluster, load, p.llm.mbs, freeze, tp=1, recompute=p.encoder_recompute, cal=cal)
+            e = costs.time(load, p.llm.mbs, 1, p.encoder_recompute)
             hop = 0.0
         else:
             dp = p.llm_gpus // (p.llm.tp * p.llm.pp * p.llm.cp)
             lanes = p.llm.mbs * dp / p.encoder_dp
-            e = encoder_time(spec, cluster, load, lanes, freeze, tp=p.encoder_tp, recompute=p.encoder_recompute,
-                             cal=cal)
-            hop = float(collective_time("send_recv", boundary_bytes(spec, load, lanes) / p.encoder_tp, 2, True, hw))
+            e = costs.time(load, lanes, p.encoder_tp, p.encoder_recompute)
+            hop = costs.hop(load, lanes, p.encoder_tp)
         enc_f.append(e.fwd + hop)
         enc_b.append(e.bwd + e.tp_comm + (hop if trains_front else 0.0))
     fwd = [[t] * m for t in priced.llm_fwd_s]
