@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from autoplan.cli.main import main
 from autoplan.strategy import ALL_KEYS
-from conftest import call_within
+from conftest import call_within, startup_s
 
 # Public Hugging Face configs, trimmed to the fields that matter (meta-llama/Meta-Llama-3-8B,
 # mistralai/Mixtral-8x7B-v0.1, deepseek-ai/DeepSeek-V3 with fewer layers, openai-community/gpt2).
@@ -86,9 +86,9 @@ def cli(argv):
     return code, out.getvalue()
 
 
-def timed(bound_s, argv):
-    """cli(argv), raising Timeout past `bound_s` seconds, so a hang fails the example."""
-    return call_within(bound_s, lambda: cli(argv), " ".join(argv))
+def timed(bound, argv):
+    """cli(argv), raising Timeout past `bound()` seconds, so a hang fails the example."""
+    return call_within(bound(), lambda: cli(argv), " ".join(argv))
 
 
 # A fuzzed call may search a larger space than its base config (up to 7x the layers, heads or experts of the base,
@@ -100,7 +100,9 @@ BOUND_FACTOR = 10
 
 @pytest.fixture(scope="module")
 def bound_s(tmp_path_factory):
-    """BOUND_FACTOR x the slowest unmutated base `plan` on this machine (after one warm-up call)."""
+    """Seconds a fuzzed call may take: BOUND_FACTOR x the slowest unmutated base `plan` on this machine (after one
+    warm-up call), grown with the load since then as conftest's deadlines grow (`startup_s`, the largest start-up
+    seen in this session, re-measured as the load changes). A function, asked afresh by every call."""
     folder = tmp_path_factory.mktemp("bases")
     cli(["estimate", "--model", "llama3-8b", "--gpus", "8", "--strategy", "tp=1"])  # imports, catalogue
     slowest = 0.0
@@ -112,7 +114,8 @@ def bound_s(tmp_path_factory):
                           str(GBS), "--top", "1", "--json"])
         slowest = max(slowest, time.perf_counter() - start)
         assert code in (0, 1), text
-    return BOUND_FACTOR * slowest
+    measured_at = startup_s()
+    return lambda: BOUND_FACTOR * slowest * max(1.0, startup_s() / measured_at)
 
 
 def check(code, text, argv):
