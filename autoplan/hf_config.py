@@ -86,7 +86,8 @@ def _qwen_moe(c: _Config, qkv_bias: bool, qk_norm: bool) -> Dict[str, Any]:
         **fields,
         "add_qkv_bias": qkv_bias,
         "qk_layernorm": qk_norm,
-        "num_experts": c.int_req("num_experts"),
+        # transformers 5 saves Qwen-MoE's num_experts as num_local_experts (Qwen3MoeConfig.attribute_map).
+        "num_experts": c.int_req("num_experts", "num_local_experts"),
         "moe_router_topk": c.int_req("num_experts_per_tok"),
         "moe_ffn_hidden_size": c.int_req("moe_intermediate_size"),
         # Qwen2-MoE's shared expert has a 1-wide sigmoid gate, Linear(h, 1) (modeling_qwen2_moe.py
@@ -249,12 +250,15 @@ def _gpt_neox(c: _Config) -> Dict[str, Any]:
     return dict(
         llama_like(c, activation_keys=()),
         activation="gelu",
-        rotary_percent=c.fraction("rotary_pct", 0.25),  # configuration_gpt_neox.py default 0.25
+        # transformers 5 writes NeoX's rotary_pct as rope_parameters' partial_rotary_factor (Config.get reads it).
+        rotary_percent=c.fraction("rotary_pct" if c.get("rotary_pct", None) is not None else
+                                  "partial_rotary_factor", 0.25),  # configuration_gpt_neox.py default 0.25
         normalization="layernorm",
         position_embedding="rope",
         rotary_base=c.num("rotary_emb_base", None) or c.num("rope_theta", 10000.0),
         tie_embeddings=bool(c.get("tie_word_embeddings", False)),
         add_bias_linear=bool(c.get("attention_bias", True)),
+        add_qkv_bias=False,  # NeoX's attention_bias is every linear's bias (add_bias_linear), not a q/k/v-only one
         hidden_dropout=c.num("hidden_dropout", 0.0),  # configuration_gpt_neox.py default 0.0
     )
 

@@ -10,6 +10,11 @@ from autoplan.errors import InputError
 
 _MISSING = object()
 
+# transformers 5 keeps these RoPE settings inside `rope_parameters` (modeling_rope_utils.py RopeParameters:
+# rope_theta, partial_rotary_factor) and writes them only there when it saves a config; 4.x configs keep them at the
+# top level. Config.get reads either, the top level first.
+ROPE_PARAMETER_KEYS = ("rope_theta", "partial_rotary_factor")
+
 # Function on the gate of a gated (Llama-style) MLP, by HF hidden_act name (transformers activations.py ACT2FN).
 GATE_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                     "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh"}
@@ -33,8 +38,10 @@ class Config:
                          f"add it to the config")
 
     def get(self, key: str, default: Any) -> Any:
-        """`key`, or `default` when it is absent or null."""
+        """`key`, or `default` when it is absent or null (a RoPE setting also from `rope_parameters`)."""
         value = self.cfg.get(key)
+        if value is None and key in ROPE_PARAMETER_KEYS and isinstance(self.cfg.get("rope_parameters"), Mapping):
+            value = self.cfg["rope_parameters"].get(key)
         return default if value is None else value
 
     def int_req(self, *keys: str) -> int:

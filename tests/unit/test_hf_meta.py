@@ -207,3 +207,35 @@ def test_listed_families_plan_without_transformers(tmp_path):
         f"    print(name, count_parameters(load_model('{HF}/' + name + '.json'))[0])\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert len(out.splitlines()) == len(FAMILIES)
+
+
+def saved_by_transformers(cfg):
+    """`cfg` as the installed transformers writes it back (`save_pretrained` writes `to_dict()`): transformers 5
+    moves rope_theta / partial_rotary_factor into `rope_parameters` and renames some keys (Qwen3-MoE's num_experts
+    to num_local_experts)."""
+    config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
+                                                                      if k != "model_type"})
+    return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+# Every fixture whose model_type the installed transformers has a configuration class for (kimi_k2 ships its own).
+RESAVED = sorted(p.stem for p in HF.glob("*.json") if json.loads(p.read_text())["model_type"] != "kimi_k2")
+
+
+@pytest.mark.parametrize("name", RESAVED)
+def test_a_config_resaved_by_transformers_reads_the_same(name):
+    cfg = hf(name)
+    resaved = saved_by_transformers(cfg)
+    assert from_hf_config(resaved, "resaved").model_dump(exclude={"name", "notes"}) == \
+        from_hf_config(cfg, "file").model_dump(exclude={"name", "notes"})
+
+
+def test_rope_settings_are_read_from_rope_parameters():
+    """Read as 10,000 and 1.0 before (the defaults), an emitted launch file would have trained another RoPE."""
+    llama = saved_by_transformers(hf("llama3_8b"))
+    assert "rope_theta" not in llama and llama["rope_parameters"]["rope_theta"] == 500000.0
+    assert from_hf_config(llama, "x").rotary_base == 500000.0
+    glm = {**hf("glm_4_9b_hf"), "rope_parameters": {"rope_theta": 1e6, "partial_rotary_factor": 0.25}}
+    del glm["rope_theta"], glm["partial_rotary_factor"]
+    m = from_hf_config(glm, "x")
+    assert (m.rotary_base, m.rotary_percent) == (1e6, 0.25)
