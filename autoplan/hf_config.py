@@ -162,6 +162,27 @@ def _deepseek_v32(c: _Config) -> Dict[str, Any]:
             "dsa_index_head_dim": c.int_req("index_head_dim"), "dsa_index_topk": c.int_req("index_topk")}
 
 
+def _glm_moe_dsa(c: _Config) -> Dict[str, Any]:
+    """GLM-5 (modeling_glm_moe_dsa.py): DeepSeek-V3.2's blocks (MLA with DSA's lightning indexer, DeepSeek routing,
+    `first_k_dense_replace` dense layers, MTP depths) at GLM's sizes. Two later keys are checked rather than
+    ignored: `mlp_layer_types` must be the dense run then sparse layers that `first_k_dense_replace` gives, and
+    `indexer_types` must give every layer its own indexer ("full"); a "shared" layer reuses an earlier layer's
+    top-k keys and has no indexer, which the cost model does not price."""
+    fields = _deepseek_v32(c)
+    layers, first_k = fields["num_layers"], fields["first_k_dense_layers"]
+    mlp_types = c.get("mlp_layer_types", None)
+    if mlp_types is not None and mlp_types != ["dense"] * first_k + ["sparse"] * (layers - first_k):
+        raise InputError(f"{c.where}: mlp_layer_types is not {first_k} dense layers then sparse ones "
+                         f"(first_k_dense_replace={first_k}); the only placement supported; fix the config")
+    indexers = c.get("indexer_types", None)
+    if indexers is not None and set(indexers) != {"full"}:
+        shared = sum(t != "full" for t in indexers)
+        raise InputError(f"{c.where}: indexer_types gives {shared} of {len(indexers)} layers no indexer of their own "
+                         f"({sorted(set(indexers) - {'full'})}); the cost model prices DSA with an indexer in every "
+                         f"layer only; pass a native model YAML of ModelSpec fields to price it so")
+    return fields
+
+
 def _qwen3_next(c: _Config) -> Dict[str, Any]:
     """Qwen3-Next (modeling_qwen3_next.py): Qwen3-MoE routing with a gated shared expert; Gated DeltaNet linear
     attention on most layers and gated softmax attention (per-head q/k norm, output gate) on every
@@ -275,6 +296,7 @@ PARSERS: Dict[str, Callable[[_Config], Dict[str, Any]]] = {
     "deepseek_v3": _deepseek,
     "kimi_k2": _deepseek,
     "deepseek_v32": _deepseek_v32,
+    "glm_moe_dsa": _glm_moe_dsa,
     "qwen3_next": _qwen3_next,
     "gpt_oss": _gpt_oss,
     "gpt2": _gpt2,

@@ -27,11 +27,11 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 # repository, commit and path); the others of the eight were written from published values.
 RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct",
             "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b", "olmo2_1124_13b",
-            "granite_3_1_8b_instruct"]
+            "granite_3_1_8b_instruct", "glm5", "glm5_2"]
 FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
             "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
             "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct", "llama4_maverick_17b_128e_instruct",
-            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b"]
+            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b", "glm5"]
 
 # Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
 # sources in tests/data/hf_configs/README.md. Llama-4's card counts its vision tower, so its built multimodal model
@@ -219,7 +219,9 @@ def saved_by_transformers(cfg):
 
 
 # Every fixture whose model_type the installed transformers has a configuration class for (kimi_k2 ships its own).
-RESAVED = sorted(p.stem for p in HF.glob("*.json") if json.loads(p.read_text())["model_type"] != "kimi_k2")
+# glm5_2 is refused (its indexer_types), in the file and re-saved alike.
+RESAVED = sorted(p.stem for p in HF.glob("*.json")
+                 if json.loads(p.read_text())["model_type"] != "kimi_k2" and p.stem != "glm5_2")
 
 
 @pytest.mark.parametrize("name", RESAVED)
@@ -239,3 +241,20 @@ def test_rope_settings_are_read_from_rope_parameters():
     del glm["rope_theta"], glm["partial_rotary_factor"]
     m = from_hf_config(glm, "x")
     assert (m.rotary_base, m.rotary_percent) == (1e6, 0.25)
+
+
+def test_glm5_is_deepseek_v32_blocks_at_glm_sizes():
+    """Megatron-Bridge's GLM-5 page (tests/data/hf_configs/README.md): 78 layers, the first 3 dense, 256 routed
+    experts top-8 and one shared expert, MLA with the DSA indexer; RoPE base 1e6 from rope_parameters."""
+    m = load_model(str(HF / "glm5.json"))
+    assert (m.num_layers, m.first_k_dense_layers, m.num_moe_layers, m.num_experts, m.moe_router_topk) == \
+        (78, 3, 75, 256, 8)
+    assert m.shared_expert_ffn_hidden_size == m.moe_ffn_hidden_size == 2048
+    assert (m.multi_latent_attention, m.dsa_index_heads, m.dsa_index_topk, m.mtp_num_layers) == (True, 32, 2048, 1)
+    assert m.rotary_base == 1e6
+
+
+def test_glm5_2_shared_indexers_are_refused_naming_them():
+    with pytest.raises(InputError) as e:
+        load_model(str(HF / "glm5_2.json"))
+    assert "indexer_types gives 57 of 78 layers no indexer" in str(e.value) and "\n" not in str(e.value)
