@@ -40,9 +40,10 @@ _EXPERTS = ("experts",)
 class LayerRecord:
     """One decoder layer as the structure gives it and as the cost model prices it."""
 
-    mixers: Tuple[str, ...]  # sorted: "attention", "mla", "mla+dsa", "gated_deltanet", "mamba2"
+    mixers: Tuple[str, ...]  # sorted: "attention", "mla", "mla+dsa", "gated_deltanet", "mamba2"; () in a hybrid's
+    # MLP-only block
     span: str  # "full", "sliding", "chunked", or "none" (no softmax attention)
-    mlp: str  # "dense" or "moe"
+    mlp: str  # "dense", "moe", or "none" (a hybrid's mixer-only block)
     dense_ffn: int = 0
     experts: int = 0
     expert_ffn: int = 0
@@ -160,7 +161,9 @@ def _classify(layer, hidden: int) -> _Layer:
             found.mixers.append("mamba2")
         elif _has(child, _EXPERTS):
             found.mlp = "moe"
-            found.experts, found.expert_ffn = _experts_shape(child.experts, hidden)
+            # A latent MoE's experts run on the latent width (modeling_nemotron_h.py NemotronHMoE.fc1_latent_proj).
+            latent = _out_features(getattr(child, "fc1_latent_proj", None))
+            found.experts, found.expert_ffn = _experts_shape(child.experts, latent or hidden)
             shared = getattr(child, "shared_experts", None) or getattr(child, "shared_expert", None)
             found.shared_ffn = _mlp_width(shared) if shared is not None else 0
         elif any(_has(child, names) for names in _DENSE_MLP):
@@ -169,9 +172,8 @@ def _classify(layer, hidden: int) -> _Layer:
             found.layernorm = found.layernorm or getattr(child, "bias", None) is not None
         else:
             unpriced.append(kind)
-    if found.mlp is None:
-        unpriced.append(f"{type(layer).__name__} without an MLP")
-        found.mlp = "dense"
+    if found.mlp is None:  # a hybrid's mixer-only block (Nemotron-H), or an MLP the walk does not know
+        found.mlp = "none"
     found.unpriced = tuple(unpriced)
     return found
 
@@ -217,7 +219,8 @@ def _mlp_width(mlp) -> int:
 
 def _experts_shape(experts, hidden: int) -> Tuple[int, int]:
     """(experts, expert inner width) of a fused experts module (down_proj [E, h, f] or [E, f, h]: the width is its
-    dimension other than h) or a ModuleList of expert MLPs."""
+    dimension other than h, the experts' input width: the hidden size, or a latent MoE's latent size) or a
+    ModuleList of expert MLPs."""
     import torch.nn as nn
 
     if isinstance(experts, nn.ModuleList):
@@ -234,6 +237,13 @@ def spec_records(m: ModelSpec) -> Tuple[LayerRecord, ...]:
     (`is_moe_layer`), how many use each mixer and span (the cost model prices them by count, so `compare` takes
     them as a multiset)."""
     attention = ("mla+dsa" if m.dsa_index_heads else "mla") if m.multi_latent_attention else "attention"
+    if m.is_hybrid:  # one block per symbol: a pre-norm and one mixer (ModelSpec.hybrid_layer_pattern)
+        blocks = {"M": (("mamba2",), "none", "none"), "*": ((attention,), "full", "none"), "-": ((), "none", "dense"),
+                  "E": ((), "none", "moe")}
+        return tuple(LayerRecord(blocks[x][0], blocks[x][1], blocks[x][2], m.ffn_hidden_size if x == "-" else 0,
+                                 *((m.num_experts, m.moe_ffn_hidden_size, m.shared_expert_ffn_hidden_size)
+                                   if x == "E" else (0, 0, 0)))
+                     for x in m.hybrid_layer_pattern)
     records = []
     n_linear = m.linear_attention_layers
     for i in range(m.num_layers):
@@ -297,6 +307,10 @@ def spec_fields(s: Structure, where: str, max_positions: int) -> Dict[str, Any]:
     spans = sorted({r.span for r in s.layers} - {"full", "none"})
     if spans:
         problems.append("attention spans " + ", ".join(spans))
+    for what, n in (("without an MLP", sum(r.mlp == "none" for r in s.layers)),
+                    ("without a token mixer", sum(not r.mixers for r in s.layers))):
+        if n:
+            problems.append(f"{n} of {len(s.layers)} layers {what}")
     if problems:
         raise InputError(f"{where}: model_type {s.model_type!r} has what the cost model cannot price from its "
                          f"structure: {'; '.join(problems)}; pass a native model YAML of ModelSpec fields")

@@ -19,13 +19,17 @@ which extend DeepSeek-V3 and Qwen-MoE, are read in autoplan/hf_config.py.
   (`qk_norm_type` per_layer); RoPE on `rotary_dim` of each head. Its MTP modules are not built by transformers and
   not priced (a note says so).
 - Falcon-H1: every layer runs a Mamba-2 mixer and GQA attention side by side on the same normed input, then a SwiGLU
-  MLP (ModelSpec.parallel_mamba); its muP multipliers change no shape."""
+  MLP (ModelSpec.parallel_mamba); its muP multipliers change no shape.
+- Nemotron-H / Nemotron-3 (configuration_nemotron_h.py, modeling_nemotron_h.py): one block per symbol of the hybrid
+  pattern, each a pre-norm and one mixer (Mamba-2, GQA attention without position embedding, a squared-ReLU MLP,
+  or a latent MoE of squared-ReLU experts with a shared expert and a sigmoid router with expert bias), as
+  Megatron's hybrid model builds it (ModelSpec.hybrid_layer_pattern)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
 from autoplan.errors import InputError
-from autoplan.hf_fields import Config, gate_activation, llama_like, text_model
+from autoplan.hf_fields import Config, gate_activation, head_dim, llama_like, moe_routing, text_model
 
 
 def _olmo2(c: Config) -> Dict[str, Any]:
@@ -183,6 +187,82 @@ def _falcon_h1(c: Config) -> Dict[str, Any]:
     }
 
 
+# configuration_nemotron_h.py NemotronHConfig._pattern_to_list: hybrid symbol of each layers_block_type entry
+# (its "linear_attention" is the Mamba-2 mixer), with the released files' older names that transformers remaps
+# (configuration_utils.py _LEGACY_LAYER_TYPE_REMAP: mamba, attention).
+NEMOTRON_H_BLOCKS = {"linear_attention": "M", "moe": "E", "full_attention": "*", "mlp": "-", "mamba": "M",
+                     "attention": "*"}
+
+
+def _hybrid_symbols(c: Config, pattern_key: str, list_key: str, default: str) -> str:
+    """A Nemotron-H layer pattern from its legacy string (`pattern_key`) or transformers 5's list (`list_key`)."""
+    pattern, blocks = c.get(pattern_key, None), c.get(list_key, None)
+    if pattern is None and blocks is None:
+        return default
+    if pattern is None:
+        if not isinstance(blocks, list) or set(blocks) - set(NEMOTRON_H_BLOCKS):
+            bad = sorted(set(blocks) - set(NEMOTRON_H_BLOCKS)) if isinstance(blocks, list) else blocks
+            raise InputError(f"{c.where}: {list_key} has {bad!r}; supported layer kinds: "
+                             f"{', '.join(NEMOTRON_H_BLOCKS)}; fix the config")
+        return "".join(NEMOTRON_H_BLOCKS[b] for b in blocks)
+    if not isinstance(pattern, str) or set(pattern) - set(NEMOTRON_H_BLOCKS.values()):
+        raise InputError(f"{c.where}: {pattern_key}={pattern!r} must be a string of M, E, * and -; fix the config")
+    return pattern
+
+
+def _nemotron_h(c: Config) -> Dict[str, Any]:
+    pattern = _hybrid_symbols(c, "hybrid_override_pattern", "layers_block_type", "")
+    if not pattern:
+        raise InputError(f"{c.where}: model_type 'nemotron_h' needs field 'hybrid_override_pattern' (or "
+                         f"layers_block_type), which is missing; add it to the config")
+    if c.int_opt("num_hidden_layers", len(pattern)) != len(pattern):
+        c.notes.append(f"num_hidden_layers={c.get('num_hidden_layers', None)} ignored: the pattern has "
+                       f"{len(pattern)} layers (transformers and Megatron both take the pattern's length)")
+    for key in ("attention_bias", "mlp_bias", "use_bias", "mamba_proj_bias"):
+        if c.get(key, False):
+            raise InputError(f"{c.where}: {key}=true is not supported for nemotron_h; set it false or pass a native "
+                             f"model YAML")
+    if not c.get("use_conv_bias", True):
+        c.notes.append("use_conv_bias false: the conv1d bias (d_inner + 2 G N per Mamba layer) is over-counted")
+    act = c.get("mlp_hidden_act", "relu2")
+    if act != "relu2":
+        raise InputError(f"{c.where}: mlp_hidden_act={act!r} is not supported for nemotron_h; supported: relu2")
+    c.notes.append("nemotron_h: squared-ReLU MLPs priced as 2-matrix GELU MLPs (same shapes and GEMM FLOPs), and its "
+                   "attention without position embedding as RoPE attention (no parameters either)")
+    hidden = c.int_req("hidden_size")
+    heads = c.int_req("num_attention_heads")
+    d = c.int_opt("head_dim", None) or c.int_opt("attention_head_dim", None) or head_dim(c, hidden, heads)
+    mamba_heads = c.int_req("mamba_num_heads")
+    fields: Dict[str, Any] = dict(
+        num_layers=len(pattern), hybrid_layer_pattern=pattern, hidden_size=hidden,
+        ffn_hidden_size=c.int_req("intermediate_size"), num_attention_heads=heads,
+        num_query_groups=c.int_opt("num_key_value_heads", heads), kv_channels=d,
+        vocab_size=c.int_req("vocab_size"), max_position_embeddings=c.int_req("max_position_embeddings"),
+        activation="gelu", normalization="rmsnorm", position_embedding="rope",
+        tie_embeddings=bool(c.get("tie_word_embeddings", False)), hidden_dropout=c.num("hidden_dropout", 0.0),
+        mamba_num_heads=mamba_heads, mamba_head_dim=c.int_opt("mamba_head_dim", 64),
+        mamba_state_dim=c.int_opt("ssm_state_size", 128), mamba_num_groups=c.int_opt("n_groups", 8),
+        mamba_conv_kernel=c.int_opt("conv_kernel", 4))
+    if "E" in pattern:
+        # NemotronHTopkRouter: sigmoid scores, e_score_correction_bias added for the choice (DeepSeek-V3's noaux_tc).
+        routing = Config({**c.cfg, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}, c.model_type, c.where)
+        fields.update(
+            num_experts=c.int_req("n_routed_experts", "num_local_experts"),
+            moe_router_topk=c.int_req("num_experts_per_tok"),
+            moe_ffn_hidden_size=c.int_req("moe_intermediate_size"),
+            shared_expert_ffn_hidden_size=c.int_opt("n_shared_experts", 1) * c.int_opt(
+                "moe_shared_expert_intermediate_size", 7688),  # configuration_nemotron_h.py defaults
+            moe_latent_size=c.int_opt("moe_latent_size", 0) or 0,
+            **moe_routing(routing, norm_default=True))
+        c.notes.extend(routing.notes)
+    depths = c.int_opt("num_nextn_predict_layers", 0)
+    if depths:
+        fields.update(mtp_num_layers=depths,
+                      mtp_layer_pattern=_hybrid_symbols(c, "mtp_hybrid_override_pattern", "mtp_layers_block_type",
+                                                        "*E"))  # NemotronHConfig default ['full_attention', 'moe']
+    return fields
+
+
 FAMILIES: Dict[str, Callable[[Config], Dict[str, Any]]] = {
     "olmo2": _olmo2,
     "granite": _granite,
@@ -191,4 +271,5 @@ FAMILIES: Dict[str, Callable[[Config], Dict[str, Any]]] = {
     "glm4_moe": _glm4_moe,
     "minimax_m2": _minimax_m2,
     "falcon_h1": _falcon_h1,
+    "nemotron_h": _nemotron_h,
 }

@@ -27,11 +27,14 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 # repository, commit and path); the others of the eight were written from published values.
 RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct",
             "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b", "olmo2_1124_13b",
-            "granite_3_1_8b_instruct", "glm5", "glm5_2"]
+            "granite_3_1_8b_instruct", "glm5", "glm5_2", "nemotron_3_nano_30b_a3b", "nemotron_3_super_120b_a12b_fp8",
+            "nemotron_3_ultra_550b_a55b", "nemotron_h_56b_base_8k"]
 FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
             "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
             "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct", "llama4_maverick_17b_128e_instruct",
-            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b", "glm5"]
+            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b", "glm5",
+            "nemotron_3_nano_30b_a3b", "nemotron_3_super_120b_a12b_fp8", "nemotron_3_ultra_550b_a55b",
+            "nemotron_h_56b_base_8k"]
 
 # Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
 # sources in tests/data/hf_configs/README.md. Llama-4's card counts its vision tower, so its built multimodal model
@@ -258,3 +261,35 @@ def test_glm5_2_shared_indexers_are_refused_naming_them():
     with pytest.raises(InputError) as e:
         load_model(str(HF / "glm5_2.json"))
     assert "indexer_types gives 57 of 78 layers no indexer" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name, catalogue", [("nemotron_3_nano_30b_a3b", "nemotron-3-nano"),
+                                             ("nemotron_3_super_120b_a12b_fp8", "nemotron-3-super")])
+def test_nemotron_3_released_file_is_the_megatron_bridge_provider(name, catalogue):
+    """The released config.json read here against the ModelSpec written from Megatron-Bridge's providers
+    (benchmarks/models/*.yaml): the same blocks and sizes. Those files leave the router at its defaults (the
+    published runs they price do not turn on it) and Super's recipe trains two shared MTP depths where the released
+    checkpoint has one."""
+    mine = load_model(str(HF / f"{name}.json")).model_dump(exclude={"name", "notes"})
+    bridge = load_model(str(Path(__file__).parents[2] / "benchmarks" / "models" / f"{catalogue}.yaml"))
+    differ = {k for k, v in bridge.model_dump(exclude={"name", "notes"}).items() if mine[k] != v}
+    assert differ <= {"moe_router_score_function", "moe_router_expert_bias", "moe_router_topk_scaling_factor",
+                      "mtp_num_layers", "mtp_shared_weights"}
+    assert (mine["moe_router_score_function"], mine["moe_router_expert_bias"]) == ("sigmoid", True)
+
+
+def test_nemotron_3_nano_blocks_as_megatron_bridge_states():
+    """Megatron-Bridge's Nemotron 3 Nano page: 23 Mamba-2 and 23 MoE blocks, 6 attention blocks, 128 experts and
+    one shared expert (tests/data/hf_configs/README.md)."""
+    m = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"))
+    assert [m.layer_count(x) for x in "ME*-"] == [23, 23, 6, 0]
+    assert (m.num_experts, m.shared_expert_ffn_hidden_size > 0) == (128, True)
+    assert round(count_parameters(m)[0] / 1e8) == 316  # the bf16 checkpoint's 31.6B
+
+
+def test_nemotron_h_layer_kinds_outside_the_pattern_are_refused():
+    cfg = {**hf("nemotron_3_ultra_550b_a55b")}
+    cfg["layers_block_type"] = ["mamba", "sliding_attention"] + cfg["layers_block_type"][2:]
+    with pytest.raises(InputError) as e:
+        from_hf_config(cfg, "x")
+    assert "layers_block_type has ['sliding_attention']" in str(e.value) and "\n" not in str(e.value)
