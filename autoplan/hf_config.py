@@ -183,12 +183,10 @@ def _glm_moe_dsa(c: _Config) -> Dict[str, Any]:
     return fields
 
 
-def _qwen3_next(c: _Config) -> Dict[str, Any]:
-    """Qwen3-Next (modeling_qwen3_next.py): Qwen3-MoE routing with a gated shared expert; Gated DeltaNet linear
-    attention on most layers and gated softmax attention (per-head q/k norm, output gate) on every
-    `full_attention_interval`-th layer (configuration_qwen3_next.py default 4), or as `layer_types` lists them."""
-    fields = _qwen3_moe(c)
-    num_layers = fields["num_layers"]
+def _gated_deltanet(c: _Config, num_layers: int) -> Dict[str, Any]:
+    """Qwen3-Next's token mixers (modeling_qwen3_next.py): Gated DeltaNet linear attention on most layers and gated
+    softmax attention (per-head q/k norm, output gate, partial RoPE) on every `full_attention_interval`-th layer
+    (configuration_qwen3_next.py default 4), or as `layer_types` lists them; zero-centred norms."""
     layer_types = c.get("layer_types", None)
     if layer_types:
         if not isinstance(layer_types, list) or len(layer_types) != num_layers:
@@ -203,9 +201,7 @@ def _qwen3_next(c: _Config) -> Dict[str, Any]:
     else:
         interval = c.int_opt("full_attention_interval", 4)
         linear = sum((i + 1) % interval != 0 for i in range(num_layers))
-    c.notes.append("qwen3_next: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; MTP layers are not "
-                   "built by transformers and not priced")
-    return {**fields, "rotary_percent": c.fraction("partial_rotary_factor", 0.25), "attention_output_gate": True,
+    return {"rotary_percent": c.fraction("partial_rotary_factor", 0.25), "attention_output_gate": True,
             # Qwen3NextRMSNorm: output * (1 + weight), weight initialised to zeros.
             "layernorm_zero_centered": True,
             "linear_attention_layers": linear, "linear_attention_freq": interval,
@@ -214,6 +210,40 @@ def _qwen3_next(c: _Config) -> Dict[str, Any]:
             "gdn_key_head_dim": c.int_req("linear_key_head_dim"),
             "gdn_value_head_dim": c.int_req("linear_value_head_dim"),
             "gdn_conv_kernel": c.int_opt("linear_conv_kernel_dim", 4)}
+
+
+def _qwen3_next(c: _Config) -> Dict[str, Any]:
+    """Qwen3-Next (modeling_qwen3_next.py): Qwen3-MoE routing with a gated shared expert and Gated DeltaNet layers."""
+    fields = _qwen3_moe(c)
+    c.notes.append("qwen3_next: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; MTP layers are not "
+                   "built by transformers and not priced")
+    return {**fields, **_gated_deltanet(c, fields["num_layers"])}
+
+
+def _qwen3_5_mtp_note(c: _Config, family: str) -> None:
+    c.notes.append(f"{family}: its zero-centred RMSNorm scales (1 + w) cost as plain RMSNorm; its "
+                   f"{c.int_opt('mtp_num_hidden_layers', 0)} MTP layer(s) are not built by transformers and not priced")
+
+
+def _qwen3_5_text(c: _Config) -> Dict[str, Any]:
+    """Qwen3.5 dense language model (modeling_qwen3_5.py, the text_config of model_type qwen3_5): Qwen3-Next's mixers
+    with a SwiGLU MLP in every layer."""
+    fields = _qwen3(c)
+    _qwen3_5_mtp_note(c, "qwen3_5")
+    return {**fields, **_gated_deltanet(c, fields["num_layers"])}
+
+
+def _qwen3_5_moe_text(c: _Config) -> Dict[str, Any]:
+    """Qwen3.5 MoE language model (modeling_qwen3_5_moe.py): Qwen3-Next's mixers and gated shared expert, MoE in every
+    layer (the configuration deletes decoder_sparse_step and mlp_only_layers), and a router that always renormalises
+    its top-k weights (Qwen3_5MoeTopKRouter.forward, whatever norm_topk_prob says)."""
+    every_layer = _Config({"intermediate_size": c.get("moe_intermediate_size", None),  # no dense MLP to size
+                           **c.cfg, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+                          c.model_type, c.where)
+    every_layer.notes = c.notes
+    fields = _qwen3_moe(every_layer)
+    _qwen3_5_mtp_note(c, "qwen3_5_moe")
+    return {**fields, **_gated_deltanet(c, fields["num_layers"])}
 
 
 def _gpt_oss(c: _Config) -> Dict[str, Any]:
@@ -298,6 +328,9 @@ PARSERS: Dict[str, Callable[[_Config], Dict[str, Any]]] = {
     "deepseek_v32": _deepseek_v32,
     "glm_moe_dsa": _glm_moe_dsa,
     "qwen3_next": _qwen3_next,
+    "qwen3_5_text": _qwen3_5_text,
+    "qwen3_5_moe_text": _qwen3_5_moe_text,
+    "qwen3_vl_moe_text": _qwen3_moe,  # modeling_qwen3_vl_moe.py: Qwen3-MoE's blocks (q/k norm, no shared expert)
     "gpt_oss": _gpt_oss,
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,

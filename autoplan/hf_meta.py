@@ -27,10 +27,11 @@ from autoplan.model import ModelSpec
 
 # Decoder-layer children the walk recognises, by what they hold (attribute names of the transformers modelling
 # files: modeling_llama.py, modeling_deepseek_v3.py, modeling_deepseek_v32.py, modeling_qwen3_next.py,
-# modeling_falcon_h1.py, modeling_llama4.py, modeling_mixtral.py, modeling_glm4_moe.py, modeling_minimax_m2.py).
+# modeling_falcon_h1.py, modeling_llama4.py, modeling_mixtral.py, modeling_glm4_moe.py, modeling_minimax_m2.py,
+# modeling_qwen3_5.py, modeling_nemotron_h.py).
 _ATTENTION = (("q_proj", "o_proj"), ("qkv_proj", "o_proj"), ("c_attn", "c_proj"), ("query_key_value", "dense"))
 _MLA = ("kv_a_proj_with_mqa",)
-_GDN = ("in_proj_qkvz",)
+_GDN = (("in_proj_qkvz",), ("in_proj_qkv", "in_proj_z"))  # Qwen3-Next's fused projection; Qwen3.5's split one
 _MAMBA = ("A_log", "in_proj", "conv1d")
 _DENSE_MLP = (("down_proj",), ("c_fc", "c_proj"), ("dense_h_to_4h", "dense_4h_to_h"))
 _EXPERTS = ("experts",)
@@ -155,7 +156,7 @@ def _classify(layer, hidden: int) -> _Layer:
             if d and _has(child, ("q_proj", "k_proj", "o_proj")):
                 # o_proj's input is heads x d (a gated q_proj is twice as wide)
                 found.attention = (int(child.o_proj.weight.shape[1]) // d, _out_features(child.k_proj) // d, d)
-        elif _has(child, _GDN):
+        elif any(_has(child, names) for names in _GDN):
             found.mixers.append("gated_deltanet")
         elif _has(child, _MAMBA):
             found.mixers.append("mamba2")

@@ -50,7 +50,7 @@ class Placement:
     def label(self) -> str:
         s = self.llm
         split = f" first={s.first_stage_layers} last={s.last_stage_layers}" if s.first_stage_layers is not None else ""
-        base = f"tp{s.tp} pp{s.pp} mbs{s.mbs}{split}"
+        base = f"tp{s.tp} pp{s.pp}{f' ep{s.ep}' if s.ep > 1 else ''} mbs{s.mbs}{split}"
         rc = " enc-rc" if self.encoder_recompute else ""
         if self.kind == "inherit":
             return f"inherit: encoder on stage 0, {base}{rc}"

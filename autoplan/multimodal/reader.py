@@ -1,6 +1,7 @@
 """Hugging Face configs with a `vision_config` -> `MultimodalSpec`: the vision tower and projector read here, the
 language model by autoplan/hf_config.py from the text part. Field names and defaults follow transformers 4.57
-(configuration_qwen2_5_vl.py, configuration_qwen3_vl.py, configuration_llava.py, configuration_clip.py,
+(configuration_qwen2_5_vl.py, configuration_qwen3_vl.py, configuration_qwen3_vl_moe.py, configuration_qwen3_5.py,
+configuration_qwen3_5_moe.py, configuration_llava.py, configuration_clip.py,
 configuration_siglip.py, configuration_gemma3.py) and OpenGVLab's configuration_internvl_chat.py /
 configuration_intern_vit.py for `internvl_chat`."""
 from __future__ import annotations
@@ -73,14 +74,18 @@ def _qwen2_5_vl(cfg, name, where) -> Tuple[VisionSpec, ProjectorSpec, ModelSpec]
     return vision, proj, llm
 
 
+# The language model's reader for each Qwen3-VL-style model_type. The vision tower is the same in all four
+# (modeling_qwen3_vl.py, modeling_qwen3_vl_moe.py, modeling_qwen3_5.py, modeling_qwen3_5_moe.py: Qwen3VL-style
+# VisionModel and PatchMerger); Qwen3.5's lists no deepstack layers.
+QWEN3_VL_TEXT = {"qwen3_vl": "qwen3", "qwen3_vl_moe": "qwen3_vl_moe_text", "qwen3_5": "qwen3_5_text",
+                 "qwen3_5_moe": "qwen3_5_moe_text"}
+
+
 def _qwen3_vl(cfg, name, where):
     v = Config(_section(cfg, "vision_config", where), "qwen3_vl", f"{where} vision_config")
     # tie_word_embeddings sits at the top level of released Qwen3-VL configs (false in 8B, true in 2B/4B).
     text = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **_section(cfg, "text_config", where)}
-    if text.get("num_experts"):
-        raise InputError(f"{where}: Qwen3-VL MoE language models (qwen3_vl_moe) are not read yet; pass a dense "
-                         f"Qwen3-VL config")
-    llm = _llm(text, "qwen3", name, where)
+    llm = _llm(text, QWEN3_VL_TEXT[cfg["model_type"]], name, where)
     h, merge = v.int_req("hidden_size"), v.int_opt("spatial_merge_size", 2)
     deepstack = len(v.get("deepstack_visual_indexes", []))
     vision = VisionSpec(
@@ -178,17 +183,19 @@ def _gemma3(cfg, name, where):
 READERS: Dict[str, Callable[..., Tuple[VisionSpec, ProjectorSpec, ModelSpec]]] = {
     "qwen2_5_vl": _qwen2_5_vl,
     "qwen3_vl": _qwen3_vl,
+    "qwen3_vl_moe": _qwen3_vl,
+    "qwen3_5": _qwen3_vl,
+    "qwen3_5_moe": _qwen3_vl,
     "internvl_chat": _internvl_chat,
     "llava": _llava,
     "llava_onevision": _llava,
     "gemma3": _gemma3,
 }
 NOT_READ = {
-    "llama4": "Llama-4's language model (llama4_text: interleaved chunked attention, MoE every other layer) is not "
-              "read by autoplan's config reader",
+    "llama4": "Llama-4's vision tower (llama4_vision_model) is not read; `autoplan plan --model` prices its "
+              "language model (text_config) alone",
     "internvl": "the transformers-native InternVL layout (model_type internvl) is not read; pass the OpenGVLab "
                 "release config (model_type internvl_chat)",
-    "qwen3_vl_moe": "Qwen3-VL MoE language models are not read yet",
 }
 
 

@@ -1,6 +1,7 @@
 """Search encoder placements: inherit (the language model's grid, stage 0 carrying the encoder, first/last stage
 layer counts searched) and disjoint (an encoder grid of whole nodes with its own TP and DP, the rest for the language
-model), each with and without encoder recompute, over micro-batch sizes 1 and 2."""
+model), each with and without encoder recompute, over micro-batch sizes 1 and 2 and, for an MoE language model,
+expert-parallel degrees."""
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -10,10 +11,12 @@ from autoplan.costmodel.calibration import DEFAULT, Calibration
 from autoplan.multimodal.placement import Placement, Priced, price, stage_splits
 from autoplan.multimodal.spec import Freeze, ImageData, MultimodalSpec
 from autoplan.strategy import Strategy
+from autoplan.valid_values import valid_ep
 from autoplan.workload import Workload
 
 TP_DEGREES = (1, 2, 4, 8)
 MBS = (1, 2)
+MAX_EP = 64
 
 
 def _divisors(n: int) -> List[int]:
@@ -30,17 +33,21 @@ def _llm_strategies(spec: MultimodalSpec, gpus: int, wl: Workload, gpus_per_node
             if pp > llm.num_layers // 2 and pp > 1:
                 continue
             dp = gpus // (tp * pp)
+            # An MoE language model's experts spread over ep ranks (etp 1, folded over tp x dp: valid_values.py
+            # valid_ep): powers of two up to MAX_EP, as the text-model search's defaults reach.
+            eps = [e for e in valid_ep(llm, gpus, 1, pp) if e & (e - 1) == 0 and e <= MAX_EP] if llm.is_moe else [1]
             for mbs in MBS:
                 if wl.global_batch_size % (mbs * dp):
                     continue
-                base = dict(tp=tp, pp=pp, mbs=mbs, sp=tp > 1, zero=1, recompute="selective")
                 mid = llm.num_layers / pp
                 for first, last in stage_splits(llm.num_layers, pp):
                     if first is not None and (not splits and llm.num_layers % pp == 0):
                         continue
                     if first is not None and not (first <= mid + 1 and abs(last - mid) <= 8):
                         continue
-                    yield Strategy(**base, first_stage_layers=first, last_stage_layers=last)
+                    for ep in eps:
+                        yield Strategy(tp=tp, pp=pp, ep=ep, mbs=mbs, sp=tp > 1, zero=1, recompute="selective",
+                                       first_stage_layers=first, last_stage_layers=last)
 
 
 def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze, *,

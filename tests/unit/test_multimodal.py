@@ -290,3 +290,50 @@ def test_emit_searches_only_the_placements_its_files_express(tmp_path, capsys):
     assert (tmp_path / "m" / "mimo_args.txt").is_file()
     code, _, err = run_cli(light + ["--emit", "bridge,mimo", "--out", str(tmp_path / "bm")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "emit one format" in err, err
+
+
+# Released configs copied byte for byte (tests/data/vlm/SOURCES): the vision tower, projector and language model read
+# here against the model transformers builds on the meta device.
+BUILT = ["qwen3_5_35b_a3b.json", "qwen3_5_27b.json", "qwen3_vl_30b_a3b_instruct.json", "qwen3_vl_8b_instruct.json"]
+
+
+@pytest.mark.parametrize("name", BUILT)
+def test_parameter_count_equals_the_model_transformers_builds(name):
+    import json
+    import logging
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    cfg = json.loads((DATA / name).read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
+                                                                         if k != "model_type"})
+        with torch.device("meta"):
+            model = transformers.AutoModelForImageTextToText.from_config(config)
+    split = param_split(load_multimodal(str(DATA / name)))
+    visual = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
+    assert (split.total, split.vision + split.projector) == (sum(p.numel() for p in model.parameters()), visual)
+
+
+def test_moe_language_model_is_searched_with_expert_parallelism():
+    """Qwen3-VL-30B-A3B (128 experts): the search prices expert-parallel layouts, and its best is one of them and no
+    slower than the best without experts spread."""
+    spec = load_multimodal(str(DATA / "qwen3_vl_30b_a3b_instruct.json"))
+    priced = search(spec, load_cluster("h100", 32), Workload(seq_len=8192, global_batch_size=64),
+                    _data(2, 1024), Freeze(), kinds=("inherit",))
+    fits = [p for p in priced if p.fits]
+    no_ep = [p for p in fits if p.placement.llm.ep == 1]
+    assert fits[0].placement.llm.ep > 1 and fits[0].step_s <= no_ep[0].step_s
+    assert " ep" in fits[0].placement.label()
+
+
+def test_qwen3_5_language_model_keeps_its_gated_deltanet_layers():
+    spec = load_multimodal(str(DATA / "qwen3_5_35b_a3b.json"))
+    m = spec.llm
+    assert (m.num_layers, m.linear_attention_layers, m.linear_attention_freq, m.num_experts, m.moe_router_topk) == \
+        (40, 30, 4, 256, 8)
+    assert (m.shared_expert_gate, m.attention_output_gate, m.moe_router_norm_topk_prob) == (True, True, True)
+    assert (m.rotary_base, m.rotary_percent) == (1e7, 0.25)  # from rope_parameters
