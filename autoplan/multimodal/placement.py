@@ -153,18 +153,30 @@ class _EncoderCosts:
 
 
 def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze,
-          placements: List[Placement], cal: Calibration = DEFAULT, headroom: float = 0.0) -> List[Priced]:
-    """Price placements that share one llm_gpus (one call to the language model's cost per group)."""
+          placements: List[Placement], cal: Calibration = DEFAULT, headroom: float = 0.0,
+          fitting_only: bool = False) -> List[Priced]:
+    """Price placements that share one llm_gpus (one call to the language model's cost per group). With
+    `fitting_only`, a placement whose language-model ranks alone exceed the memory is left out unpriced: the encoder
+    only adds to a rank's memory (to stage 0 on inherit; its own ranks beside the language grid on disjoint), so it
+    could not fit either."""
     out: List[Priced] = []
+    capacity = hardware_of(cluster).capacity_bytes * (1.0 - headroom)
     groups: Dict[int, List[Placement]] = {}
     for p in placements:
         groups.setdefault(p.llm_gpus, []).append(p)
     enc = _EncoderCosts(spec, cluster, freeze, cal)
     for llm_gpus, group in groups.items():
         sub = cluster.model_copy(update={"num_gpus": llm_gpus})
-        lay, r = _llm_ranks(spec, sub, wl, [p.llm for p in group], cal)
+        # Placements that differ only in the encoder share their language-model strategy: price each once.
+        unique: Dict[Strategy, int] = {}
+        index = [unique.setdefault(p.llm, len(unique)) for p in group]
+        lay, r = _llm_ranks(spec, sub, wl, list(unique), cal)
         micro = num_microbatches(wl, lay)
-        for i, p in enumerate(group):
+        frozen = ("grads", "optimizer") if freeze.language_model else ()  # zeroed in _price_one
+        llm_peak = sum(v for k, v in r["mem"].items() if k not in frozen).max(axis=1)
+        for i, p in zip(index, group):
+            if fitting_only and llm_peak[i] > capacity:
+                continue
             out.append(_price_one(spec, wl, data, freeze, p, lay, r, i, int(micro[i]), enc, headroom))
     return out
 

@@ -53,7 +53,8 @@ def _llm_strategies(spec: MultimodalSpec, gpus: int, wl: Workload, gpus_per_node
 def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze, *,
            kinds: Tuple[str, ...] = ("inherit", "disjoint"), cal: Calibration = DEFAULT,
            headroom: float = 0.0) -> List[Priced]:
-    """Every priced placement, fastest (mean load) first; those that do not fit are kept, marked."""
+    """The priced placements, fastest (mean load) first, every one that fits among them; those that do not fit are
+    kept, marked, when nothing fits (else only those whose language model alone fits are priced)."""
     gpus, per_node = cluster.num_gpus, cluster.gpu.gpus_per_node
     placements: List[Placement] = []
     if "inherit" in kinds:
@@ -76,7 +77,11 @@ def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: Image
                         continue
                     for rc in (False, True):
                         placements.append(Placement("disjoint", s, gpus - enc, etp, edp, rc))
-    priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom)
+    # Placements whose language model alone cannot fit are priced only when nothing fits (to name the least memory
+    # needed): the fitting ones and their order are the same either way.
+    priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, fitting_only=True)
+    if not any(p.fits for p in priced):
+        priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom)
     return sorted(priced, key=lambda p: (not p.fits, p.step_s))
 
 
