@@ -1,7 +1,7 @@
 """Hugging Face configs with a `vision_config` -> `MultimodalSpec`: the vision tower and projector read here, the
 language model by autoplan/hf_config.py from the text part. Field names and defaults follow transformers 4.57
 (configuration_qwen2_5_vl.py, configuration_qwen3_vl.py, configuration_qwen3_vl_moe.py, configuration_qwen3_5.py,
-configuration_qwen3_5_moe.py, configuration_llava.py, configuration_clip.py,
+configuration_qwen3_5_moe.py, configuration_kimi_k25.py, configuration_llava.py, configuration_clip.py,
 configuration_siglip.py, configuration_gemma3.py) and OpenGVLab's configuration_internvl_chat.py /
 configuration_intern_vit.py for `internvl_chat`."""
 from __future__ import annotations
@@ -180,6 +180,35 @@ def _gemma3(cfg, name, where):
     return vision, proj, llm
 
 
+def _kimi_k25(cfg, name, where):
+    """Kimi-K2.5 (modeling_kimi_k25.py): a MoonViT tower (Conv2d patches with a bias, a learned 2-D position grid of
+    init_pos_emb_height x width, LayerNorm pre-norm blocks with biased q/k/v/o and a GELU fc1/fc2 MLP, a final
+    LayerNorm; 2-D rotary attention) and a patch merger (LayerNorm over the tower width, then Linear(4h, 4h), GELU,
+    Linear(4h, text width), biased) over 2 x 2 patches; the language model is Kimi-K2's (DeepSeek-V3 blocks)."""
+    raw = _section(cfg, "vision_config", where)
+    v = Config(raw, "kimi_k25_vision", f"{where} vision_config")
+    if raw.get("mm_projector_type", "patchmerger") != "patchmerger":
+        raise InputError(f"{where}: vision_config mm_projector_type={raw.get('mm_projector_type')!r} is not "
+                         f"supported; supported: patchmerger")
+    text = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **_section(cfg, "text_config", where)}
+    llm = _llm(text, str(text.get("model_type", "kimi_k2")), name, where)
+    h = v.int_req("vt_hidden_size")
+    kernel = v.get("merge_kernel_size", [2, 2])
+    merge = int(kernel[0]) * int(kernel[1]) if isinstance(kernel, (list, tuple)) and len(kernel) == 2 else 0
+    if merge <= 0:
+        raise InputError(f"{where}: vision_config merge_kernel_size={kernel!r} must be two positive sizes; fix the "
+                         f"config")
+    vision = VisionSpec(
+        family="moonvit", num_layers=v.int_req("vt_num_hidden_layers"), hidden_size=h,
+        ffn_hidden_size=v.int_req("vt_intermediate_size"), num_heads=v.int_req("vt_num_attention_heads"),
+        gated_mlp=False, normalization="layernorm", patch_size=_grid(v.int_req("patch_size")), patch_bias=True,
+        position_embeddings=v.int_opt("init_pos_emb_height", 64) * v.int_opt("init_pos_emb_width", 64),
+        final_norms=1, patches_per_token=merge)
+    proj = ProjectorSpec(norm_width=v.int_opt("mm_hidden_size", h), norm_bias=True,
+                         widths=(h * merge, h * merge, v.int_opt("text_hidden_size", llm.hidden_size)), bias=True)
+    return vision, proj, llm
+
+
 READERS: Dict[str, Callable[..., Tuple[VisionSpec, ProjectorSpec, ModelSpec]]] = {
     "qwen2_5_vl": _qwen2_5_vl,
     "qwen3_vl": _qwen3_vl,
@@ -190,8 +219,11 @@ READERS: Dict[str, Callable[..., Tuple[VisionSpec, ProjectorSpec, ModelSpec]]] =
     "llava": _llava,
     "llava_onevision": _llava,
     "gemma3": _gemma3,
+    "kimi_k25": _kimi_k25,
 }
 NOT_READ = {
+    "kimi_k3": "Kimi-K3's language model (KimiLinearForCausalLM: linear-attention layers) and its patchmergerv2 "
+               "projector are not read",
     "llama4": "Llama-4's vision tower (llama4_vision_model) is not read; `autoplan plan --model` prices its "
               "language model (text_config) alone",
     "internvl": "the transformers-native InternVL layout (model_type internvl) is not read; pass the OpenGVLab "

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoplan.model import ModelSpec
 
-VisionFamily = Literal["qwen2_5_vl", "qwen3_vl", "internvit", "clip", "siglip"]
+VisionFamily = Literal["qwen2_5_vl", "qwen3_vl", "internvit", "clip", "siglip", "moonvit"]
 
 
 class VisionSpec(BaseModel):

@@ -294,7 +294,11 @@ def test_emit_searches_only_the_placements_its_files_express(tmp_path, capsys):
 
 # Released configs copied byte for byte (tests/data/vlm/SOURCES): the vision tower, projector and language model read
 # here against the model transformers builds on the meta device.
-BUILT = ["qwen3_5_35b_a3b.json", "qwen3_5_27b.json", "qwen3_vl_30b_a3b_instruct.json", "qwen3_vl_8b_instruct.json"]
+BUILT = ["qwen3_5_35b_a3b.json", "qwen3_5_27b.json", "qwen3_vl_30b_a3b_instruct.json", "qwen3_vl_8b_instruct.json",
+         "kimi_k2_5.json"]
+# Module names of the vision tower and projector in the built models (modeling_qwen3_vl.py `visual`, whose merger
+# sits inside it; modeling_kimi_k25.py `vision_tower` and `mm_projector`).
+VISUAL = (".visual.", ".vision_tower.", ".mm_projector.")
 
 
 @pytest.mark.parametrize("name", BUILT)
@@ -314,7 +318,7 @@ def test_parameter_count_equals_the_model_transformers_builds(name):
         with torch.device("meta"):
             model = transformers.AutoModelForImageTextToText.from_config(config)
     split = param_split(load_multimodal(str(DATA / name)))
-    visual = sum(p.numel() for n, p in model.named_parameters() if ".visual." in n)
+    visual = sum(p.numel() for n, p in model.named_parameters() if any(part in n for part in VISUAL))
     assert (split.total, split.vision + split.projector) == (sum(p.numel() for p in model.parameters()), visual)
 
 
@@ -337,3 +341,13 @@ def test_qwen3_5_language_model_keeps_its_gated_deltanet_layers():
         (40, 30, 4, 256, 8)
     assert (m.shared_expert_gate, m.attention_output_gate, m.moe_router_norm_topk_prob) == (True, True, True)
     assert (m.rotary_base, m.rotary_percent) == (1e7, 0.25)  # from rope_parameters
+
+
+@pytest.mark.parametrize("name", ["qwen3_5_35b_a3b.json", "qwen3_5_27b.json", "qwen3_vl_30b_a3b_instruct.json",
+                                  "kimi_k2_5.json"])
+def test_byte_copies_are_unchanged_since_copied(name):
+    """tests/data/vlm/SOURCES names each copy's source and the SHA-256 of the bytes copied; an edit shows here."""
+    import hashlib
+
+    entry = (DATA / "SOURCES").read_text().split(f"\n{name}\n")[1].split("\n\n")[0]
+    assert f"SHA-256 {hashlib.sha256((DATA / name).read_bytes()).hexdigest()}" in entry
