@@ -65,6 +65,9 @@ class Structure:
     head_dim: int
     tied: bool  # the LM head is the input embedding
     layernorm: bool  # the layer norms carry a bias (LayerNorm), not only a scale (RMSNorm)
+    qk_norm: str = ""  # "", "head" (q_norm / k_norm over one head's d) or "all_heads" (over the whole projection)
+    qkv_bias: bool = False  # q_proj / k_proj / v_proj carry biases (and o_proj none)
+    window: int = 0  # the config's sliding_window, the span of the "sliding" layers
 
 
 def available() -> bool:
@@ -137,6 +140,8 @@ class _Layer:
     expert_ffn: int = 0
     shared_ffn: int = 0
     attention: Tuple[int, int, int] = (0, 0, 0)  # heads, kv heads, head dim of a q/k/v/o attention
+    qk_norm: str = ""
+    qkv_bias: bool = False
     layernorm: bool = False
     unpriced: Tuple[str, ...] = ()
 
@@ -156,6 +161,11 @@ def _classify(layer, hidden: int) -> _Layer:
             if d and _has(child, ("q_proj", "k_proj", "o_proj")):
                 # o_proj's input is heads x d (a gated q_proj is twice as wide)
                 found.attention = (int(child.o_proj.weight.shape[1]) // d, _out_features(child.k_proj) // d, d)
+                # q_norm over one head's d values (Qwen3) or over the whole projection (OLMo-2, OLMoE)
+                width = _out_features(getattr(child, "q_norm", None))
+                found.qk_norm = "" if not width else "head" if width == d else "all_heads"
+                found.qkv_bias = getattr(child.q_proj, "bias", None) is not None and \
+                    getattr(child.o_proj, "bias", None) is None
         elif any(_has(child, names) for names in _GDN):
             found.mixers.append("gated_deltanet")
         elif _has(child, _MAMBA):
@@ -189,11 +199,12 @@ def _walk(model, config, model_type: str) -> Structure:
         getattr(config, "use_sliding_window", True) else "full_attention"
     records: List[LayerRecord] = []
     unpriced: Counter = Counter()
-    attention, layernorm = (0, 0, 0), False
+    attention, layernorm, qk_norm, qkv_bias = (0, 0, 0), False, "", False
     for index, layer in enumerate(layers):
         found = _classify(layer, hidden)
         unpriced.update(found.unpriced)
-        attention = found.attention if found.attention[2] else attention
+        if found.attention[2]:
+            attention, qk_norm, qkv_bias = found.attention, found.qk_norm, found.qkv_bias
         layernorm = layernorm or found.layernorm
         kind = layer_types[index] if index < len(layer_types) else default
         span = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(kind, "full")
@@ -204,9 +215,10 @@ def _walk(model, config, model_type: str) -> Structure:
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embedding
     topk = int(getattr(config, "num_experts_per_tok", 0) or getattr(config, "moe_topk", 0) or 0)
+    window = int(getattr(config, "sliding_window", 0) or 0)
     return Structure(model_type, sum(p.numel() for p in model.parameters()), tuple(records),
                      tuple(f"{k} x{n}" for k, n in sorted(unpriced.items())), hidden, int(embedding.shape[0]), topk,
-                     *attention, tied, layernorm)
+                     *attention, tied, layernorm, qk_norm, qkv_bias, window)
 
 
 def _mlp_width(mlp) -> int:
@@ -296,18 +308,21 @@ def compare(m: ModelSpec, s: Structure) -> List[str]:
 
 
 def spec_fields(s: Structure, where: str, max_positions: int) -> Dict[str, Any]:
-    """ModelSpec fields for a structure the cost model prices as a standard decoder (softmax GQA/MHA attention,
-    full or sliding spans, dense or MoE gated MLPs with one router); InputError naming what it cannot price
-    otherwise. The caller checks the parameter count against the built model (`check_fields`)."""
+    """ModelSpec fields for a structure the cost model prices as a standard decoder (softmax GQA/MHA attention with
+    optional q/k norms and q/k/v biases, full or sliding spans, dense or MoE gated MLPs with one router); InputError
+    naming what it cannot price otherwise. The caller checks the parameter count against the built model (`check_fields`)."""
     problems = list(s.unpriced)
     if not s.heads:
         problems.append("no attention with separate q_proj / k_proj / o_proj to read the heads from")
     kinds = sorted({m for r in s.layers for m in r.mixers} - {"attention"})
     if kinds:
         problems.append("mixers " + ", ".join(kinds) + " (read by no hand-written reader for this model_type)")
-    spans = sorted({r.span for r in s.layers} - {"full", "none"})
+    spans = sorted({r.span for r in s.layers} - {"full", "none", "sliding"})
     if spans:
         problems.append("attention spans " + ", ".join(spans))
+    sliding = sum(r.span == "sliding" for r in s.layers)
+    if sliding and not s.window:
+        problems.append("sliding-window layers without a sliding_window size")
     for what, n in (("without an MLP", sum(r.mlp == "none" for r in s.layers)),
                     ("without a token mixer", sum(not r.mixers for r in s.layers))):
         if n:
@@ -328,6 +343,8 @@ def spec_fields(s: Structure, where: str, max_positions: int) -> Dict[str, Any]:
         num_attention_heads=s.heads, num_query_groups=s.kv_heads, kv_channels=s.head_dim,
         vocab_size=s.vocab_size, max_position_embeddings=max_positions, tie_embeddings=s.tied,
         normalization="layernorm" if s.layernorm else "rmsnorm",
+        qk_layernorm=bool(s.qk_norm), qk_norm_scope=s.qk_norm or "head", add_qkv_bias=s.qkv_bias,
+        **(dict(sliding_window=s.window, num_sliding_window_layers=sliding) if sliding else {}),
         **(dict(num_experts=expert.experts, moe_router_topk=s.topk, moe_ffn_hidden_size=expert.expert_ffn,
                 shared_expert_ffn_hidden_size=expert.shared_ffn, first_k_dense_layers=first_k,
                 moe_layer_freq=freq) if expert else {}))

@@ -187,6 +187,22 @@ def test_unknown_model_type_is_read_from_its_structure():
     assert "read from the structure transformers builds" in m.notes[0]
 
 
+@pytest.mark.parametrize("cfg, expect", [
+    # OLMo-3: q/k RMSNorm over the whole projections, sliding-window attention on three of every four layers
+    (dict(model_type="olmo3", sliding_window=512, **TINY),
+     dict(qk_layernorm=True, qk_norm_scope="all_heads", sliding_window=512, num_sliding_window_layers=3)),
+    # Seed-OSS: q, k and v projections with biases, o_proj without
+    (dict(model_type="seed_oss", attention_bias=True, **TINY), dict(add_qkv_bias=True, qk_layernorm=False)),
+    # OLMoE: MoE in every layer, whole-projection q/k norms
+    (dict(model_type="olmoe", num_experts=8, num_experts_per_tok=2, **TINY),
+     dict(num_experts=8, moe_router_topk=2, qk_norm_scope="all_heads")),
+])
+def test_structure_gives_qk_norms_qkv_biases_and_sliding_windows(cfg, expect):
+    m = from_hf_config(cfg, "x")
+    assert {k: getattr(m, k) for k in expect} == expect
+    assert count_parameters(m)[0] == load_structure(cfg, "x").total_params
+
+
 @pytest.mark.parametrize("cfg, named", [
     (dict(model_type="mamba2", hidden_size=256, num_hidden_layers=2, vocab_size=1000, num_heads=8, head_dim=64),
      "mamba2"),
