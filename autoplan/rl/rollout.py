@@ -88,7 +88,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from statistics import NormalDist
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -130,6 +130,22 @@ CUSTOM_AR_MAX_BYTES = 8192 * 1024  # vLLM CustomAllreduce max_size default; SGLa
 # (the GPU's compute capability is not part of Hardware; the larger never counts less).
 SYMM_MEM_MAX_BYTES = {2: 64 * 2**20, 4: 32 * 2**20, 6: 128 * 2**20, 8: 128 * 2**20}
 MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size cap
+
+
+def rollout_blocker(model: ModelSpec) -> Optional[str]:
+    """The token mixers whose decode state this model has no price for, named; None when every layer is softmax
+    attention (MHA / GQA, or MLA) with its per-token KV cache. Mamba-2 and Gated DeltaNet layers keep a fixed
+    recurrent state per sequence instead (vLLM `vllm/v1/kv_cache_interface.py` MambaSpec, in pages of their own
+    size), a hybrid's MLP / MoE blocks keep none, and DeepSeek sparse attention adds its indexer's key cache
+    beside the MLA latent: counting them as attention layers would mis-size the cache and the batch it admits."""
+    kinds = [what for what, present in (
+        (f"a Mamba / attention hybrid pattern ({model.hybrid_layer_pattern[:24]}...)", model.is_hybrid),
+        ("Mamba-2 mixers beside attention (parallel_mamba)", model.parallel_mamba),
+        (f"{model.linear_attention_layers} Gated DeltaNet layers", model.linear_attention_layers),
+        ("DeepSeek sparse attention's indexer key cache", model.dsa_index_heads),
+    ) if present]
+    return None if not kinds else (f"the rollout model prices softmax attention's per-token KV cache only; "
+                                   f"{model.name} has {', '.join(kinds)}")
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:

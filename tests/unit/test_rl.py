@@ -3,6 +3,7 @@ the verl/slime settings and the command line's bad-input answers."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -706,3 +707,20 @@ def test_cli_async_streaming_settings_are_priced_and_emitted(tmp_path, capsys):
     assert "async_training.trigger_parameter_sync_step=2" in text  # 4 mini-batches in local updates of 2
     code, _, err = run_cli(BASE + extra + ["--emit", "slime", "--out", str(tmp_path / "slime")], capsys)
     assert code == 2 and "slime has no flag" in err and "Traceback" not in err
+
+
+HF = Path(__file__).parents[1] / "data" / "hf_configs"
+
+
+@pytest.mark.parametrize("config, named", [
+    ("nemotron_3_nano_30b_a3b.json", "Mamba / attention hybrid"),
+    ("qwen3_next_80b_a3b.json", "36 Gated DeltaNet layers"),
+    ("glm5.json", "indexer key cache"),
+])
+def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, named):
+    """Counting Mamba-2 / Gated DeltaNet / MLP-only blocks as attention layers would mis-size the KV cache and the
+    batch it admits; DSA's indexer keys are not in the MLA latent."""
+    args = ["rl", "--model", str(HF / config)] + BASE[3:]
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and named in err and "rollout" in err
