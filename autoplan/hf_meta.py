@@ -310,7 +310,8 @@ def compare(m: ModelSpec, s: Structure) -> List[str]:
 def spec_fields(s: Structure, where: str, max_positions: int) -> Dict[str, Any]:
     """ModelSpec fields for a structure the cost model prices as a standard decoder (softmax GQA/MHA attention with
     optional q/k norms and q/k/v biases, full or sliding spans, dense or MoE gated MLPs with one router); InputError
-    naming what it cannot price otherwise. The caller checks the parameter count against the built model (`check_fields`)."""
+    naming what it cannot price otherwise. The caller checks the parameter count against the built model
+    (`check_fields`)."""
     problems = list(s.unpriced)
     if not s.heads:
         problems.append("no attention with separate q_proj / k_proj / o_proj to read the heads from")

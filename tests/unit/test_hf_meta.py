@@ -22,9 +22,10 @@ from autoplan.modelio import from_hf_config, load_model
 
 HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
-# The eight families added with the structural reader and four read before it. RELEASED are copies of released
-# models' config.json files taken from public repositories (tests/data/hf_configs/README.md names each file's
-# repository, commit and path); the others of the eight were written from published values.
+# The eight families added with the structural reader, the two added since (glm_moe_dsa, nemotron_h) and four read
+# before it. RELEASED are copies of released models' config.json files taken from public repositories
+# (tests/data/hf_configs/README.md names each file's repository, commit and path); the other fixtures were written
+# from published values.
 RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct",
             "llama4_maverick_17b_128e_instruct", "qwen3_next_80b_a3b", "olmo2_1124_13b",
             "granite_3_1_8b_instruct", "glm5", "glm5_2", "nemotron_3_nano_30b_a3b", "nemotron_3_super_120b_a12b_fp8",
@@ -32,8 +33,8 @@ RELEASED = ["deepseek_v3_2", "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_ins
 FAMILIES = ["olmo2_1124_7b", "granite_3_1_8b", "llama4_scout_17b_16e", "llama4_scout_17b_16e_text", "glm4_5_air",
             "qwen3_next_80b_a3b", "minimax_m2", "falcon_h1_7b", "deepseek_v3_2",
             "glm4_5", "minimax_m2_7", "llama4_scout_17b_16e_instruct", "llama4_maverick_17b_128e_instruct",
-            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b", "glm5",
-            "nemotron_3_nano_30b_a3b", "nemotron_3_super_120b_a12b_fp8", "nemotron_3_ultra_550b_a55b",
+            "olmo2_1124_13b", "granite_3_1_8b_instruct", "llama3_8b", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_120b",
+            "glm5", "nemotron_3_nano_30b_a3b", "nemotron_3_super_120b_a12b_fp8", "nemotron_3_ultra_550b_a55b",
             "nemotron_h_56b_base_8k"]
 
 # Published totals, in parameters, and the unit of the figure's last digit (a card's "106B" is 106 +- 1 billion):
