@@ -34,7 +34,8 @@ def _llm_strategies(spec: MultimodalSpec, gpus: int, wl: Workload, gpus_per_node
                 continue
             dp = gpus // (tp * pp)
             # An MoE language model's experts spread over ep ranks (etp 1, folded over tp x dp: valid_values.py
-            # valid_ep): powers of two up to MAX_EP, as the text-model search's defaults reach.
+            # valid_ep), powers of two up to MAX_EP only: `plan` tries every legal degree, but here each one
+            # multiplies the encoder placements, and this keeps the joint search to seconds.
             eps = [e for e in valid_ep(llm, gpus, 1, pp) if e & (e - 1) == 0 and e <= MAX_EP] if llm.is_moe else [1]
             for mbs in MBS:
                 if wl.global_batch_size % (mbs * dp):
