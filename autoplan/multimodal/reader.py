@@ -194,7 +194,9 @@ def _kimi_k25(cfg, name, where):
     llm = _llm(text, str(text.get("model_type", "kimi_k2")), name, where)
     h = v.int_req("vt_hidden_size")
     kernel = v.get("merge_kernel_size", [2, 2])
-    merge = int(kernel[0]) * int(kernel[1]) if isinstance(kernel, (list, tuple)) and len(kernel) == 2 else 0
+    sizes = list(kernel) if isinstance(kernel, (list, tuple)) else []
+    merge = sizes[0] * sizes[1] if len(sizes) == 2 and all(isinstance(k, int) and not isinstance(k, bool)
+                                                           and k > 0 for k in sizes) else 0
     if merge <= 0:
         raise InputError(f"{where}: vision_config merge_kernel_size={kernel!r} must be two positive sizes; fix the "
                          f"config")
