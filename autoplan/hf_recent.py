@@ -200,8 +200,10 @@ def _hybrid_symbols(c: Config, pattern_key: str, list_key: str, default: str) ->
     if pattern is None and blocks is None:
         return default
     if pattern is None:
-        if not isinstance(blocks, list) or set(blocks) - set(NEMOTRON_H_BLOCKS):
-            bad = sorted(set(blocks) - set(NEMOTRON_H_BLOCKS)) if isinstance(blocks, list) else blocks
+        if not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks) or \
+                set(blocks) - set(NEMOTRON_H_BLOCKS):
+            named = isinstance(blocks, list) and all(isinstance(b, str) for b in blocks)
+            bad = sorted(set(blocks) - set(NEMOTRON_H_BLOCKS)) if named else blocks
             raise InputError(f"{c.where}: {list_key} has {bad!r}; supported layer kinds: "
                              f"{', '.join(NEMOTRON_H_BLOCKS)}; fix the config")
         return "".join(NEMOTRON_H_BLOCKS[b] for b in blocks)
