@@ -7,7 +7,7 @@ import re
 import typing
 from importlib import resources
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence, Type
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Type
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -115,14 +115,39 @@ def _name_for(path: Path) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
 
 
-def _load_file(path: Path) -> ModelSpec:
+def _load_file(path: Path, name: Optional[str] = None) -> ModelSpec:
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
     data = _read_mapping(path)
     where = f"model file {str(path)!r}"
     if "model_type" in data:
-        return from_hf_config(data, _name_for(path), where=where)
-    return _build({"name": _name_for(path), **data}, where)
+        return from_hf_config(data, name or _name_for(path), where=where)
+    return _build({"name": name or _name_for(path), **data}, where)
+
+
+# A Hugging Face Hub model id, `org/name` (huggingface_hub's repo-id rule: letters, digits, '-', '_', '.').
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+
+
+def hub_config(ref: str) -> Optional[Path]:
+    """The cached config.json of Hub id `ref` (`Qwen/Qwen3-8B`), as transformers and huggingface_hub left it in the
+    local cache (HF_HUB_CACHE / HF_HOME, `huggingface_hub.try_to_load_from_cache`, the `main` revision); None when
+    `ref` is not a Hub id or is a path here. Nothing is downloaded: InputError when the id is not cached, saying how
+    to fetch the file."""
+    if not _HUB_ID.fullmatch(ref) or ref.endswith(_FILE_SUFFIXES) or Path(ref).expanduser().exists():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        raise InputError(f"model {ref!r}: no such file; to read a Hugging Face Hub id from the local cache install "
+                         f"huggingface_hub (pip install 'autoplan[hf]'), or pass the model's config.json") from None
+    found = try_to_load_from_cache(ref, "config.json")
+    if isinstance(found, str) and Path(found).is_file():
+        return Path(found)
+    raise InputError(f"model {ref!r}: no such file, and no config.json of Hub model {ref} in the local cache "
+                     f"({HF_HUB_CACHE}); nothing is downloaded: fetch it (`hf download {ref} config.json`) and pass "
+                     f"the file, or pass a catalogue name (see `autoplan models`)")
 
 
 # ---------------------------------------------------------------- catalogue
@@ -216,7 +241,10 @@ def load_model(ref: str, overrides: Sequence[str] = ()) -> ModelSpec:
     YAML/JSON file of ModelSpec fields, with `key=value` overrides applied."""
     if not ref or not ref.strip():
         raise InputError("model is empty; pass a catalogue name (see `autoplan models`) or a config file")
-    if _looks_like_path(ref):
+    cached = hub_config(ref)
+    if cached is not None:
+        spec = _load_file(cached, name=ref.split("/")[1])
+    elif _looks_like_path(ref):
         spec = _load_file(Path(ref).expanduser())
     else:
         names = catalogue_names()

@@ -250,12 +250,13 @@ def read_multimodal(cfg: Mapping[str, Any], name: str, where: str) -> Multimodal
 def load_multimodal(path: str) -> MultimodalSpec:
     from pathlib import Path
 
-    from autoplan.modelio import _name_for, _read_mapping
+    from autoplan.modelio import _name_for, _read_mapping, hub_config
 
-    p = Path(path)
+    cached = hub_config(path)  # a Hub id (`Qwen/Qwen3-VL-8B-Instruct`) read from the local cache
+    p = cached or Path(path)
     if not p.is_file():
         raise InputError(f"--model {path!r}: no such file; pass a Hugging Face config.json with a vision_config")
     cfg = _read_mapping(p)
     if not is_multimodal(cfg):
         raise InputError(f"--model {path}: no vision_config in this config; `autoplan plan` plans text models")
-    return read_multimodal(cfg, _name_for(p), str(p))
+    return read_multimodal(cfg, path.split("/")[1] if cached else _name_for(p), str(p))

@@ -274,3 +274,48 @@ def test_bad_overrides(override, expect):
     with pytest.raises(InputError) as e:
         load_model("mixtral-8x7b", [override])
     assert expect in one_line_error(e)
+
+
+# ---------------------------------------------------------------- Hugging Face Hub ids, from the local cache
+
+def _cache(root: Path, repo: str, config: Path) -> None:
+    """A config.json laid out as huggingface_hub caches it: models--ORG--NAME/refs/main names the snapshot."""
+    folder = root / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text("0123abcd")
+    (folder / "snapshots" / "0123abcd").mkdir(parents=True)
+    (folder / "snapshots" / "0123abcd" / "config.json").write_bytes(config.read_bytes())
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_hub_id_is_read_from_the_local_cache(hub_cache):
+    _cache(hub_cache, "Qwen/Qwen3-8B", HF / "qwen3_8b.json")
+    m = load_model("Qwen/Qwen3-8B")
+    assert m.name == "Qwen3-8B" and same_architecture(m, load_model(str(HF / "qwen3_8b.json")))
+
+
+def test_uncached_hub_id_says_how_to_fetch_it_and_downloads_nothing(hub_cache):
+    with pytest.raises(InputError) as e:
+        load_model("Qwen/Qwen3-8B")
+    message = one_line_error(e)
+    assert "hf download Qwen/Qwen3-8B config.json" in message and str(hub_cache) in message
+
+
+def test_a_missing_file_path_is_not_taken_for_a_hub_id(hub_cache):
+    with pytest.raises(InputError) as e:
+        load_model("models/foo.yaml")
+    assert "does not exist" in one_line_error(e)
+
+
+def test_vision_language_hub_id_is_read_from_the_local_cache(hub_cache):
+    from autoplan.multimodal.reader import load_multimodal
+
+    _cache(hub_cache, "Qwen/Qwen3-VL-8B-Instruct", HF.parent / "vlm" / "qwen3_vl_8b_instruct.json")
+    spec = load_multimodal("Qwen/Qwen3-VL-8B-Instruct")
+    assert spec.name == "Qwen3-VL-8B-Instruct" and spec.model_type == "qwen3_vl"
