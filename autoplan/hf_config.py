@@ -175,6 +175,9 @@ def _glm_moe_dsa(c: _Config) -> Dict[str, Any]:
         raise InputError(f"{c.where}: mlp_layer_types is not {first_k} dense layers then sparse ones "
                          f"(first_k_dense_replace={first_k}); the only placement supported; fix the config")
     indexers = c.get("indexer_types", None)
+    if indexers is not None and (not isinstance(indexers, list) or len(indexers) != layers or
+                                 not all(isinstance(t, str) for t in indexers)):
+        raise InputError(f"{c.where}: indexer_types must list one kind per layer ({layers}); fix the config")
     if indexers is not None and set(indexers) != {"full"}:
         shared = sum(t != "full" for t in indexers)
         raise InputError(f"{c.where}: indexer_types gives {shared} of {len(indexers)} layers no indexer of their own "
