@@ -154,31 +154,47 @@ class _EncoderCosts:
 
 def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze,
           placements: List[Placement], cal: Calibration = DEFAULT, headroom: float = 0.0,
-          fitting_only: bool = False) -> List[Priced]:
-    """Price placements that share one llm_gpus (one call to the language model's cost per group). With
-    `fitting_only`, a placement whose language-model ranks alone exceed the memory is left out unpriced: the encoder
-    only adds to a rank's memory (to stage 0 on inherit; its own ranks beside the language grid on disjoint), so it
-    could not fit either."""
-    out: List[Priced] = []
+          select: str = "all") -> List[Priced]:
+    """Price placements (one call to the language model's cost per group of placements sharing llm_gpus, each of
+    its strategies once). The encoder only adds to a rank's memory (to stage 0 on inherit; its own ranks beside the
+    language grid on disjoint), so a placement's peak is at least its language-model ranks' own peak; `select`
+    uses that bound: "fitting" leaves out unpriced the placements whose language model alone exceeds the memory
+    (none of them could fit), "least" prices, in rising order of that bound, only until the bound passes the
+    least peak priced, with and without encoder recompute apart (the placement of each that needs the least memory
+    is among those priced)."""
     capacity = hardware_of(cluster).capacity_bytes * (1.0 - headroom)
     groups: Dict[int, List[Placement]] = {}
     for p in placements:
         groups.setdefault(p.llm_gpus, []).append(p)
     enc = _EncoderCosts(spec, cluster, freeze, cal)
+    frozen = ("grads", "optimizer") if freeze.language_model else ()  # zeroed in _price_one
+    entries = []  # (language-model peak bytes, placement, its group's layouts and costs, row, micro batches)
     for llm_gpus, group in groups.items():
         sub = cluster.model_copy(update={"num_gpus": llm_gpus})
-        # Placements that differ only in the encoder share their language-model strategy: price each once.
         unique: Dict[Strategy, int] = {}
         index = [unique.setdefault(p.llm, len(unique)) for p in group]
         lay, r = _llm_ranks(spec, sub, wl, list(unique), cal)
         micro = num_microbatches(wl, lay)
-        frozen = ("grads", "optimizer") if freeze.language_model else ()  # zeroed in _price_one
         llm_peak = sum(v for k, v in r["mem"].items() if k not in frozen).max(axis=1)
-        for i, p in zip(index, group):
-            if fitting_only and llm_peak[i] > capacity:
-                continue
-            out.append(_price_one(spec, wl, data, freeze, p, lay, r, i, int(micro[i]), enc, headroom))
-    return out
+        entries += [(float(llm_peak[i]), p, lay, r, i, int(micro[i])) for i, p in zip(index, group)]
+
+    def one(e) -> Priced:
+        _, p, lay, r, i, m = e
+        return _price_one(spec, wl, data, freeze, p, lay, r, i, m, enc, headroom)
+
+    if select == "fitting":
+        return [one(e) for e in entries if e[0] <= capacity]
+    if select == "least":  # with and without encoder recompute apart: `autoplan vlm` may keep only those without
+        out, least = [], {False: float("inf"), True: float("inf")}
+        for e in sorted(entries, key=lambda e: e[0]):
+            if e[0] > max(least.values()):
+                break
+            rc = e[1].encoder_recompute
+            if e[0] <= least[rc]:
+                out.append(one(e))
+                least[rc] = min(least[rc], out[-1].peak_mem_gib * GIB)
+        return out
+    return [one(e) for e in entries]
 
 
 def _price_one(spec, wl, data, freeze, p: Placement, lay, r, i, m: int, enc_costs: _EncoderCosts,

@@ -54,8 +54,8 @@ def _llm_strategies(spec: MultimodalSpec, gpus: int, wl: Workload, gpus_per_node
 def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageData, freeze: Freeze, *,
            kinds: Tuple[str, ...] = ("inherit", "disjoint"), cal: Calibration = DEFAULT,
            headroom: float = 0.0) -> List[Priced]:
-    """The priced placements, fastest (mean load) first, every one that fits among them; those that do not fit are
-    kept, marked, when nothing fits (else only those whose language model alone fits are priced)."""
+    """The priced placements, fastest (mean load) first: every one that fits, and those whose language model alone
+    fits; when nothing fits, the placement that needs the least memory and those priced to find it."""
     gpus, per_node = cluster.num_gpus, cluster.gpu.gpus_per_node
     placements: List[Placement] = []
     if "inherit" in kinds:
@@ -78,11 +78,11 @@ def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: Image
                         continue
                     for rc in (False, True):
                         placements.append(Placement("disjoint", s, gpus - enc, etp, edp, rc))
-    # Placements whose language model alone cannot fit are priced only when nothing fits (to name the least memory
-    # needed): the fitting ones and their order are the same either way.
-    priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, fitting_only=True)
+    # Placements whose language model alone cannot fit are left unpriced: the fitting ones and their order are the
+    # same as pricing every one. When nothing fits, those that bound the least memory needed are priced to name it.
+    priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, select="fitting")
     if not any(p.fits for p in priced):
-        priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom)
+        priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, select="least")
     return sorted(priced, key=lambda p: (not p.fits, p.step_s))
 
 

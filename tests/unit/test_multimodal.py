@@ -351,3 +351,36 @@ def test_byte_copies_are_unchanged_since_copied(name):
 
     entry = (DATA / "SOURCES").read_text().split(f"\n{name}\n")[1].split("\n\n")[0]
     assert f"SHA-256 {hashlib.sha256((DATA / name).read_bytes()).hexdigest()}" in entry
+
+
+def test_unpriced_placements_change_neither_the_plans_nor_the_least_memory_named(qwen72):
+    """search() leaves unpriced the placements whose language model alone exceeds memory (the encoder only adds to
+    it): the fitting plans are those of pricing every placement, in the same order; when nothing fits, the least
+    memory needed, with and without encoder recompute, is that of pricing every placement."""
+    from autoplan.multimodal import search as S
+
+    wl, data = Workload(seq_len=8192, global_batch_size=128), _data(1, 1024)
+
+    def every_placement(cluster):  # search()'s placements, priced as before any was left out
+        captured = []
+        real = S.price
+
+        def capture(spec, cluster_, wl_, data_, freeze, placements, *args, **kw):
+            captured.append(placements)
+            return real(spec, cluster_, wl_, data_, freeze, placements, *args, **kw)
+
+        S.price = capture
+        try:
+            found = search(qwen72, cluster, wl, data, Freeze())
+        finally:
+            S.price = real
+        return found, price(qwen72, cluster, wl, data, Freeze(), captured[0])
+
+    found, every = every_placement(load_cluster("h100", 32))
+    assert [p.placement for p in found if p.fits] == \
+        [p.placement for p in sorted(every, key=lambda p: (not p.fits, p.step_s)) if p.fits]
+    found, every = every_placement(load_cluster("h100", 8))  # 72B on one node: nothing fits
+    assert not any(p.fits for p in every) and len(found) < len(every)
+    for rc in (False, True):
+        assert min(p.peak_mem_gib for p in found if p.placement.encoder_recompute == rc) == \
+            min(p.peak_mem_gib for p in every if p.placement.encoder_recompute == rc)
