@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Mapping, Tuple
 
+from pydantic import ValidationError
+
 from autoplan.errors import InputError
 from autoplan.hf_config import SUPPORTED_MODEL_TYPES, hf_config_fields
 from autoplan.hf_fields import Config
@@ -87,7 +89,11 @@ def _qwen3_vl(cfg, name, where):
     text = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **_section(cfg, "text_config", where)}
     llm = _llm(text, QWEN3_VL_TEXT[cfg["model_type"]], name, where)
     h, merge = v.int_req("hidden_size"), v.int_opt("spatial_merge_size", 2)
-    deepstack = len(v.get("deepstack_visual_indexes", []))
+    indexes = v.get("deepstack_visual_indexes", [])
+    if not isinstance(indexes, list):
+        raise InputError(f"{where}: vision_config deepstack_visual_indexes={indexes!r} must be a list of layer "
+                         f"indices; fix the config")
+    deepstack = len(indexes)
     vision = VisionSpec(
         family="qwen3_vl", num_layers=v.int_req("depth"), hidden_size=h, ffn_hidden_size=v.int_req("intermediate_size"),
         num_heads=v.int_req("num_heads"), gated_mlp=False, normalization="layernorm",
@@ -235,13 +241,19 @@ NOT_READ = {
 
 def read_multimodal(cfg: Mapping[str, Any], name: str, where: str) -> MultimodalSpec:
     model_type = cfg.get("model_type")
-    if model_type in NOT_READ:
+    if isinstance(model_type, str) and model_type in NOT_READ:
         raise InputError(f"{where}: model_type {model_type!r} is not supported: {NOT_READ[model_type]}")
     reader = READERS.get(model_type) if isinstance(model_type, str) else None
     if reader is None:
         raise InputError(f"{where}: multimodal model_type {model_type!r} is not supported; supported: "
                          f"{', '.join(READERS)}")
-    vision, proj, llm = reader(cfg, name, where)
+    try:
+        vision, proj, llm = reader(cfg, name, where)
+    except ValidationError as e:  # a vision_config value the tower's spec refuses (a zero patch size, ...)
+        from autoplan.modelio import validation_message
+
+        model = VisionSpec if e.title == VisionSpec.__name__ else ProjectorSpec
+        raise InputError(validation_message(e, f"{where} vision_config", model)) from None
     # The text reader's note that a gemma3 config's vision tower goes unpriced does not hold here.
     notes = tuple(n for n in (llm.notes or ()) if "vision tower" not in n)
     return MultimodalSpec(name=name, model_type=model_type, vision=vision, projector=proj, llm=llm, notes=notes)

@@ -10,7 +10,7 @@ from autoplan.multimodal.emit_bridge import bridge_overrides, check_transformer_
 from autoplan.multimodal.emit_mimo import check_mimo, mimo_args
 from autoplan.multimodal.params import param_split
 from autoplan.multimodal.placement import Placement, price
-from autoplan.multimodal.reader import load_multimodal
+from autoplan.multimodal.reader import load_multimodal, read_multimodal
 from autoplan.multimodal.search import best_of, search
 from autoplan.multimodal.spec import Freeze, ImageData, ImageLoad
 from autoplan.strategy import Strategy
@@ -384,3 +384,19 @@ def test_unpriced_placements_change_neither_the_plans_nor_the_least_memory_named
     for rc in (False, True):
         assert min(p.peak_mem_gib for p in found if p.placement.encoder_recompute == rc) == \
             min(p.peak_mem_gib for p in every if p.placement.encoder_recompute == rc)
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"vision_config": {"patch_size": 0}}, "patch_size=0"),
+    ({"vision_config": {"deepstack_visual_indexes": 3}}, "deepstack_visual_indexes=3"),
+    ({"model_type": ["qwen3_5_moe"]}, "model_type ['qwen3_5_moe'] is not supported"),
+])
+def test_bad_vision_language_config_is_one_line(change, named):
+    import json
+
+    cfg = json.loads((DATA / "qwen3_5_35b_a3b.json").read_text())
+    for key, value in change.items():
+        cfg[key] = {**cfg[key], **value} if isinstance(value, dict) else value
+    with pytest.raises(InputError) as e:
+        read_multimodal(cfg, "x", "config.json")
+    assert named in str(e.value) and "\n" not in str(e.value)
