@@ -281,6 +281,12 @@ def test_deepspeed_probe_killed_during_op_build_leaves_no_lock(tmp_path, monkeyp
 
     ext = tmp_path / "ext"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    # The compiler never returns (torch.utils.cpp_extension runs $CXX, default c++), so the build overruns any
+    # deadline however long: a slow machine cannot let a real compile finish inside it.
+    compiler = tmp_path / "never-returning-c++"
+    compiler.write_text("#!/bin/sh\nexec sleep 3600\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
     lock = ext / "deepspeed_shm_comm" / "lock"
     seen = []
     stop = threading.Event()
@@ -295,7 +301,7 @@ def test_deepspeed_probe_killed_during_op_build_leaves_no_lock(tmp_path, monkeyp
     watcher.start()
     lines = []
     try:
-        # Long enough to import deepspeed and start compiling (the lock appears), far too short for the compile.
+        # Long enough to import deepspeed and start compiling (the lock appears); the compile never ends.
         res = run_probe(tiny_plan(), engine="deepspeed", out_dir=tmp_path / "p", launcher="local", iters=4,
                         warmup=1, timeout_s=600, build_timeout_s=deadline_s(4), log=lines.append)
     finally:
