@@ -158,11 +158,10 @@ def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageD
     """Price placements (one call to the language model's cost per group of placements sharing llm_gpus, each of
     its strategies once). The encoder only adds to a rank's memory (to stage 0 on inherit; its own ranks beside the
     language grid on disjoint), so a placement's peak is at least its language-model ranks' own peak; `select`
-    uses that bound: "fitting" leaves out unpriced the placements whose language model alone exceeds the memory
-    (none of them could fit), "least" prices, in rising order of that bound, only until the bound passes the
-    least peak priced, with and without encoder recompute apart (the placement of each that needs the least memory
-    is among those priced)."""
-    capacity = hardware_of(cluster).capacity_bytes * (1.0 - headroom)
+    "fitting" uses that bound: it leaves out unpriced the placements whose language model alone exceeds the memory
+    (none of them could fit), and when none of those priced fits, prices instead, in rising order of that bound,
+    only until the bound passes the least peak priced, with and without encoder recompute apart (the placement of
+    each that needs the least memory is among those priced)."""
     groups: Dict[int, List[Placement]] = {}
     for p in placements:
         groups.setdefault(p.llm_gpus, []).append(p)
@@ -182,19 +181,23 @@ def price(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: ImageD
         _, p, lay, r, i, m = e
         return _price_one(spec, wl, data, freeze, p, lay, r, i, m, enc, headroom)
 
-    if select == "fitting":
-        return [one(e) for e in entries if e[0] <= capacity]
-    if select == "least":  # with and without encoder recompute apart: `autoplan vlm` may keep only those without
-        out, least = [], {False: float("inf"), True: float("inf")}
-        for e in sorted(entries, key=lambda e: e[0]):
-            if e[0] > max(least.values()):
-                break
-            rc = e[1].encoder_recompute
-            if e[0] <= least[rc]:
-                out.append(one(e))
-                least[rc] = min(least[rc], out[-1].peak_mem_gib * GIB)
+    if select != "fitting":
+        return [one(e) for e in entries]
+    capacity = enc.hw.capacity_bytes * (1.0 - headroom)
+    out = [one(e) for e in entries if e[0] <= capacity]
+    if any(p.fits for p in out):
         return out
-    return [one(e) for e in entries]
+    # Nothing fits: the least memory needed, with and without encoder recompute apart (`autoplan vlm` may keep only
+    # those without).
+    out, least = [], {False: float("inf"), True: float("inf")}
+    for e in sorted(entries, key=lambda e: e[0]):
+        if e[0] > max(least.values()):
+            break
+        rc = e[1].encoder_recompute
+        if e[0] <= least[rc]:
+            out.append(one(e))
+            least[rc] = min(least[rc], out[-1].peak_mem_gib * GIB)
+    return out
 
 
 def _price_one(spec, wl, data, freeze, p: Placement, lay, r, i, m: int, enc_costs: _EncoderCosts,

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Mapping, Tuple
 from pydantic import ValidationError
 
 from autoplan.errors import InputError
-from autoplan.hf_config import SUPPORTED_MODEL_TYPES, hf_config_fields
+from autoplan.hf_config import SUPPORTED_MODEL_TYPES
 from autoplan.hf_fields import Config
 from autoplan.model import ModelSpec
 from autoplan.multimodal.spec import MultimodalSpec, ProjectorSpec, VisionSpec

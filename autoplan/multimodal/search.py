@@ -81,8 +81,6 @@ def search(spec: MultimodalSpec, cluster: ClusterSpec, wl: Workload, data: Image
     # Placements whose language model alone cannot fit are left unpriced: the fitting ones and their order are the
     # same as pricing every one. When nothing fits, those that bound the least memory needed are priced to name it.
     priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, select="fitting")
-    if not any(p.fits for p in priced):
-        priced = price(spec, cluster, wl, data, freeze, placements, cal, headroom, select="least")
     return sorted(priced, key=lambda p: (not p.fits, p.step_s))
 
 
