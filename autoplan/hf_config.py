@@ -240,11 +240,8 @@ def _qwen3_5_moe_text(c: _Config) -> Dict[str, Any]:
     """Qwen3.5 MoE language model (modeling_qwen3_5_moe.py): Qwen3-Next's mixers and gated shared expert, MoE in every
     layer (the configuration deletes decoder_sparse_step and mlp_only_layers), and a router that always renormalises
     its top-k weights (Qwen3_5MoeTopKRouter.forward, whatever norm_topk_prob says)."""
-    every_layer = _Config({"intermediate_size": c.get("moe_intermediate_size", None),  # no dense MLP to size
-                           **c.cfg, "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
-                          c.model_type, c.where)
-    every_layer.notes = c.notes
-    fields = _qwen3_moe(every_layer)
+    fields = _qwen3_moe(c.derived(defaults={"intermediate_size": c.get("moe_intermediate_size", None)},  # no dense
+                                  fixed={"norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []}))
     _qwen3_5_mtp_note(c, "qwen3_5_moe")
     return {**fields, **_gated_deltanet(c, fields["num_layers"])}
 

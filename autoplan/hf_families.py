@@ -64,17 +64,10 @@ GEMMA3_TEXT_DEFAULTS = dict(vocab_size=262208, hidden_size=2304, intermediate_si
 
 
 def _gemma3_text(c: Config) -> Dict[str, Any]:
-    c = _with_defaults(c, GEMMA3_TEXT_DEFAULTS)
+    c = c.derived(defaults=GEMMA3_TEXT_DEFAULTS)
     # configuration_gemma3.py: layer i slides when (i + 1) % sliding_window_pattern != 0 (default 6).
     pattern = c.int_opt("sliding_window_pattern", 6)
     return {**_gemma(c, lambda i: (i + 1) % pattern != 0), "qk_layernorm": True}
-
-
-def _with_defaults(c: Config, defaults: Dict[str, Any]) -> Config:
-    """The same config with the class defaults under it (null counts as absent); notes are shared."""
-    merged = Config({**defaults, **{k: v for k, v in c.cfg.items() if v is not None}}, c.model_type, c.where)
-    merged.notes = c.notes
-    return merged
 
 
 def _gemma3(c: Config) -> Dict[str, Any]:

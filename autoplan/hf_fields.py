@@ -28,6 +28,14 @@ class Config:
         self.cfg, self.model_type, self.where = cfg, model_type, where
         self.notes: List[str] = []
 
+    def derived(self, defaults: Mapping[str, Any] = {}, fixed: Mapping[str, Any] = {}) -> "Config":
+        """The same config with `defaults` under it (null counts as absent) and `fixed` over it, for a family whose
+        class defaults or modelling file settle values the file may leave out or contradict; notes are shared."""
+        merged = Config({**defaults, **{k: v for k, v in self.cfg.items() if v is not None}, **fixed},
+                        self.model_type, self.where)
+        merged.notes = self.notes
+        return merged
+
     def req(self, *keys: str) -> Any:
         """The first of `keys` present (aliases, e.g. `n_layer` / `num_hidden_layers`); InputError when none is."""
         for key in keys:

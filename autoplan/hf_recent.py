@@ -247,7 +247,7 @@ def _nemotron_h(c: Config) -> Dict[str, Any]:
         mamba_conv_kernel=c.int_opt("conv_kernel", 4))
     if "E" in pattern:
         # NemotronHTopkRouter: sigmoid scores, e_score_correction_bias added for the choice (DeepSeek-V3's noaux_tc).
-        routing = Config({**c.cfg, "scoring_func": "sigmoid", "topk_method": "noaux_tc"}, c.model_type, c.where)
+        routing = c.derived(fixed={"scoring_func": "sigmoid", "topk_method": "noaux_tc"})
         fields.update(
             num_experts=c.int_req("n_routed_experts", "num_local_experts"),
             moe_router_topk=c.int_req("num_experts_per_tok"),
@@ -256,7 +256,6 @@ def _nemotron_h(c: Config) -> Dict[str, Any]:
                 "moe_shared_expert_intermediate_size", 7688),  # configuration_nemotron_h.py defaults
             moe_latent_size=c.int_opt("moe_latent_size", 0) or 0,
             **moe_routing(routing, norm_default=True))
-        c.notes.extend(routing.notes)
     depths = c.int_opt("num_nextn_predict_layers", 0)
     if depths:
         fields.update(mtp_num_layers=depths,
