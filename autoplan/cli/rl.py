@@ -90,7 +90,7 @@ def rl_cmd(
     m = load_model(model, sets or ())
     from autoplan.rl.rollout import rollout_blocker
 
-    blocker = rollout_blocker(m)  # the actor generates the rollouts; a critic only scores them
+    blocker = rollout_blocker(m, engine)  # the actor generates the rollouts; a critic only scores them
     if blocker:
         raise InputError(f"--model {model}: {blocker}; autoplan rl cannot plan its rollout")
     c = load_cluster(cluster, gpus)

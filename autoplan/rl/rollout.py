@@ -11,6 +11,12 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   layers. SGLang 0.5.23 (`sglang/srt/model_executor/pool_configurator.py` `_compute_cell_size`) uses the same cell
   size: get_num_kv_heads(attn_tp_size) * (head_dim + v_head_dim) * layers * dtype bytes, or
   `calculate_mla_kv_cache_dim` = kv_lora_rank + qk_rope_head_dim per layer for MLA.
+- Hybrid models (Mamba-2 or Gated DeltaNet layers beside attention; vLLM 0.11): only the attention layers keep
+  per-token KV; each Mamba-2 / Gated DeltaNet layer keeps one fixed state per sequence (a conv state and a temporal
+  state, `state_elements`), in pages of the attention page's size, the attention block enlarged to hold one
+  layer's state (`CachePages`: vLLM `HybridAttentionMambaModelConfig`, `kv_cache_utils`
+  `_get_kv_cache_groups_uniform_page_size` / `get_num_blocks`, `MambaSpec`). Every decode step reads and writes
+  each running sequence's state. SGLang sizes a hybrid's state pool by other rules (`rollout_blocker`).
 - KV capacity: vLLM `Worker.determine_available_memory` (`vllm/v1/worker/gpu_worker.py`): requested memory =
   total * gpu_memory_utilization, KV cache = requested - (weights + peak activation of the profiling run + memory
   not allocated by torch); the worker refuses to start when free memory is below the requested memory, so what
@@ -132,28 +138,151 @@ SYMM_MEM_MAX_BYTES = {2: 64 * 2**20, 4: 32 * 2**20, 6: 128 * 2**20, 8: 128 * 2**
 MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size cap
 
 
-def rollout_blocker(model: ModelSpec) -> Optional[str]:
-    """The token mixers whose decode state this model has no price for, named; None when every layer is softmax
-    attention (MHA / GQA, or MLA) with its per-token KV cache. Mamba-2 and Gated DeltaNet layers keep a fixed
-    recurrent state per sequence instead (vLLM `vllm/v1/kv_cache_interface.py` MambaSpec, in pages of their own
-    size), a hybrid's MLP / MoE blocks keep none, and DeepSeek sparse attention adds its indexer's key cache
-    beside the MLA latent: counting them as attention layers would mis-size the cache and the batch it admits."""
-    kinds = [what for what, present in (
-        (f"a Mamba / attention hybrid pattern ({model.hybrid_layer_pattern[:24]}...)", model.is_hybrid),
-        ("Mamba-2 mixers beside attention (parallel_mamba)", model.parallel_mamba),
-        (f"{model.linear_attention_layers} Gated DeltaNet layers", model.linear_attention_layers),
-        ("DeepSeek sparse attention's indexer key cache", model.dsa_index_heads),
-    ) if present]
-    return None if not kinds else (f"the rollout model prices softmax attention's per-token KV cache only; "
-                                   f"{model.name} has {', '.join(kinds)}")
+def rollout_blocker(model: ModelSpec, engine: str = "vllm") -> Optional[str]:
+    """What this model's decode state has no price for on `engine`, named; None when it is priced: softmax
+    attention's per-token KV cache (MHA / GQA, or MLA) on either engine, and beside it Mamba-2 or Gated DeltaNet
+    state on vLLM (`CachePages`). DeepSeek sparse attention adds its indexer's key cache beside the MLA latent (in
+    vLLM's own fp8 format), which neither engine's pricing here holds; SGLang sizes a hybrid's state pool by its
+    own rules (mamba_full_memory_ratio and per-strategy extra state slots, sglang/srt/mem_cache/
+    kv_cache_configurator.py), which are not priced either."""
+    if model.dsa_index_heads:
+        return (f"the rollout model prices softmax attention's and recurrent state's caches; {model.name} has "
+                f"DeepSeek sparse attention's indexer key cache")
+    if engine != "vllm" and state_layers(model):
+        return (f"{model.name} keeps Mamba-2 / Gated DeltaNet state per sequence ({state_layers(model)} layers), "
+                f"which is priced for vLLM's hybrid KV cache only; SGLang's hybrid state pool is not (use "
+                f"--engine vllm / --emit verl)")
+    return None
+
+
+# ---- the cache: attention KV pages and recurrent-state pages -----------------------------------------------------
+
+# vLLM (model_executor/models/config.py HybridAttentionMambaModelConfig.verify_and_update_config) makes the
+# attention block a multiple of 16 tokens ("some attention backends (e.g. FA) only support setting block size to
+# multiple of 16").
+VLLM_BLOCK_MULTIPLE = 16
+
+
+def attention_layers(model: ModelSpec) -> int:
+    """Layers with softmax attention's per-token KV cache: a hybrid pattern's '*', the layers that are not Gated
+    DeltaNet, else every layer (a parallel_mamba layer has attention beside its Mamba mixer)."""
+    if model.is_hybrid:
+        return model.layer_count("*")
+    return model.num_layers - model.linear_attention_layers
+
+
+def state_layers(model: ModelSpec) -> int:
+    """Layers with a fixed recurrent state per sequence: a hybrid pattern's Mamba layers, every layer of a
+    parallel_mamba model, the Gated DeltaNet layers."""
+    if model.is_hybrid:
+        return model.layer_count("M")
+    if model.parallel_mamba:
+        return model.num_layers
+    return model.linear_attention_layers
+
+
+def kv_bytes_per_token_layer(model: ModelSpec, tp: int) -> float:
+    """KV-cache bytes one token takes in one attention layer on one GPU of a tp-way attention group (module doc)."""
+    if model.multi_latent_attention:
+        return (model.kv_lora_rank + model.qk_pos_emb_head_dim) * BF16
+    return 2 * max(1, model.num_query_groups // tp) * model.kv_channels * BF16
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:
-    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all layers (see module doc)."""
-    if model.multi_latent_attention:
-        return model.num_layers * (model.kv_lora_rank + model.qk_pos_emb_head_dim) * BF16
-    heads = max(1, model.num_query_groups // tp)
-    return model.num_layers * 2 * heads * model.kv_channels * BF16
+    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all attention layers."""
+    return attention_layers(model) * kv_bytes_per_token_layer(model, tp)
+
+
+def state_elements(model: ModelSpec, tp: int) -> tuple:
+    """Elements of one layer's recurrent state of one sequence on one GPU of a tp-way group: (conv state, temporal
+    state), as vLLM 0.11 shapes them (model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator).
+    Gated DeltaNet (`gated_delta_net_state_shape`, qwen3_next.py): conv (kernel - 1) x (2 key dim + value dim) / tp,
+    temporal value heads / tp x key head dim x value head dim. Mamba-2 (`mamba2_state_shape`, nemotron_h.py):
+    conv (kernel - 1) x (d_inner + 2 G' N) / tp with G' the groups widened to shard with the heads
+    (`extra_groups_for_head_shards`: + tp - G when tp does not divide G), temporal heads / tp x head dim x N."""
+    if model.linear_attention_layers:
+        conv_dim = 2 * model.gdn_num_key_heads * model.gdn_key_head_dim + \
+            model.gdn_num_value_heads * model.gdn_value_head_dim
+        conv = (model.gdn_conv_kernel - 1) * conv_dim // tp
+        return conv, model.gdn_num_value_heads // tp * model.gdn_key_head_dim * model.gdn_value_head_dim
+    if not state_layers(model):
+        return 0, 0
+    groups = model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
+    conv_dim = model.mamba_d_inner + 2 * groups * model.mamba_state_dim
+    conv = (model.mamba_conv_kernel - 1) * (conv_dim // tp)
+    return conv, model.mamba_num_heads // tp * model.mamba_head_dim * model.mamba_state_dim
+
+
+def state_bytes_per_layer(model: ModelSpec, tp: int) -> int:
+    """Bytes of one layer's recurrent state of one sequence on one GPU (vLLM MambaSpec.page_size_bytes unpadded):
+    both states in the model dtype (vLLM 0.11 mamba_cache_dtype / mamba_ssm_cache_dtype default 'auto', the model's
+    bf16; mamba_utils.py `_mamba_state_dtype`, `gated_delta_net_state_dtype`)."""
+    return sum(state_elements(model, tp)) * BF16
+
+
+def state_tp_ok(model: ModelSpec, tp: int) -> bool:
+    """Whether vLLM can split the recurrent mixers tp ways: its `divide` asserts on the value heads (and key heads)
+    of Gated DeltaNet, on Mamba-2's heads and widened conv channels."""
+    if model.linear_attention_layers:
+        return model.gdn_num_value_heads % tp == 0 and model.gdn_num_key_heads % tp == 0
+    if not state_layers(model):
+        return True
+    groups = model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
+    return (model.mamba_num_heads % tp == 0 and groups > 0
+            and (model.mamba_d_inner + 2 * groups * model.mamba_state_dim) % tp == 0)
+
+
+@dataclass(frozen=True)
+class CachePages:
+    """How one attention group's cache memory is cut into blocks, and how many blocks a sequence takes.
+
+    vLLM 0.11's KV cache manager (v1/core/kv_cache_utils.py): every layer's cache is in pages of one size; layers
+    of one kind are split into KV-cache groups of `group_layers` layers, the fewest layers of any kind
+    (`_get_kv_cache_groups_uniform_page_size`: group_size = min over kinds, each kind ceil(layers / group_size)
+    groups, padded), and the memory holds available // page // group_layers blocks (`get_num_blocks`), drawn by every
+    group from one pool. A sequence takes one block per `block_tokens` tokens in each attention group and one block
+    in each state group (MambaSpec.max_memory_usage_bytes: "We allocate 1 block for each request now"). A hybrid's
+    attention block is enlarged so that its page holds one layer's state (16 x ceil(state page / (16 x attention
+    bytes per token)) tokens, HybridAttentionMambaModelConfig), the state page padded up to it.
+    A model without state layers is held token by token here (one group, `block_tokens` 1): vLLM's 16-token pages
+    round a sequence up by under 16 tokens, not modelled; SGLang's pages are one token."""
+
+    block_tokens: int
+    page_bytes: float  # one block of one layer
+    group_layers: int
+    attention_groups: int
+    state_groups: int
+
+    def blocks(self, cache_bytes: float) -> int:
+        return max(int(cache_bytes // self.page_bytes // self.group_layers), 0) if cache_bytes > 0 else 0
+
+    def blocks_per_sequence(self, tokens: int) -> int:
+        return self.attention_groups * -(-tokens // self.block_tokens) + self.state_groups
+
+    def sequences(self, cache_bytes: float, tokens: int) -> int:
+        """Sequences of `tokens` tokens each that the cache holds at once."""
+        return self.blocks(cache_bytes) // self.blocks_per_sequence(tokens)
+
+    def tokens(self, cache_bytes: float) -> float:
+        """The cache's size in tokens as vLLM logs it ("GPU KV cache size"): blocks // groups x block tokens;
+        a model without attention layers has no token bound (inf)."""
+        if not self.attention_groups:
+            return math.inf
+        return float(self.blocks(cache_bytes) // (self.attention_groups + self.state_groups) * self.block_tokens)
+
+
+@lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
+def cache_pages(model: ModelSpec, tp: int) -> CachePages:
+    n_attn, n_state = attention_layers(model), state_layers(model)
+    per_token = kv_bytes_per_token_layer(model, tp)
+    if not n_state:
+        return CachePages(1, per_token, max(n_attn, 1), 1, 0)
+    state = state_bytes_per_layer(model, tp)
+    if not n_attn:
+        return CachePages(1, state, n_state, 0, 1)
+    block = VLLM_BLOCK_MULTIPLE * -(-state // int(VLLM_BLOCK_MULTIPLE * per_token))
+    group = min(n_attn, n_state)
+    return CachePages(block, block * per_token, group, -(-n_attn // group), -(-n_state // group))
 
 
 @dataclass(frozen=True)
@@ -226,8 +355,13 @@ def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> flo
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
-    """Tokens the KV cache of one attention group (tp GPUs) holds."""
-    return max(kv_cache_bytes(model, layout, hw), 0.0) / kv_bytes_per_token(model, layout.tp)
+    """Tokens the KV cache of one attention group (tp GPUs) holds (`CachePages.tokens`)."""
+    return cache_pages(model, layout.tp).tokens(kv_cache_bytes(model, layout, hw))
+
+
+def sequences_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: int) -> int:
+    """Sequences of `tokens` tokens each that one attention group's cache holds at once (`CachePages`)."""
+    return cache_pages(model, layout.tp).sequences(kv_cache_bytes(model, layout, hw), tokens)
 
 
 def engine_nccl_groups(layout: RolloutLayout) -> int:
@@ -294,6 +428,7 @@ class StepModel:
     flops_fixed: np.ndarray  # FLOPs per GPU, by n
     attn_flops_per_token: float  # FLOPs per GPU per token of context in the group
     comm: np.ndarray  # seconds, by n
+    state_bytes: np.ndarray  # bytes of recurrent state read and written per GPU, by n (0 without state layers)
     launch: float  # seconds
     overhead: float  # seconds: the engine's per-step work outside the model
     hbm: float
@@ -302,10 +437,10 @@ class StepModel:
 
     @cached_property
     def fixed(self) -> np.ndarray:
-        """Seconds of a step at each n apart from attention: max(weight bytes, GEMM FLOPs) + communication +
-        launches + the engine's overhead."""
-        return np.maximum(self.mem_fixed / self.hbm, self.flops_fixed / self.flops) + self.comm + self.launch + \
-            self.overhead
+        """Seconds of a step at each n apart from attention: max(weight bytes, GEMM FLOPs) + the recurrent
+        mixers' state traffic + communication + launches + the engine's overhead."""
+        return np.maximum(self.mem_fixed / self.hbm, self.flops_fixed / self.flops) + self.state_bytes / self.hbm + \
+            self.comm + self.launch + self.overhead
 
     @cached_property
     def per_context_token(self) -> float:
@@ -337,10 +472,18 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
         d = model.kv_lora_rank + model.qk_pos_emb_head_dim
     else:
         d = model.kv_channels
-    attn = 4.0 * model.num_layers * model.num_attention_heads * d / layout.tp
+    attn = 4.0 * attention_layers(model) * model.num_attention_heads * d / layout.tp
     tokens_group = n / layout.dp
+    # A recurrent mixer's decode step reads each sequence's state and writes it back (vLLM
+    # selective_state_update for Mamba-2, fused_recurrent_gated_delta_rule for Gated DeltaNet: a few FLOPs per
+    # state element, so bound by its bytes).
+    state = 2.0 * state_layers(model) * state_bytes_per_layer(model, layout.tp) * tokens_group
     act_bytes = tokens_group * model.hidden_size * BF16
-    comm = 2 * model.num_layers * collective_time("all_reduce", act_bytes, layout.tp, layout.tp > hw.domain_size, hw)
+    # one all-reduce after each tp-split block: attention and MLP of a decoder layer (2), one per layer of a
+    # hybrid pattern, whose every layer is a single mixer or MLP block (vLLM nemotron_h.py: one row-parallel output
+    # projection per layer)
+    reductions = model.num_layers if model.is_hybrid else 2 * model.num_layers
+    comm = reductions * collective_time("all_reduce", act_bytes, layout.tp, layout.tp > hw.domain_size, hw)
     if model.is_moe and layout.ep > 1:
         per_gpu = n / gpus * model.moe_router_topk * model.hidden_size * BF16
         comm = comm + 2 * model.num_moe_layers * collective_time("all_to_all", per_gpu, layout.ep,
@@ -349,7 +492,8 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
     if not layout.cuda_graphs:
         launch = LAUNCH_S * (model.num_layers * KERNELS_DENSE_LAYER + model.num_moe_layers * KERNELS_MOE_EXTRA)
     return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_bytes_per_token(model, layout.tp),
-                     flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm), launch=launch,
+                     flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm),
+                     state_bytes=np.asarray(state), launch=launch,
                      overhead=overhead,
                      hbm=hw.hbm_bytes_per_s * HBM_EFFICIENCY, flops=hw.peak_flops_bf16 * hw.gemm_eff_bf16,
                      dp=layout.dp)
@@ -479,8 +623,9 @@ class RolloutTime:
 
 
 def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, rho: float = 0.0) -> RolloutTime:
-    """Continuous batching on one engine: responses are admitted while slots last (KV tokens / (prompt + mean
-    response) per engine, at most max_num_seqs), each running response emits one token per step, a finished one
+    """Continuous batching on one engine: responses are admitted while slots last (the sequences of prompt + mean
+    response the cache of each attention group holds, `CachePages`, over the engine's dp groups; at most
+    max_num_seqs), each running response emits one token per step, a finished one
     frees its slot for the next (with its prefill); an engine ends when its last response ends.
 
     Each engine gets its share of the batch, independent draws of the length distribution (`response_lengths`).
@@ -497,7 +642,8 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, 
     `expected_longest_correlated`, the engine's other lengths unchanged."""
     per_engine = math.ceil(job.sequences / layout.engines)
     kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
-    slots = int(min(MAX_NUM_SEQS, kv_tokens // (job.prompt_len + job.response_len), per_engine))
+    admitted = sequences_per_group(model, layout, hw, job.prompt_len + job.response_len) * layout.dp
+    slots = int(min(MAX_NUM_SEQS, admitted, per_engine))
     if slots < 1:
         return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it

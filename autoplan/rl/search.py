@@ -110,7 +110,13 @@ def rollout_layouts(model: ModelSpec, gpus: int, fixed: Fixed) -> List[RolloutLa
     """tp dividing the attention heads, dp (attention groups) for MoE models, ep over the engine's GPUs, engines
     filling the pool; every utilisation in UTILIZATIONS. Keys the user fixed are held."""
     f = fixed.rollout
-    tps = sorted({t for t in (1, 2, 4, 8, 16, 32, 64) if model.num_attention_heads % t == 0} | (
+    if "tp" in f and not R.state_tp_ok(model, f["tp"]):
+        heads = (f"its {model.gdn_num_key_heads} key and {model.gdn_num_value_heads} value heads"
+                 if model.linear_attention_layers else f"its {model.mamba_num_heads} Mamba heads and conv channels")
+        raise InputError(f"--rollout tp={f['tp']} does not split {model.name}'s recurrent mixers (vLLM divides their "
+                         f"heads tp ways); pick a tp dividing {heads}")
+    tps = sorted({t for t in (1, 2, 4, 8, 16, 32, 64)
+                  if model.num_attention_heads % t == 0 and R.state_tp_ok(model, t)} | (
         {f["tp"]} if "tp" in f else set()))
     dps = (1, 2, 4, 8) if model.is_moe else (1,)
     out = []
@@ -363,7 +369,7 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     ranks = min(cluster.gpu.gpus_per_node, pl.train_gpus)
     host = host_rank * ranks / GIB
     longest = job.prompt_len + job.max_response_len
-    kv_ok = R.kv_tokens_per_group(model, lay, hw) >= longest
+    kv_ok = R.sequences_per_group(model, lay, hw, longest) >= 1
     fits = (peak <= hw.capacity_bytes / GIB and host <= job.host_mem_gib and kv_ok and sim.batch > 0
             and math.isfinite(step))
     details = {"rollout_batch_per_engine": sim.batch, "kv_tokens_per_engine": float(sim.kv_tokens),
@@ -373,7 +379,7 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
                "refit_s_by_method": refits, "timeline": _timeline(phases, job.mode)}
     if not kv_ok:
         details["why_not"] = (f"the KV cache of one attention group holds "
-                              f"{R.kv_tokens_per_group(model, lay, hw):,.0f} tokens, fewer than one prompt + the "
+                              f"{R.kv_tokens_per_group(model, lay, hw):,.0f} tokens, not one prompt + the "
                               f"longest response ({longest:,})")
     sps = job.sequences / step if step > 0 and math.isfinite(step) else 0.0
     return RLPlan(placement=pl, strategy=s, offload=off, rollout=lay, phases=phases, step_time_s=float(step),

@@ -712,15 +712,119 @@ def test_cli_async_streaming_settings_are_priced_and_emitted(tmp_path, capsys):
 HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
 
-@pytest.mark.parametrize("config, named", [
-    ("nemotron_3_nano_30b_a3b.json", "Mamba / attention hybrid"),
-    ("qwen3_next_80b_a3b.json", "36 Gated DeltaNet layers"),
-    ("glm5.json", "indexer key cache"),
+@pytest.mark.parametrize("config, engine, named", [
+    ("nemotron_3_nano_30b_a3b.json", "sglang", "SGLang's hybrid state pool"),
+    ("qwen3_next_80b_a3b.json", "sglang", "SGLang's hybrid state pool"),
+    ("glm5.json", "vllm", "indexer key cache"),
+    ("glm5.json", "sglang", "indexer key cache"),
 ])
-def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, named):
-    """Counting Mamba-2 / Gated DeltaNet / MLP-only blocks as attention layers would mis-size the KV cache and the
-    batch it admits; DSA's indexer keys are not in the MLA latent."""
-    args = ["rl", "--model", str(HF / config)] + BASE[3:]
+def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, engine, named):
+    """DSA's indexer keys are not in the MLA latent (either engine); SGLang sizes a hybrid's state pool by rules
+    not priced here."""
+    args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--engine", engine]
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and named in err and "rollout" in err
+
+
+# ---- hybrid models: vLLM's hybrid KV cache (Mamba-2 / Gated DeltaNet state beside attention KV) ----------------
+
+def _vllm_hybrid_pages(attn_layers, state_layers, attn_bytes_1tok, state_page):
+    """vLLM 0.11, as written there: HybridAttentionMambaModelConfig.verify_and_update_config (attention block size
+    16 * cdiv(mamba_page, 16 * attn_page_1_token), the mamba page padded to the attention page) and
+    kv_cache_utils._get_kv_cache_groups_uniform_page_size (group_size = min layers of a kind, cdiv(layers,
+    group_size) groups per kind). Returns (block_size, page_size, group_size, groups per kind)."""
+    block = 16 * -(-state_page // (16 * attn_bytes_1tok))
+    group_size = min(attn_layers, state_layers)
+    return block, block * attn_bytes_1tok, group_size, (-(-attn_layers // group_size), -(-state_layers // group_size))
+
+
+@pytest.mark.parametrize("config, tp, state_elems", [
+    # Qwen3-Next-80B-A3B: linear_num_key_heads 16, linear_num_value_heads 32, key/value head dim 128, conv kernel 4
+    # (gated_delta_net_state_shape: conv (kernel - 1, conv_dim / tp), temporal (v heads / tp, k dim, v dim))
+    ("qwen3_next_80b_a3b.json", 1, 3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128),
+    ("qwen3_next_80b_a3b.json", 4, 3 * (2 * 16 * 128 + 32 * 128) // 4 + 8 * 128 * 128),
+    # Nemotron-3 Nano: mamba_num_heads 64 x head dim 64, n_groups 8, ssm_state_size 128, conv kernel 4
+    # (mamba2_state_shape: conv (kernel - 1, (d_inner + 2 G N) / tp), temporal (heads / tp, head dim, N))
+    ("nemotron_3_nano_30b_a3b.json", 1, 3 * (64 * 64 + 2 * 8 * 128) + 64 * 64 * 128),
+    ("nemotron_3_nano_30b_a3b.json", 2, 3 * (64 * 64 + 2 * 8 * 128) // 2 + 32 * 64 * 128),
+    # Falcon-H1-7B: 24 heads x 128 (mamba_d_ssm 3072), n_groups 1 widened to tp (extra_groups_for_head_shards),
+    # d_state 256: at tp 2 the conv holds d_inner + 2 * 2 * 256 channels
+    ("falcon_h1_7b.json", 2, 3 * (3072 + 2 * 2 * 256) // 2 + 12 * 128 * 256),
+])
+def test_recurrent_state_and_pages_match_vllm(config, tp, state_elems):
+    m = load_model(str(HF / config), ())
+    assert sum(R.state_elements(m, tp)) == state_elems
+    assert R.state_bytes_per_layer(m, tp) == 2 * state_elems  # bf16 ("auto": the model dtype)
+    attn_1tok = 2 * max(1, m.num_query_groups // tp) * m.kv_channels * 2  # FullAttentionSpec, block_size 1
+    block, page, group, (n_attn, n_state) = _vllm_hybrid_pages(R.attention_layers(m), R.state_layers(m), attn_1tok,
+                                                               2 * state_elems)
+    pages = R.cache_pages(m, tp)
+    assert (pages.block_tokens, pages.page_bytes, pages.group_layers) == (block, page, group)
+    assert (pages.attention_groups, pages.state_groups) == (n_attn, n_state)
+    assert page >= 2 * state_elems and block % 16 == 0
+
+
+def test_hybrid_layer_counts():
+    nano = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"), ())
+    assert (R.attention_layers(nano), R.state_layers(nano)) == (nano.layer_count("*"), nano.layer_count("M")) == (6, 23)
+    nxt = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    assert (R.attention_layers(nxt), R.state_layers(nxt)) == (12, 36)  # full_attention_interval 4 of 48
+    dense = load_model("llama3-8b", ())
+    assert (R.attention_layers(dense), R.state_layers(dense)) == (32, 0)
+    assert R.cache_pages(dense, 1) == R.CachePages(1, R.kv_bytes_per_token(dense, 1) / 32, 32, 1, 0)
+
+
+def test_hybrid_sequences_follow_vllm_block_pool():
+    """A sequence takes ceil(tokens / block) blocks in each attention group and one in each state group, from
+    available // page // group_size blocks (kv_cache_utils.get_num_blocks; MambaSpec: one block per request):
+    checked against drawing blocks for sequences one by one."""
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    pages = R.cache_pages(m, 2)
+    cache = 20 * GIB
+    blocks = int(cache // pages.page_bytes // pages.group_layers)
+    assert pages.blocks(cache) == blocks
+    for tokens in (1, 543, 544, 545, 5120, 17408):
+        free, admitted = blocks, 0
+        need = pages.attention_groups * -(-tokens // pages.block_tokens) + pages.state_groups
+        while free >= need:
+            free, admitted = free - need, admitted + 1
+        assert pages.sequences(cache, tokens) == admitted
+    # vLLM's log line "GPU KV cache size": num_blocks // len(kv_cache_groups) * block_size
+    assert pages.tokens(cache) == blocks // 4 * pages.block_tokens
+
+
+def test_hybrid_state_costs_memory_and_decode_time_per_sequence():
+    """Beside per-token KV, each running sequence holds and streams its recurrent state: fewer sequences fit than
+    the attention KV alone admits, and the decode step grows with the batch by the state's read and write."""
+    m = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"), ())
+    lay = RolloutLayout(engine="vllm", tp=2, dp=1, ep=1, engines=4, gpu_memory_utilization=0.8)
+    cache = R.kv_cache_bytes(m, lay, H100_NODE)
+    tokens = 1024 + 4096
+    attention_only = int(cache // (tokens * R.kv_bytes_per_token(m, 2)))
+    assert 0 < R.sequences_per_group(m, lay, H100_NODE, tokens) < attention_only
+    sm = R.step_model(m, lay, H100_NODE, 64)
+    per_seq = 2 * R.state_layers(m) * R.state_bytes_per_layer(m, 2)
+    assert sm.state_bytes[64] == pytest.approx(64 * per_seq)
+    assert sm.kv_read_per_token == R.attention_layers(m) * R.kv_bytes_per_token_layer(m, 2)  # attention layers only
+
+
+def test_cli_plans_hybrid_rollouts_on_vllm(capsys, tmp_path):
+    for config in ("nemotron_3_nano_30b_a3b.json", "qwen3_next_80b_a3b.json"):
+        args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--json", "--emit", "verl", "--out",
+                                                                  str(tmp_path / config)]
+        code, out, err = run_cli(args, capsys)
+        assert code == 0, err
+        best = json.loads(out)["plans"][0]
+        assert best["rollout"]["engine"] == "vllm" and best["estimate"]["fits"]
+        assert best["estimate"]["rollout_batch_per_engine"] >= 1
+
+
+def test_cli_refuses_a_rollout_tp_that_does_not_split_the_recurrent_mixers(capsys):
+    """40 Gated DeltaNet value heads do not split 16 ways (vLLM `divide` asserts), though the 16 attention heads
+    do."""
+    args = ["rl", "--model", str(HF / "qwen3_next_80b_a3b.json"), "--set", "gdn_num_value_heads=40"] + BASE[3:] + [
+        "--rollout", "tp=16"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == "" and "tp=16" in err and "16 key and 40 value heads" in err
+    assert len(err.strip().splitlines()) == 1
