@@ -41,11 +41,11 @@ def megatron_weights_and_optimizer(m: ModelSpec, s: Strategy, world: int) -> flo
     n_moe = m.num_moe_layers
     n_dense = m.num_layers - n_moe
     tp_sharded = (dense.attention + dense.dense_mlp) * n_dense
-    replicated = dense.norms * n_dense + norm_params(m)
+    replicated = (dense.norms + dense.indexer) * n_dense + norm_params(m)
     expert = 0.0
     if moe:
         tp_sharded += (moe.attention + moe.shared_experts) * n_moe
-        replicated += (moe.norms + moe.router) * n_moe
+        replicated += (moe.norms + moe.router + moe.indexer) * n_moe
         expert = moe.experts * n_moe
     embedding = m.hidden_size * padded_vocab(m, s.tp)
     tp_shard = (tp_sharded / s.pp + embedding) / s.tp

@@ -232,6 +232,8 @@ def mxfp8_module_copy_bytes(m: ModelSpec, lay: Layouts):
                   "latent_proj": moe_layers * P.latent_projection_params(m),
                   "mtp": sum(P.mtp_params(m))}
     elements = sum(per_module[k] for k in m.mxfp8_modules) / lay.tp
+    if "attention_linear" in m.mxfp8_modules:  # a DSA indexer is whole on every tp rank (params.dsa_indexer_params)
+        elements = elements + attn_layers * P.dsa_indexer_params(m)
     extra = 2.0 * np.maximum(QUANTISED_BYTES["mxfp8"] - lay.quant_bytes, 0.0) * elements
     return np.where(lay.fp8, extra, 0.0)
 

@@ -22,18 +22,21 @@ class LayerParams:
     experts: int  # all routed experts of the layer: sharded by ep * etp
     shared_experts: int  # shared experts: sharded by tp
     active_experts: int  # the top-k routed experts a token uses
+    indexer: int = 0  # DSA lightning indexer (`dsa_indexer_params`): replicated across tp
 
     @property
     def total(self) -> int:
-        return self.attention + self.norms + self.dense_mlp + self.router + self.experts + self.shared_experts
+        return self.attention + self.norms + self.dense_mlp + self.router + self.experts + self.shared_experts + \
+            self.indexer
 
     @property
     def active(self) -> int:
-        return self.attention + self.norms + self.dense_mlp + self.router + self.active_experts + self.shared_experts
+        return self.attention + self.norms + self.dense_mlp + self.router + self.active_experts + \
+            self.shared_experts + self.indexer
 
 
 def attention_params(m: ModelSpec) -> int:
-    """Attention weights of one layer."""
+    """Attention weights of one layer that tensor parallelism splits (a DSA indexer's are `dsa_indexer_params`)."""
     h = m.hidden_size
     if m.multi_latent_attention:
         # DeepSeek-V2 (arXiv:2405.04434) eq. 9-14: low-rank q (optional) and joint kv compression.
@@ -46,7 +49,7 @@ def attention_params(m: ModelSpec) -> int:
         kv = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank  # kv_a (+rope k), kv_a_norm
         kv += m.kv_lora_rank * heads * (m.qk_head_dim + m.v_head_dim)  # kv_b
         out = heads * m.v_head_dim * h
-        return q + kv + out + (h if m.add_bias_linear else 0) + dsa_indexer_params(m)
+        return q + kv + out + (h if m.add_bias_linear else 0)
     q_size = m.num_attention_heads * m.kv_channels
     kv_size = m.num_query_groups * m.kv_channels
     qkv = h * (q_size + 2 * kv_size)
@@ -65,7 +68,9 @@ def attention_params(m: ModelSpec) -> int:
 def dsa_indexer_params(m: ModelSpec) -> int:
     """DeepSeek-V3.2's lightning indexer (modeling_deepseek_v32.py DeepseekV32Indexer; DeepSeek-V3.2-Exp
     inference/model.py Indexer): wq_b (q_lora_rank -> heads x d_I), wk (h -> d_I), a LayerNorm on k (scale and
-    bias, d_I each) and weights_proj (h -> heads)."""
+    bias, d_I each) and weights_proj (h -> heads). Megatron builds its linears with parallel_mode="duplicated"
+    (megatron/core/transformer/experimental_attention_variant/dsa.py DSAIndexer, core_v0.19.0): every tensor-
+    parallel rank holds the whole indexer."""
     if not m.dsa_index_heads:
         return 0
     heads, d = m.dsa_index_heads, m.dsa_index_head_dim
@@ -190,13 +195,16 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
         return hybrid_layer_params(m, moe)
     attention = mixer_params(m)
     norms = norms_per_layer(m) * norm_params(m)
+    indexer = dsa_indexer_params(m)
     if not moe:
-        return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0)
+        return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0,
+                           indexer)
     expert = mlp_params(m, m.moe_ffn_hidden_size, m.add_bias_linear)
     router = m.hidden_size * m.num_experts + (m.num_experts if m.add_bias_linear else 0)
     shared = mlp_params(m, m.shared_expert_ffn_hidden_size, False) if m.shared_expert_ffn_hidden_size else 0
     shared += m.hidden_size if m.shared_expert_gate else 0  # Qwen3-Next shared_expert_gate: Linear(h, 1)
-    return LayerParams(attention, norms, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert)
+    return LayerParams(attention, norms, 0, router, m.num_experts * expert, shared, m.moe_router_topk * expert,
+                       indexer)
 
 
 def symbol_params(m: ModelSpec, symbol: str):
@@ -206,7 +214,7 @@ def symbol_params(m: ModelSpec, symbol: str):
         return p.shared_experts, p.norms + p.router, p.experts
     body = {"M": lambda: mamba_mixer_params(m), "*": lambda: attention_params(m),
             "-": lambda: mlp_params(m, m.ffn_hidden_size, m.add_bias_linear)}[symbol]()
-    return body, norm_params(m), 0
+    return body, norm_params(m) + (dsa_indexer_params(m) if symbol == "*" else 0), 0
 
 
 def mtp_params(m: ModelSpec):

@@ -287,7 +287,7 @@ def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st, vocab):
     lp_moe = layer_params(m, True) if m.is_moe else lp_dense
     tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
         n_moe * (lp_moe.attention + lp_moe.shared_experts)
-    replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router)
+    replicated = n_dense * (lp_dense.norms + lp_dense.indexer) + n_moe * (lp_moe.norms + lp_moe.router + lp_moe.indexer)
     sharded_mtp, replicated_mtp, expert_mtp = mtp_params(m)  # multi-token prediction lives on the last stage
     tp_sharded = tp_sharded + np.where(st.last, sharded_mtp, 0.0)
     replicated = replicated + np.where(st.last, replicated_mtp, 0.0)

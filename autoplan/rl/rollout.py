@@ -305,11 +305,11 @@ def engine_weights(model: ModelSpec, layout: RolloutLayout) -> EngineWeights:
     n_moe = model.num_moe_layers
     dense_l, moe_l = layer_params(model, False), layer_params(model, True) if model.is_moe else None
     sharded = (model.num_layers - n_moe) * (dense_l.attention + dense_l.dense_mlp)
-    whole = (model.num_layers - n_moe) * dense_l.norms
+    whole = (model.num_layers - n_moe) * (dense_l.norms + dense_l.indexer)
     experts = 0.0
     if moe_l is not None:
         sharded += n_moe * (moe_l.attention + moe_l.shared_experts)
-        whole += n_moe * (moe_l.norms + moe_l.router)
+        whole += n_moe * (moe_l.norms + moe_l.router + moe_l.indexer)
         experts = n_moe * moe_l.experts / max(ep, tp)
     sharded += embedding_params(model) + head_params(model)
     return EngineWeights(dense=(sharded / tp + whole) * BF16, experts=experts * BF16)

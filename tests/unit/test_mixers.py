@@ -169,3 +169,38 @@ def test_families_megatron_builds_are_not_refused():
 
     for name in ("llama3_8b", "qwen3_30b_a3b", "glm4_5_air", "qwen3_next_80b_a3b", "deepseek_v3_2"):
         assert inexpressible_problem(load_model(str(HF / f"{name}.json"), ())) is None, name
+
+
+def test_dsa_indexer_is_whole_on_every_tensor_parallel_rank():
+    """Megatron builds the lightning indexer's linears with parallel_mode="duplicated" (dsa.py DSAIndexer, core
+    0.16.1 and 0.19.0): each tensor-parallel rank holds all of it, as it holds the norms, while the rest of the
+    attention is split tp ways."""
+    from autoplan.clusterio import load_cluster
+    from autoplan.costmodel import rank as E
+    from autoplan.costmodel.hardware import hardware_of
+    from autoplan.costmodel.params import attention_params, dsa_indexer_params, layer_params
+    from autoplan.costmodel.stages import stage_layers
+
+    m = load_model(str(HF / "glm5.json"))
+    lp = layer_params(m, True)
+    assert lp.indexer == dsa_indexer_params(m) == 2048 * 32 * 128 + 6144 * 128 + 2 * 128 + 6144 * 32
+    assert lp.attention == attention_params(m)  # the tp-split part holds no indexer weight
+    held = {}
+    for tp in (1, 8):
+        s = Strategy(tp=tp, pp=1, ep=8, sp=tp > 1, zero=1, recompute="full")
+        clus = load_cluster("h100", 64)
+        lay = layouts_from_strategies([s], clus.num_gpus)
+        st = stage_layers(m, lay, np.zeros(1, int))
+        vocab = E._vocab_params(m, lay, st)
+        dense, _, _ = E._rank_params(m, hardware_of(clus), lay, st, vocab)
+        held[tp] = float(dense[0] - vocab[0])
+    n = m.num_layers
+    # going from tp 1 to 8 removes 7/8 of the split weights and none of the indexers'
+    split = held[1] - held[8]
+    moe, dense_l = layer_params(m, True), layer_params(m, False)
+    tp_split = (n - m.num_moe_layers) * (dense_l.attention + dense_l.dense_mlp) + \
+        m.num_moe_layers * (moe.attention + moe.shared_experts)
+    from autoplan.costmodel.params import mtp_params
+    tp_split += mtp_params(m)[0]
+    assert split == pytest.approx(tp_split * 7 / 8)
+    assert held[8] >= n * lp.indexer
