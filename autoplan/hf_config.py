@@ -163,27 +163,59 @@ def _deepseek_v32(c: _Config) -> Dict[str, Any]:
 
 
 def _glm_moe_dsa(c: _Config) -> Dict[str, Any]:
-    """GLM-5 (modeling_glm_moe_dsa.py): DeepSeek-V3.2's blocks (MLA with DSA's lightning indexer, DeepSeek routing,
-    `first_k_dense_replace` dense layers, MTP depths) at GLM's sizes. Two later keys are checked rather than
-    ignored: `mlp_layer_types` must be the dense run then sparse layers that `first_k_dense_replace` gives, and
-    `indexer_types` must give every layer its own indexer ("full"); a "shared" layer reuses an earlier layer's
-    top-k keys and has no indexer, which the cost model does not price."""
+    """GLM-5 / GLM-5.2 (modeling_glm_moe_dsa.py): DeepSeek-V3.2's blocks (MLA with DSA's lightning indexer, DeepSeek
+    routing, `first_k_dense_replace` dense layers, MTP depths) at GLM's sizes. `mlp_layer_types` must be the dense
+    run then sparse layers that `first_k_dense_replace` gives; which layers run their own indexer is read by
+    `_dsa_sharing`."""
     fields = _deepseek_v32(c)
     layers, first_k = fields["num_layers"], fields["first_k_dense_layers"]
     mlp_types = c.get("mlp_layer_types", None)
     if mlp_types is not None and mlp_types != ["dense"] * first_k + ["sparse"] * (layers - first_k):
         raise InputError(f"{c.where}: mlp_layer_types is not {first_k} dense layers then sparse ones "
                          f"(first_k_dense_replace={first_k}); the only placement supported; fix the config")
-    indexers = c.get("indexer_types", None)
-    if indexers is not None and (not isinstance(indexers, list) or len(indexers) != layers or
-                                 not all(isinstance(t, str) for t in indexers)):
-        raise InputError(f"{c.where}: indexer_types must list one kind per layer ({layers}); fix the config")
-    if indexers is not None and set(indexers) != {"full"}:
-        shared = sum(t != "full" for t in indexers)
-        raise InputError(f"{c.where}: indexer_types gives {shared} of {len(indexers)} layers no indexer of their own "
-                         f"({sorted(set(indexers) - {'full'})}); the cost model prices DSA with an indexer in every "
-                         f"layer only; pass a native model YAML of ModelSpec fields to price it so")
-    return fields
+    return {**fields, **_dsa_sharing(c, layers)}
+
+
+def _dsa_sharing(c: _Config, layers: int) -> Dict[str, Any]:
+    """Which layers run their own DSA indexer and which reuse the last such layer's top-k (GLM-5.2): transformers
+    reads `indexer_types` ("full" / "shared" per layer), else `index_topk_pattern` (F / S per layer), else derives
+    it from `index_topk_freq` and `index_skip_topk_offset` (layer i, from 0, is full when max(i - offset + 1, 0) %
+    freq == 0, offset 2 when not given; configuration_glm_moe_dsa.py `__post_init__`). The pattern is kept as
+    Megatron writes it, --dsa-indexer-topk-freq and --dsa-indexer-skip-topk-offset (ModelSpec.dsa_computes_topk);
+    one Megatron cannot write is refused."""
+    types = c.get("indexer_types", None)
+    if types is None and c.get("index_topk_pattern", None) is not None:
+        pattern = c.get("index_topk_pattern")
+        if not isinstance(pattern, str) or set(pattern) - {"F", "S"}:
+            raise InputError(f"{c.where}: index_topk_pattern must be a string of F (full) and S (shared), one per "
+                             f"layer; fix the config")
+        types = ["full" if ch == "F" else "shared" for ch in pattern]
+    if types is None:
+        freq = c.get("index_topk_freq", None) or 1
+        offset = c.get("index_skip_topk_offset", None)
+        offset = 2 if offset is None else offset
+        if not isinstance(freq, int) or not isinstance(offset, int) or freq < 1 or offset < 0:
+            raise InputError(f"{c.where}: index_topk_freq={freq!r} / index_skip_topk_offset={offset!r} must be whole "
+                             f"numbers >= 1 / >= 0; fix the config")
+        types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or not all(t in ("full", "shared") for t in types):
+        raise InputError(f"{c.where}: indexer_types must list 'full' or 'shared' for each of the {layers} layers; "
+                         f"fix the config")
+    full = [t == "full" for t in types]
+    if all(full):
+        return {}
+    given = c.get("index_skip_topk_offset", None)
+    offsets = ([given] if isinstance(given, int) and given >= 0 else []) + list(range(layers + 1))
+    for freq in range(2, layers + 1):
+        for offset in offsets:
+            megatron = [max(i + 1 - max(offset, 1), 0) % freq == 0 for i in range(layers)]
+            if megatron == full:
+                return {"dsa_indexer_topk_freq": freq, "dsa_indexer_skip_topk_offset": offset}
+    first = next(i for i, f in enumerate(full) if not f)
+    raise InputError(f"{c.where}: indexer_types gives {full.count(False)} of {layers} layers no indexer of their own "
+                     f"(the first: layer {first}) in a pattern Megatron's --dsa-indexer-topk-freq / "
+                     f"--dsa-indexer-skip-topk-offset cannot write (one computing layer every n after an offset); "
+                     f"pass a native model YAML of ModelSpec fields")
 
 
 def _gated_deltanet(c: _Config, num_layers: int) -> Dict[str, Any]:

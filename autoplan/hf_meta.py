@@ -154,7 +154,9 @@ def _classify(layer, hidden: int) -> _Layer:
     for child in layer.children():
         kind = type(child).__name__
         if _has(child, _MLA):
-            found.mixers.append("mla+dsa" if hasattr(child, "indexer") else "mla")
+            # a layer that reuses another's DSA top-k has the attribute but no indexer (modeling_glm_moe_dsa.py)
+            found.mixers.append("mla" if not hasattr(child, "indexer") else
+                                "mla+dsa" if child.indexer is not None else "mla+dsa-shared")
         elif any(_has(child, names) for names in _ATTENTION):
             found.mixers.append("attention")
             d = int(getattr(child, "head_dim", 0) or 0)
@@ -208,7 +210,7 @@ def _walk(model, config, model_type: str) -> Structure:
         layernorm = layernorm or found.layernorm
         kind = layer_types[index] if index < len(layer_types) else default
         span = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(kind, "full")
-        if not any(m in ("attention", "mla", "mla+dsa") for m in found.mixers):
+        if not any(m in ("attention", "mla", "mla+dsa", "mla+dsa-shared") for m in found.mixers):
             span = "none"
         records.append(LayerRecord(tuple(sorted(found.mixers)), span, found.mlp, found.dense_ffn, found.experts,
                                    found.expert_ffn, found.shared_ffn))
@@ -261,7 +263,10 @@ def spec_records(m: ModelSpec) -> Tuple[LayerRecord, ...]:
     n_linear = m.linear_attention_layers
     for i in range(m.num_layers):
         linear = i < n_linear
-        mixers = ["gated_deltanet"] if linear else [attention]
+        own = attention
+        if m.dsa_index_heads and not m.dsa_computes_topk(i):
+            own = "mla+dsa-shared"
+        mixers = ["gated_deltanet"] if linear else [own]
         if m.parallel_mamba:
             mixers.append("mamba2")
         span = "none" if linear else "full"

@@ -1,6 +1,8 @@
 """`ModelSpec`: the architecture of a transformer language model, dense or MoE, as the cost model needs it."""
 from __future__ import annotations
 
+from functools import cached_property
+
 import math
 from typing import List, Literal, Optional, Tuple
 
@@ -159,6 +161,14 @@ class ModelSpec(BaseModel):
         "DeepSeek Sparse Attention lightning-indexer heads (DeepSeek-V3.2 index_n_heads); 0 = dense attention."))
     dsa_index_head_dim: int = Field(0, ge=0, description="Lightning-indexer head dim (index_head_dim).")
     dsa_index_topk: int = Field(0, ge=0, description="Keys each query attends to under DSA (index_topk).")
+    dsa_indexer_topk_freq: int = Field(1, ge=1, description=(
+        "DSA top-k sharing across layers (GLM-5.2; Megatron --dsa-indexer-topk-freq): after the first "
+        "dsa_indexer_skip_topk_offset layers, only every this-many-th layer runs its own lightning indexer and the "
+        "others reuse the last such layer's top-k, holding no indexer (megatron/core/transformer/"
+        "experimental_attention_variant/dsa.py is_dsa_skip_topk_layer); 1 = an indexer in every layer."))
+    dsa_indexer_skip_topk_offset: int = Field(0, ge=0, description=(
+        "Layers (from the first, at least 1) that all run their own indexer before the every-n-th pattern of "
+        "dsa_indexer_topk_freq starts (Megatron --dsa-indexer-skip-topk-offset)."))
     dsa_indexer_loss_coeff: Optional[float] = Field(None, ge=0.0, description=(
         "Weight of the lightning indexer's KL loss against the attention scores, a training setting no Hugging Face "
         "config holds (Megatron --dsa-indexer-loss-coeff; experimental_attention_variant/dsa.py multiplies the loss "
@@ -294,6 +304,9 @@ class ModelSpec(BaseModel):
                                          and self.dsa_index_head_dim):
             raise ValueError("DSA (dsa_index_heads > 0) needs MLA with q_lora_rank, dsa_index_head_dim and "
                              "dsa_index_topk > 0")
+        if (self.dsa_indexer_topk_freq > 1 or self.dsa_indexer_skip_topk_offset) and not self.dsa_index_heads:
+            raise ValueError("dsa_indexer_topk_freq / dsa_indexer_skip_topk_offset share DSA top-k between layers; "
+                             "they need dsa_index_heads > 0")
         if self.linear_attention_freq and self.linear_attention_layers != sum(
                 (i + 1) % self.linear_attention_freq != 0 for i in range(self.num_layers)):
             raise ValueError(f"linear_attention_freq={self.linear_attention_freq} makes "
@@ -387,6 +400,20 @@ class ModelSpec(BaseModel):
     def mamba_d_inner(self) -> int:
         """Mamba-2 inner width, heads x head dim (megatron/core/ssm/mamba_mixer.py d_inner)."""
         return self.mamba_num_heads * self.mamba_head_dim
+
+    def dsa_computes_topk(self, index: int) -> bool:
+        """Whether layer `index` (from 0) runs its own DSA lightning indexer rather than reusing an earlier layer's
+        top-k (Megatron dsa.py `is_dsa_skip_topk_layer` on the 1-indexed layer number, the offset taken as at
+        least 1); every layer without sharing."""
+        offset = max(self.dsa_indexer_skip_topk_offset, 1)
+        return self.dsa_indexer_topk_freq == 1 or max(index + 1 - offset, 0) % self.dsa_indexer_topk_freq == 0
+
+    @cached_property
+    def num_dsa_indexer_layers(self) -> int:
+        """Layers with a lightning indexer of their own (0 without DSA)."""
+        if not self.dsa_index_heads:
+            return 0
+        return sum(self.dsa_computes_topk(i) for i in range(self.num_layers))
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether decoder layer `index` (0-based) is an MoE layer (DeepSeek's first_k_dense_replace rule; the

@@ -19,6 +19,7 @@ The cost model prices a split by the layers of each rank: `rank_layer_counts`. S
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
 from autoplan.layout_string import LAYOUT_SYMBOLS, layout_vpp, parse_layout  # the grammar and vpp = stages / pp
@@ -138,6 +139,61 @@ def rank_layer_counts(strategy: Strategy, num_layers: int) -> List[int]:
         counts[-1] -= loss
         return counts
     return stage_layer_counts(num_layers, pp, s.first_stage_layers, s.last_stage_layers)
+
+
+def chunk_layer_counts(num_layers: int, pp: int, vpp: int, first: Optional[int] = None,
+                       last: Optional[int] = None, emb: int = 0, loss: int = 0,
+                       layout: Optional[str] = None) -> List[int]:
+    """Decoder layers of each virtual stage in the model's order (stage k = chunk k // pp of rank k % pp), as
+    Megatron builds them for a legal split: a layout string's stages [PL]; with the account flags (num_layers +
+    emb + loss) / (pp vpp) units per stage, the first giving one to the embedding and the last one to the loss [TB];
+    with end-rank counts each rank's layers over its vpp chunks (transformer_layer.py `get_transformer_layer_offset`:
+    chunk v of every rank, in rank order, before chunk v + 1); else num_layers / (pp vpp) each."""
+    if layout:
+        return [stage.count("t") for stage in parse_layout(layout)]
+    stages = pp * vpp
+    if emb or loss:
+        per = (num_layers + emb + loss) // stages
+        counts = [per] * stages
+        counts[0] -= emb
+        counts[-1] -= loss
+        return counts
+    ranks = stage_layer_counts(num_layers, pp, first, last)
+    return [ranks[k % pp] // vpp for k in range(stages)]
+
+
+def dsa_share_problem(model: ModelSpec, pp: int, vpp: int, first: Optional[int] = None, last: Optional[int] = None,
+                      emb: int = 0, loss: int = 0, layout: Optional[str] = None) -> Optional[str]:
+    """Why Megatron refuses this split for a model whose layers share DSA top-k (ModelSpec.dsa_indexer_topk_freq >
+    1), or None: top-k indices are not passed between pipeline stages, so every virtual stage must start on a layer
+    that runs its own indexer (megatron/core/models/gpt/experimental_attention_variant_module_specs.py
+    `_validate_dsa_index_share_pipeline_split`, core_v0.19.0: "Choose a pipeline layout where each stage starts on
+    a computing layer")."""
+    if model.dsa_indexer_topk_freq <= 1 or not model.dsa_index_heads or pp * vpp == 1:
+        return None
+    start = 0
+    for k, n in enumerate(chunk_layer_counts(model.num_layers, pp, vpp, first, last, emb, loss, layout)):
+        if n and not model.dsa_computes_topk(start):
+            return (f"pipeline stage {k} (rank {k % pp}{f', chunk {k // pp}' if vpp > 1 else ''}) starts on layer "
+                    f"{start} (from 0), which reuses an earlier layer's DSA top-k (dsa_indexer_topk_freq="
+                    f"{model.dsa_indexer_topk_freq}, dsa_indexer_skip_topk_offset="
+                    f"{model.dsa_indexer_skip_topk_offset}); Megatron does not pass top-k between pipeline stages, "
+                    f"so each stage must start on a layer with its own indexer")
+        start += n
+    return None
+
+
+@lru_cache(maxsize=256)
+def dsa_share_splits(model: ModelSpec, pp: int, vpp: int) -> List[Tuple[int, int]]:
+    """(first_stage_layers, last_stage_layers) pairs Megatron accepts at (pp, vpp) whose stages all start on a
+    layer with its own DSA indexer, nearest to an even split first."""
+    from autoplan.valid_values import uneven_split_problem
+
+    L = model.num_layers
+    pairs = [(f, la) for f in range(vpp, L, vpp) for la in range(vpp, L - f + 1, vpp)
+             if uneven_split_problem(L, pp, vpp, f, la) is None and dsa_share_problem(model, pp, vpp, f, la) is None]
+    even = L / pp
+    return sorted(pairs, key=lambda p: (abs(p[0] - even) + abs(p[1] - even), p))
 
 
 def priced_as_end_ranks(counts: List[int]) -> Optional[Tuple[int, int]]:

@@ -12,6 +12,7 @@ rules run after the world size is known to tile). Sources, cited at each rule:
   [TL] divide() in ColumnParallelLinear / RowParallelLinear, megatron/core/tensor_parallel/layers.py
   [TM] _split_along_first_dim, megatron/core/tensor_parallel/mappings.py
   [TE] TransformerEngine's FP8 GEMM shape check (transformer_engine/pytorch/utils.py, assert_dim_for_fp8_exec)
+  [MS] megatron/core/models/gpt/experimental_attention_variant_module_specs.py (core_v0.19.0)
 Preferences that are not rules (TP or EP*ETP inside the NVLink domain) belong to the search, not here."""
 from __future__ import annotations
 
@@ -266,6 +267,23 @@ def _virtual_pipeline(c: Case) -> Optional[str]:
         return None
     other_split = _split_methods(c.strategy)  # whose vpp rules `_pipeline_split` checks
     return _first((c.broken(LR.VPP_NEEDS_PP),) + (() if other_split else (c.broken(LR.VPP_DIVIDES_RANK),)))
+
+
+def _dsa_index_share(c: Case) -> Optional[str]:
+    """[MS] with DSA top-k shared between layers, every virtual pipeline stage starts on a layer that runs its own
+    indexer (pipeline_split.dsa_share_problem). Megatron only: DeepSpeed does not build DSA."""
+    s = c.strategy
+    if c.engine != "megatron":
+        return None
+    emb, loss = PS.account_units(s)
+    problem = PS.dsa_share_problem(c.model, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers, emb, loss,
+                                   s.pipeline_layout)
+    if problem is None:
+        return None
+    pairs = PS.dsa_share_splits(c.model, s.pp, s.vpp)
+    fix = (f"e.g. first_stage_layers={pairs[0][0]}, last_stage_layers={pairs[0][1]}" if pairs else
+           "give a pipeline_layout whose stages start on such layers, or another pp / vpp")
+    return f"{problem}; {fix}"
 
 
 # ---- sequence, sequence parallel, batch --------------------------------------------------------------------
@@ -539,7 +557,7 @@ RULES: Tuple[Rule, ...] = (
     _degrees_fit_world, _world_tiles, _dp_matches,
     _attention_shape, _tensor_parallel_attention, _tensor_parallel_mlp,
     _experts, _moe_runtime,
-    _pipeline_split, _virtual_pipeline,
+    _pipeline_split, _virtual_pipeline, _dsa_index_share,
     _sequence, _sequence_parallel, _batch, _interleaved_schedule,
     _optimizer, _fp8, _recompute, _recompute_modules, _cuda_graphs,
 )

@@ -202,6 +202,9 @@ def _mixer_args(m: ModelSpec) -> List[str]:
         a += ["--experimental-attention-variant", "dsa", "--dsa-indexer-n-heads", str(m.dsa_index_heads),
               "--dsa-indexer-head-dim", str(m.dsa_index_head_dim), "--dsa-indexer-topk", str(m.dsa_index_topk),
               "--dsa-indexer-loss-coeff", _num(m.dsa_indexer_loss_coeff or 0.0), "--no-rope-fusion"]
+        if m.dsa_indexer_topk_freq > 1:  # top-k shared between layers (core_v0.19.0 and later)
+            a += ["--dsa-indexer-topk-freq", str(m.dsa_indexer_topk_freq),
+                  "--dsa-indexer-skip-topk-offset", str(m.dsa_indexer_skip_topk_offset)]
     if m.attention_output_gate:
         a += ["--attention-output-gate"]
     if m.layernorm_zero_centered:

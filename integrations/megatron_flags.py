@@ -51,7 +51,8 @@ READ_FLAGS = frozenset({
     "squared-relu", "experimental-attention-variant", "linear-attention-freq", "linear-conv-kernel-dim",
     "linear-key-head-dim", "linear-value-head-dim", "linear-num-key-heads", "linear-num-value-heads",
     "attention-output-gate", "moe-shared-expert-gate", "apply-layernorm-1p", "dsa-indexer-n-heads",
-    "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-loss-coeff",
+    "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-loss-coeff", "dsa-indexer-topk-freq",
+    "dsa-indexer-skip-topk-offset",
 }) | frozenset(K.megatron_args())  # and every strategy key's (autoplan/keys.py)
 NOT_PRICED_FLAGS = frozenset({
     "mock-data", "attention-dropout", "init-method-std", "bf16", "fp16", "ckpt-format", "moe-grouped-gemm",

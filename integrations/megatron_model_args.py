@@ -216,7 +216,10 @@ def _attention_variant(f: Dict[str, Optional[str]], num_layers: int, is_moe: boo
                                            sizes.values()) if v is None]
         if missing:  # [TC] None by default: the indexer cannot be built without them
             raise InputError(f"--experimental-attention-variant dsa lacks {', '.join(missing)}; add them")
-        return {**out, **sizes, "dsa_indexer_loss_coeff": typed(f, "dsa-indexer-loss-coeff", float)}
+        sharing = {key: value for key, value in (
+            ("dsa_indexer_topk_freq", typed(f, "dsa-indexer-topk-freq", pos_int, 1)),
+            ("dsa_indexer_skip_topk_offset", typed(f, "dsa-indexer-skip-topk-offset", int, 0))) if value}
+        return {**out, **sizes, **sharing, "dsa_indexer_loss_coeff": typed(f, "dsa-indexer-loss-coeff", float)}
     raise InputError(f"--experimental-attention-variant {variant}: autoplan reads gated_delta_net or dsa; change the "
                      f"argument")
 

@@ -203,6 +203,21 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
     preference: even, account_for_* (Megatron-Bridge's split for Llama-3.1-405B and Qwen3-235B), first/last rank
     counts, then (vpp > 1, for the models whose Bridge recipes give layouts: DeepSeek-V3, Kimi-K2) balanced layout
     strings as Megatron-Bridge writes them. Any other layout is taken when fixed (--fix pipeline_layout=...)."""
+    return [sp for sp in _stage_splits(model, pp, vpp, uneven) if _dsa_share_ok(model, pp, vpp, sp)]
+
+
+def _dsa_share_ok(model: ModelSpec, pp: int, vpp: int, split: Split) -> bool:
+    """Whether every virtual stage of the split starts on a layer with its own DSA indexer, where the model shares
+    DSA top-k between layers (validate._dsa_index_share; pipeline_split.dsa_share_problem)."""
+    if model.dsa_indexer_topk_freq <= 1:
+        return True
+    first, last, bits, layout = split
+    emb, loss = (bits & 1, (bits & 2) >> 1) if bits else (0, 0)
+    ends = (None, None) if bits or layout or first < 0 else (first, last)
+    return PS.dsa_share_problem(model, pp, vpp, *ends, emb, loss, layout) is None
+
+
+def _stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[Split]:
     L = model.num_layers
     even = [(-1, -1, 0, None)] if pp == 1 or _even_split(L, pp, vpp) else []
     if pp == 1 or not uneven:
@@ -215,7 +230,9 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
             if (per - emb, per - loss) not in seen and per - max(emb, loss) >= 0:
                 seen.add((per - emb, per - loss))
                 out.append((per - emb, per - loss, emb + 2 * loss, None))
-    for first, last in stage_splits(L, pp, vpp, True):
+    # a model sharing DSA top-k needs stages that start on indexer layers: the nearest such end-rank counts too
+    shared = PS.dsa_share_splits(model, pp, vpp)[:2] if model.dsa_indexer_topk_freq > 1 else []
+    for first, last in stage_splits(L, pp, vpp, True) + shared:
         if first >= 0 and (first, last) not in seen:
             seen.add((first, last))
             out.append((first, last, 0, None))
@@ -276,6 +293,10 @@ def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
     def one(key):
         return _one(f.get(key))
 
+    return [sp for sp in _fixed_split_unchecked(problem, pp, vpp, one) if _dsa_share_ok(problem.model, pp, vpp, sp)]
+
+
+def _fixed_split_unchecked(problem: Problem, pp: int, vpp: int, one) -> List[Split]:
     m, L = problem.model, problem.model.num_layers
     text = one("pipeline_layout")
     if text is not None:  # exactly that layout, where Megatron takes it and the cost model prices it

@@ -35,8 +35,9 @@ def attention_core_flops_per_token(m: ModelSpec, seq_len: int, window: float = 0
         dims = m.qk_head_dim + m.qk_pos_emb_head_dim + m.v_head_dim
     else:
         dims = 2 * m.kv_channels
-    if m.dsa_index_heads:
-        return 2.0 * a * dims * dsa_keys(m.dsa_index_topk, seq_len) + dsa_indexer_flops_per_token(m, seq_len)
+    if m.dsa_index_heads:  # the indexer runs in the layers with one of their own (a mean over the layers)
+        indexed = m.num_dsa_indexer_layers / m.num_layers
+        return 2.0 * a * dims * dsa_keys(m.dsa_index_topk, seq_len) + indexed * dsa_indexer_flops_per_token(m, seq_len)
     # `window` counts the query itself (HF sliding_window = Megatron --window-size left + 1), as the kernel attends.
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     return 2.0 * a * dims * keys

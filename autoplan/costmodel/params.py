@@ -195,7 +195,9 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
         return hybrid_layer_params(m, moe)
     attention = mixer_params(m)
     norms = norms_per_layer(m) * norm_params(m)
-    indexer = dsa_indexer_params(m)
+    # a layer's mean share of the lightning indexers (exact in total): with DSA top-k sharing only some layers have
+    # one (ModelSpec.dsa_computes_topk); per pipeline rank the count is the rank's (costmodel/stages.py)
+    indexer = dsa_indexer_params(m) * m.num_dsa_indexer_layers / m.num_layers
     if not moe:
         return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0,
                            indexer)

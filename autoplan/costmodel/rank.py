@@ -21,7 +21,8 @@ from autoplan.costmodel.collectives import collective_time, flex_all_to_all_time
 from autoplan.costmodel.hardware import GIB, Hardware
 from autoplan.costmodel.layout import Layouts
 from autoplan.costmodel.layers.mtp import mtp_activation_bytes
-from autoplan.costmodel.params import embedding_params, head_params, layer_params, mtp_params
+from autoplan.costmodel.layers.mixers import dsa_indexer_activation_bytes
+from autoplan.costmodel.params import dsa_indexer_params, embedding_params, head_params, layer_params, mtp_params
 from autoplan.costmodel.stages import stage_layers
 from autoplan.model import ModelSpec
 from autoplan.workload import Workload
@@ -287,7 +288,7 @@ def _rank_params(m: ModelSpec, hw: Hardware, lay: Layouts, st, vocab):
     lp_moe = layer_params(m, True) if m.is_moe else lp_dense
     tp_sharded = n_dense * (lp_dense.attention + lp_dense.dense_mlp) + \
         n_moe * (lp_moe.attention + lp_moe.shared_experts)
-    replicated = n_dense * (lp_dense.norms + lp_dense.indexer) + n_moe * (lp_moe.norms + lp_moe.router + lp_moe.indexer)
+    replicated = n_dense * lp_dense.norms + n_moe * (lp_moe.norms + lp_moe.router) + st.dsa * dsa_indexer_params(m)
     sharded_mtp, replicated_mtp, expert_mtp = mtp_params(m)  # multi-token prediction lives on the last stage
     tp_sharded = tp_sharded + np.where(st.last, sharded_mtp, 0.0)
     replicated = replicated + np.where(st.last, replicated_mtp, 0.0)
@@ -484,6 +485,10 @@ def layer_saved_bytes(m: ModelSpec, sh, lay: Layouts, st):
         moe_none = moe_sel = dense_none
     per_layer_none = (1 - moe_share) * dense_none + moe_share * moe_none
     per_layer_sel = (1 - moe_share) * dense_sel + moe_share * moe_sel
+    if m.dsa_indexer_topk_freq > 1:  # the rank's layers that reuse another's DSA top-k save no indexer tensors
+        reusing = np.where(st.layers > 0, 1.0 - st.dsa / np.maximum(st.layers, 1), 0.0)
+        indexer = dsa_indexer_activation_bytes(m, sh, lay)
+        per_layer_none, per_layer_sel = per_layer_none - reusing * indexer, per_layer_sel - reusing * indexer
     worst_layer = np.maximum(dense_none, moe_none) if m.is_moe else dense_none
     return per_layer_none, per_layer_sel, ckpt, worst_layer
 

@@ -21,6 +21,7 @@ class StageLayers:
     moe: np.ndarray  # of which MoE layers
     window: np.ndarray  # of which sliding-window layers
     window_moe: np.ndarray  # sliding-window MoE layers
+    dsa: np.ndarray  # of which with a DSA lightning indexer of their own (an upper bound with interleaving)
     first: np.ndarray  # bool: holds the embedding
     last: np.ndarray  # bool: holds the LM head and loss
 
@@ -78,11 +79,29 @@ def stage_layers(m: ModelSpec, lay: Layouts, stage: np.ndarray) -> StageLayers:
     end_i = np.clip(np.rint(start + layers).astype(np.int64), 0, m.num_layers)
     moe_f, win_f = layer_flags(m)
     cm, cw, cwm = _prefix(moe_f), _prefix(win_f), _prefix(moe_f & win_f)
+    layers = (end_i - start_i).astype(float)
     return StageLayers(
-        layers=(end_i - start_i).astype(float),
+        layers=layers,
         moe=(cm[end_i] - cm[start_i]).astype(float),
         window=(cw[end_i] - cw[start_i]).astype(float),
         window_moe=(cwm[end_i] - cwm[start_i]).astype(float),
+        dsa=_indexer_layers(m, lay, start_i, end_i, layers),
         first=is_first,
         last=is_last,
     )
+
+
+def _indexer_layers(m: ModelSpec, lay: Layouts, start_i, end_i, layers) -> np.ndarray:
+    """Layers with a DSA lightning indexer of their own on each rank. Exact for a contiguous range (vpp 1). With
+    interleaving a rank holds vpp separate chunks: in each, the indexer layers of a periodic pattern (one in every
+    dsa_indexer_topk_freq) number at most one more than the chunk's even share, so the count of the contiguous
+    range plus vpp bounds the rank's from above (memory is never under-counted)."""
+    if not m.dsa_index_heads:
+        return np.zeros_like(layers)
+    flags = np.array([m.dsa_computes_topk(i) for i in range(m.num_layers)], dtype=bool)
+    prefix = _prefix(flags)
+    count = (prefix[end_i] - prefix[start_i]).astype(float)
+    if m.dsa_indexer_topk_freq > 1:
+        count = np.minimum(count + np.where(lay.vpp > 1, lay.vpp, 0), layers)
+    return count
+

@@ -239,9 +239,7 @@ def saved_by_transformers(cfg):
 
 
 # Every fixture whose model_type the installed transformers has a configuration class for (kimi_k2 ships its own).
-# glm5_2 is refused (its indexer_types), in the file and re-saved alike.
-RESAVED = sorted(p.stem for p in HF.glob("*.json")
-                 if json.loads(p.read_text())["model_type"] != "kimi_k2" and p.stem != "glm5_2")
+RESAVED = sorted(p.stem for p in HF.glob("*.json") if json.loads(p.read_text())["model_type"] != "kimi_k2")
 
 
 @pytest.mark.parametrize("name", RESAVED)
@@ -274,10 +272,26 @@ def test_glm5_is_deepseek_v32_blocks_at_glm_sizes():
     assert m.rotary_base == 1e6
 
 
-def test_glm5_2_shared_indexers_are_refused_naming_them():
+def test_glm5_2_shares_dsa_topk_as_megatron_writes_it():
+    """GLM-5.2's indexer_types: 21 of 78 layers run their own indexer (the first 3, then every 4th), the others
+    reuse the last one's top-k; Megatron writes it --dsa-indexer-topk-freq 4 --dsa-indexer-skip-topk-offset 3."""
+    cfg = hf("glm5_2")
+    m = load_model(str(HF / "glm5_2.json"))
+    assert (m.dsa_indexer_topk_freq, m.dsa_indexer_skip_topk_offset, m.num_dsa_indexer_layers) == (4, 3, 21)
+    assert [m.dsa_computes_topk(i) for i in range(78)] == [t == "full" for t in cfg["indexer_types"]]
+    # transformers derives the same list from index_topk_freq / index_skip_topk_offset when indexer_types is absent
+    derived = {k: v for k, v in cfg.items() if k != "indexer_types"}
+    assert from_hf_config(derived, "x").model_dump(exclude={"name", "notes"}) == \
+        m.model_dump(exclude={"name", "notes"})
+    assert compare(m, load_structure(cfg, "glm5_2")) == []  # the model transformers builds, indexers included
+
+
+def test_an_indexer_pattern_megatron_cannot_write_is_refused_naming_it():
+    cfg = {**hf("glm5_2"), "indexer_types": ["full"] * 10 + ["shared"] + ["full"] * 67}  # one shared layer
     with pytest.raises(InputError) as e:
-        load_model(str(HF / "glm5_2.json"))
-    assert "indexer_types gives 57 of 78 layers no indexer" in str(e.value) and "\n" not in str(e.value)
+        from_hf_config(cfg, "glm5_2 edited")
+    assert "1 of 78 layers no indexer" in str(e.value) and "layer 10" in str(e.value) and "--dsa-indexer-topk-freq" in str(e.value)
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("name, catalogue", [("nemotron_3_nano_30b_a3b", "nemotron-3-nano"),

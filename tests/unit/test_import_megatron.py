@@ -324,3 +324,23 @@ def test_gated_deltanet_pattern_and_missing_sizes_are_read_or_named():
     assert (m.linear_attention_layers, m.linear_attention_freq) == (6, 0)
     with pytest.raises(InputError, match="needs --linear-attention-freq"):
         from_megatron_args(base)
+
+
+def test_dsa_topk_sharing_is_written_for_its_release_and_read_back():
+    """GLM-5.2's shared top-k goes out as --dsa-indexer-topk-freq / --dsa-indexer-skip-topk-offset (core_v0.19.0's
+    parser has them) and comes back as the same model."""
+    from pathlib import Path
+
+    from autoplan.modelio import load_model
+
+    hf = Path(__file__).parents[1] / "data" / "hf_configs"
+    m = load_model(str(hf / "glm5_2.json"), ["dsa_indexer_loss_coeff=0.01"])
+    plan = make_plan(m, 1024, 4096, 2048, tp=2, pp=4, ep=32, etp=1, sp=True, zero=1, first_stage_layers=18,
+                     last_stage_layers=20)
+    text = emit_megatron(plan)["megatron_args.txt"]
+    assert "--dsa-indexer-topk-freq 4" in text and "--dsa-indexer-skip-topk-offset 3" in text
+    imported = from_megatron_args(text).model
+    assert (imported.dsa_indexer_topk_freq, imported.dsa_indexer_skip_topk_offset,
+            imported.num_dsa_indexer_layers) == (4, 3, 21)
+    with pytest.raises(InputError, match="dsa-indexer-topk-freq.*core_v0.19.0"):
+        emit_megatron(plan, release="core_v0.18.2")

@@ -132,12 +132,15 @@ def sequence_keys(sh: Shard, lay: Layouts):
 
 
 def dsa_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibration):
-    """(GEMM, core, elementwise) forward seconds of DSA on a rank as megatron-core 0.16.1 runs it (module
-    docstring): the indexer's projections (not tensor-parallel; the input gathered); its fp32 scores over the
-    full [s, heads_I, s] grid and the unfused attention's fp32 [heads/tp, s, s] scores and their product with V,
-    as GEMMs (priced at the bf16 GEMM rate: optimistic where fp32 matmuls run without TF32); and the HBM passes
-    over the s x s tensors (index: ReLU, weighting, head sum, mask, top-k; attention: scale, two masks, softmax,
-    bf16 cast; the KL loss's second softmax), each a read and a write of 4-byte elements."""
+    """((indexer GEMM, core, elementwise), (attention core, elementwise)) forward seconds of DSA on a rank as
+    megatron-core 0.16.1 runs it (module docstring): the indexer's projections (not tensor-parallel; the input
+    gathered); its fp32 scores over the full [s, heads_I, s] grid and the unfused attention's fp32 [heads/tp, s, s]
+    scores and their product with V, as GEMMs (priced at the bf16 GEMM rate: optimistic where fp32 matmuls run
+    without TF32); and the HBM passes over the s x s tensors (index: ReLU, weighting, head sum, mask, top-k;
+    attention: scale, two masks, softmax, bf16 cast; the KL loss's second softmax), each a read and a write of
+    4-byte elements. The first part is the indexer's and its loss's, which a layer reusing another's top-k does not
+    run (core_v0.19.0 dsa.py: `skip_topk` layers take the source layer's indices, and `use_indexer_loss` needs
+    `computes_topk`); the second every DSA layer runs."""
     T = sh.tokens
     keys = sequence_keys(sh, lay)
     heads_i, d_i = m.dsa_index_heads, m.dsa_index_head_dim
@@ -145,11 +148,14 @@ def dsa_time(m: ModelSpec, sh: Shard, lay: Layouts, hw: Hardware, cal: Calibrati
     gemm = gemm_time(gathered, heads_i * d_i, m.q_lora_rank, lay, hw, cal) + \
         gemm_time(gathered, d_i + heads_i, m.hidden_size, lay, hw, cal)
     qk = m.qk_head_dim + m.qk_pos_emb_head_dim
-    core_flops = 2.0 * T * keys * heads_i * d_i + 2.0 * T * keys * sh.heads * (2 * qk + m.v_head_dim)
-    core = core_flops / (hw.peak_flops_bf16 * hw.gemm_eff_bf16 * cal.gemm_scale) + 4 * cal.kernel_overhead_s
+    rate = hw.peak_flops_bf16 * hw.gemm_eff_bf16 * cal.gemm_scale
+    index_core = 2.0 * T * keys * heads_i * d_i / rate + cal.kernel_overhead_s
+    attn_core = 2.0 * T * keys * sh.heads * (2 * qk + m.v_head_dim) / rate + 3 * cal.kernel_overhead_s
     grid = T * keys
-    passes = 2 * FP32 * grid * (3 * heads_i + 4) + 2 * FP32 * grid * sh.heads * 6
-    return gemm, core, elementwise_time(passes, hw, cal, 16)
+    index_passes = 2 * FP32 * grid * (3 * heads_i + 4) + 2 * FP32 * grid * sh.heads  # + the KL loss's softmax
+    attn_passes = 2 * FP32 * grid * sh.heads * 5
+    return ((gemm, index_core, elementwise_time(index_passes, hw, cal, 8)),
+            (attn_core, elementwise_time(attn_passes, hw, cal, 8)))
 
 
 def mixer_layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Hardware, cal: Calibration,
@@ -163,8 +169,10 @@ def mixer_layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Ha
         attn_gemm = attn_gemm + gemm_time(sh.tokens, sh.heads * m.kv_channels, m.hidden_size, lay, hw, cal)
         elementwise = elementwise + elementwise_time(3 * BF16 * sh.tokens * sh.heads * m.kv_channels, hw, cal, 1)
     if m.dsa_index_heads:
-        g, c, e = dsa_time(m, sh, lay, hw, cal)
-        attn_gemm, attn_core, elementwise = attn_gemm + g, c, elementwise + e
+        (g, ci, ei), (ca, ea) = dsa_time(m, sh, lay, hw, cal)
+        indexed = m.num_dsa_indexer_layers / m.num_layers  # the layers that run their own indexer
+        attn_gemm, attn_core = attn_gemm + indexed * g, indexed * ci + ca
+        elementwise = elementwise + indexed * ei + ea
     if chunked:
         window_core = attention_core_time(m, sh, lay, seq_len, hw, cal,
                                           window=chunked_keys(m.attention_chunk_size, seq_len))
@@ -214,19 +222,28 @@ def gdn_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
 
 
 def dsa_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
-    """Bytes DSA saves beyond MLA's, per layer and micro batch, as megatron-core 0.16.1 trains it (dsa.py): the
-    indexer's ReLU output fp32 [s, heads_I, s] (kept by the head weighting for backward) and its fp32 q copy, the
-    int64 top-k indices, the attention's fp32 softmax [heads/tp, s, s] and its bf16 copy for the product with V,
-    the indexer loss's fp32 softmax [heads/tp, s, s], and its [s, s] fp32 terms (index softmax, target, the two
-    logs). With CP, keys stay the whole sequence."""
+    """Bytes DSA saves beyond MLA's, per layer and micro batch, as megatron-core 0.16.1 trains it (dsa.py), in a
+    layer that runs its own indexer: the indexer's and its loss's (`dsa_indexer_activation_bytes`), the int64
+    top-k indices, the attention's fp32 softmax [heads/tp, s, s] and its bf16 copy for the product with V. With
+    CP, keys stay the whole sequence. A layer that reuses another's top-k saves all but the indexer's part (its
+    indices are the source layer's tensor; counted anyway)."""
+    T, keys = sh.tokens, sequence_keys(sh, lay)
+    grid = T * keys
+    indices = INT64 * T * np.minimum(m.dsa_index_topk, keys)
+    attention = (FP32 + BF16) * grid * sh.heads
+    return dsa_indexer_activation_bytes(m, sh, lay) + indices + attention
+
+
+def dsa_indexer_activation_bytes(m: ModelSpec, sh: Shard, lay: Layouts):
+    """The part of `dsa_activation_bytes` only a layer with its own indexer saves: the indexer's ReLU output fp32
+    [s, heads_I, s] (kept by the head weighting for backward) and its fp32 q copy, the indexer loss's fp32 softmax
+    [heads/tp, s, s] and its [s, s] fp32 terms (index softmax, target, the two logs)."""
     T, keys = sh.tokens, sequence_keys(sh, lay)
     grid = T * keys
     heads_i = m.dsa_index_heads
     indexer = FP32 * grid * heads_i + FP32 * T * heads_i * m.dsa_index_head_dim
-    indices = INT64 * T * np.minimum(m.dsa_index_topk, keys)
-    attention = (FP32 + BF16) * grid * sh.heads
     loss = FP32 * grid * sh.heads + 4 * FP32 * grid
-    return indexer + indices + attention + loss
+    return indexer + loss
 
 
 def gate_activation_bytes(m: ModelSpec, sh: Shard):
