@@ -140,19 +140,39 @@ MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chun
 
 def rollout_blocker(model: ModelSpec, engine: str = "vllm") -> Optional[str]:
     """What this model's decode state has no price for on `engine`, named; None when it is priced: softmax
-    attention's per-token KV cache (MHA / GQA, or MLA) on either engine, and beside it Mamba-2 or Gated DeltaNet
-    state on vLLM (`CachePages`). DeepSeek sparse attention adds its indexer's key cache beside the MLA latent (in
-    vLLM's own fp8 format), which neither engine's pricing here holds; SGLang sizes a hybrid's state pool by its
-    own rules (mamba_full_memory_ratio and per-strategy extra state slots, sglang/srt/mem_cache/
-    kv_cache_configurator.py), which are not priced either."""
-    if model.dsa_index_heads:
-        return (f"the rollout model prices softmax attention's and recurrent state's caches; {model.name} has "
-                f"DeepSeek sparse attention's indexer key cache")
-    if engine != "vllm" and state_layers(model):
+    attention's per-token KV cache (MHA / GQA, or MLA) on either engine, and on vLLM beside it Mamba-2 or Gated
+    DeltaNet state (`CachePages`) and DeepSeek sparse attention's caches (`DSA_LATENT_BYTES`). SGLang sizes a
+    hybrid's state pool by its own rules (mamba_full_memory_ratio and per-strategy extra state slots, sglang/srt/
+    mem_cache/kv_cache_configurator.py) and lays out DSA's caches by attention backend and GPU (page size 64 x the
+    index-key pool, fp8 rows with or without per-block scales, kv_cache_configurator.py
+    `calculate_mla_kv_cache_dim`), neither priced here."""
+    if engine == "vllm":
+        return None
+    if state_layers(model):
         return (f"{model.name} keeps Mamba-2 / Gated DeltaNet state per sequence ({state_layers(model)} layers), "
                 f"which is priced for vLLM's hybrid KV cache only; SGLang's hybrid state pool is not (use "
                 f"--engine vllm / --emit verl)")
+    if model.dsa_index_heads:
+        return (f"{model.name} has DeepSeek sparse attention, whose latent and indexer key caches are priced as vLLM "
+                f"lays them out; SGLang's DSA cache layout is not (use --engine vllm / --emit verl)")
     return None
+
+
+# vLLM 0.11 stores DeepSeek-V3.2's MLA latent as "fp8_ds_mla" by default (model_executor/models/config.py
+# DeepseekV32ForCausalLM.verify_and_update_config: cache_dtype "auto" -> "fp8_ds_mla"): 656 bytes per token and
+# layer (v1/kv_cache_interface.py MLAAttentionSpec.page_size_bytes; FlashMLA's layout: 512 fp8 latent values, 4
+# fp32 scales, 64 bf16 rope values), on every tp rank. Its lightning indexer keeps its own key cache per layer
+# (model_executor/models/deepseek_v2.py DeepseekV32IndexerCache, uint8): index_head_dim fp8 values and one fp32
+# scale per 128 (`quant_block_size`), head_dim + head_dim // 128 * 4 bytes per token. Both are MLAAttentionSpecs, one
+# group of uniform type (kv_cache_utils `_get_kv_cache_groups_uniform_type`): a token takes both in every layer.
+DSA_LATENT_BYTES = 656
+DSA_INDEX_QUANT_BLOCK = 128
+
+
+def dsa_index_bytes_per_token_layer(model: ModelSpec) -> int:
+    """Bytes of the lightning indexer's key cache per token and indexer layer (vLLM DeepseekV32IndexerCache)."""
+    d = model.dsa_index_head_dim
+    return d + d // DSA_INDEX_QUANT_BLOCK * 4
 
 
 # ---- the cache: attention KV pages and recurrent-state pages -----------------------------------------------------
@@ -189,7 +209,11 @@ def kv_bytes_per_token_layer(model: ModelSpec, tp: int) -> float:
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:
-    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all attention layers."""
+    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all attention layers; under DSA
+    vLLM's fp8 latent in every layer and the indexer's keys in each layer with an indexer of its own."""
+    if model.dsa_index_heads:
+        return model.num_layers * DSA_LATENT_BYTES + \
+            model.num_dsa_indexer_layers * dsa_index_bytes_per_token_layer(model)
     return attention_layers(model) * kv_bytes_per_token_layer(model, tp)
 
 
@@ -275,8 +299,8 @@ class CachePages:
 def cache_pages(model: ModelSpec, tp: int) -> CachePages:
     n_attn, n_state = attention_layers(model), state_layers(model)
     per_token = kv_bytes_per_token_layer(model, tp)
-    if not n_state:
-        return CachePages(1, per_token, max(n_attn, 1), 1, 0)
+    if not n_state:  # one group of uniform type: a token's bytes over every layer
+        return CachePages(1, kv_bytes_per_token(model, tp), 1, 1, 0)
     state = state_bytes_per_layer(model, tp)
     if not n_attn:
         return CachePages(1, state, n_state, 0, 1)
@@ -429,6 +453,7 @@ class StepModel:
     attn_flops_per_token: float  # FLOPs per GPU per token of context in the group
     comm: np.ndarray  # seconds, by n
     state_bytes: np.ndarray  # bytes of recurrent state read and written per GPU, by n (0 without state layers)
+    sparse_attention: np.ndarray  # seconds of DSA's top-k attention, by n (0 without DSA)
     launch: float  # seconds
     overhead: float  # seconds: the engine's per-step work outside the model
     hbm: float
@@ -440,7 +465,7 @@ class StepModel:
         """Seconds of a step at each n apart from attention: max(weight bytes, GEMM FLOPs) + the recurrent
         mixers' state traffic + communication + launches + the engine's overhead."""
         return np.maximum(self.mem_fixed / self.hbm, self.flops_fixed / self.flops) + self.state_bytes / self.hbm + \
-            self.comm + self.launch + self.overhead
+            self.sparse_attention + self.comm + self.launch + self.overhead
 
     @cached_property
     def per_context_token(self) -> float:
@@ -474,6 +499,21 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
         d = model.kv_channels
     attn = 4.0 * attention_layers(model) * model.num_attention_heads * d / layout.tp
     tokens_group = n / layout.dp
+    sparse = np.zeros_like(n)
+    if model.dsa_index_heads:
+        # DSA decode: the indexer scores every cached token (its key bytes and 2 x heads x dim FLOPs per token and
+        # indexer layer, the index heads whole on every rank), and the attention reads and attends the top-k
+        # tokens only: priced per running sequence at index_topk tokens (an upper bound once a context is shorter)
+        # as the larger of its fp8 latent bytes and absorbed-MLA FLOPs, not per token of context.
+        idx_layers = model.num_dsa_indexer_layers
+        attn = 2.0 * idx_layers * model.dsa_index_heads * model.dsa_index_head_dim
+        topk = model.dsa_index_topk
+        per_seq = max(topk * model.num_layers * DSA_LATENT_BYTES / (hw.hbm_bytes_per_s * HBM_EFFICIENCY),
+                      4.0 * topk * model.num_layers * model.num_attention_heads * d / layout.tp /
+                      (hw.peak_flops_bf16 * hw.gemm_eff_bf16))
+        sparse = per_seq * tokens_group
+    kv_read = kv_bytes_per_token(model, layout.tp) if not model.dsa_index_heads else \
+        model.num_dsa_indexer_layers * dsa_index_bytes_per_token_layer(model)
     # A recurrent mixer's decode step reads each sequence's state and writes it back (vLLM
     # selective_state_update for Mamba-2, fused_recurrent_gated_delta_rule for Gated DeltaNet: a few FLOPs per
     # state element, so bound by its bytes).
@@ -491,9 +531,9 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
     launch = 0.0
     if not layout.cuda_graphs:
         launch = LAUNCH_S * (model.num_layers * KERNELS_DENSE_LAYER + model.num_moe_layers * KERNELS_MOE_EXTRA)
-    return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_bytes_per_token(model, layout.tp),
+    return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_read,
                      flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm),
-                     state_bytes=np.asarray(state), launch=launch,
+                     state_bytes=np.asarray(state), sparse_attention=np.asarray(sparse), launch=launch,
                      overhead=overhead,
                      hbm=hw.hbm_bytes_per_s * HBM_EFFICIENCY, flops=hw.peak_flops_bf16 * hw.gemm_eff_bf16,
                      dp=layout.dp)

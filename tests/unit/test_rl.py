@@ -715,12 +715,10 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 @pytest.mark.parametrize("config, engine, named", [
     ("nemotron_3_nano_30b_a3b.json", "sglang", "SGLang's hybrid state pool"),
     ("qwen3_next_80b_a3b.json", "sglang", "SGLang's hybrid state pool"),
-    ("glm5.json", "vllm", "indexer key cache"),
-    ("glm5.json", "sglang", "indexer key cache"),
+    ("glm5.json", "sglang", "SGLang's DSA cache layout"),
 ])
 def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, engine, named):
-    """DSA's indexer keys are not in the MLA latent (either engine); SGLang sizes a hybrid's state pool by rules
-    not priced here."""
+    """SGLang sizes a hybrid's state pool and lays out DSA's caches by rules not priced here."""
     args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--engine", engine]
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == ""
@@ -772,7 +770,7 @@ def test_hybrid_layer_counts():
     assert (R.attention_layers(nxt), R.state_layers(nxt)) == (12, 36)  # full_attention_interval 4 of 48
     dense = load_model("llama3-8b", ())
     assert (R.attention_layers(dense), R.state_layers(dense)) == (32, 0)
-    assert R.cache_pages(dense, 1) == R.CachePages(1, R.kv_bytes_per_token(dense, 1) / 32, 32, 1, 0)
+    assert R.cache_pages(dense, 1) == R.CachePages(1, R.kv_bytes_per_token(dense, 1), 1, 1, 0)
 
 
 def test_hybrid_sequences_follow_vllm_block_pool():
@@ -828,3 +826,38 @@ def test_cli_refuses_a_rollout_tp_that_does_not_split_the_recurrent_mixers(capsy
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == "" and "tp=16" in err and "16 key and 40 value heads" in err
     assert len(err.strip().splitlines()) == 1
+
+
+# ---- DeepSeek sparse attention on vLLM ---------------------------------------------------------------------------
+
+def test_dsa_cache_is_vllms_fp8_latent_and_indexer_keys():
+    """vLLM 0.11: 656 bytes of fp8_ds_mla latent per token and layer (MLAAttentionSpec.page_size_bytes) plus the
+    indexer's uint8 keys, index_head_dim + index_head_dim // 128 * 4 bytes (DeepseekV32IndexerCache), in every
+    layer with an indexer: GLM-5.2 has 21 of 78."""
+    v32 = load_model(str(HF / "deepseek_v3_2.json"), ())
+    assert R.kv_bytes_per_token(v32, 1) == R.kv_bytes_per_token(v32, 8) == 61 * (656 + 128 + 4)
+    glm52 = load_model(str(HF / "glm5_2.json"), ())
+    assert R.kv_bytes_per_token(glm52, 4) == 78 * 656 + 21 * 132
+    assert R.cache_pages(glm52, 4).blocks(1e9) == int(1e9 // (78 * 656 + 21 * 132))
+
+
+def test_dsa_decode_reads_indexer_keys_per_token_and_topk_latents_per_sequence():
+    """The per-context-token term is the indexer's (its keys and scoring FLOPs); the attention's top-k reads are a
+    per-sequence term, so doubling the context grows a step by the indexer's share only."""
+    v32 = load_model(str(HF / "deepseek_v3_2.json"), ())
+    lay = RolloutLayout(engine="vllm", tp=8, dp=1, ep=8, engines=1, gpu_memory_utilization=0.9)
+    sm = R.step_model(v32, lay, H100_NODE, 64)
+    assert sm.kv_read_per_token == 61 * 132
+    assert sm.attn_flops_per_token == 2.0 * 61 * 64 * 128
+    assert sm.sparse_attention[64] == pytest.approx(64 * sm.sparse_attention[1]) and sm.sparse_attention[1] > 0
+    short, long = sm.time(64, 64 * 8192), sm.time(64, 64 * 16384)
+    assert long - short == pytest.approx(sm.per_context_token * 64 * 8192)
+
+
+def test_cli_plans_dsa_rollouts_on_vllm(capsys):
+    args = ["rl", "--model", str(HF / "glm5.json"), "--cluster", "h100", "--gpus", "128", "--prompts", "64",
+            "--samples", "8", "--prompt-len", "512", "--response-len", "1024", "--max-response-len", "4096", "--json"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    assert best["rollout"]["engine"] == "vllm" and best["estimate"]["fits"]
