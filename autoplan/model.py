@@ -1,7 +1,7 @@
 """`ModelSpec`: the architecture of a transformer language model, dense or MoE, as the cost model needs it."""
 from __future__ import annotations
 
-from functools import cached_property
+from functools import lru_cache
 
 import math
 from typing import List, Literal, Optional, Tuple
@@ -28,6 +28,18 @@ MAX_SIZE = 2**31 - 1
 # linear_qkv and linear_proj, a latent MoE's fc1/fc2_latent_proj, every module of the MTP depths, the Mamba
 # mixer's out_proj.
 QUANT_OVERRIDE_MODULES = ("attention_linear", "latent_proj", "mtp", "mamba_out_proj")
+
+
+def computes_topk(index: int, freq: int, offset: int) -> bool:
+    """Whether layer `index` (from 0) runs its own DSA lightning indexer under top-k sharing every `freq` layers
+    after `offset`: Megatron's dsa.py `is_dsa_skip_topk_layer` on the 1-indexed layer number, the offset taken as
+    at least 1 (core_v0.19.0)."""
+    return freq == 1 or max(index + 1 - max(offset, 1), 0) % freq == 0
+
+
+@lru_cache(maxsize=256)
+def _indexer_layer_count(num_layers: int, freq: int, offset: int) -> int:
+    return sum(computes_topk(i, freq, offset) for i in range(num_layers))
 
 
 class ModelSpec(BaseModel):
@@ -403,17 +415,15 @@ class ModelSpec(BaseModel):
 
     def dsa_computes_topk(self, index: int) -> bool:
         """Whether layer `index` (from 0) runs its own DSA lightning indexer rather than reusing an earlier layer's
-        top-k (Megatron dsa.py `is_dsa_skip_topk_layer` on the 1-indexed layer number, the offset taken as at
-        least 1); every layer without sharing."""
-        offset = max(self.dsa_indexer_skip_topk_offset, 1)
-        return self.dsa_indexer_topk_freq == 1 or max(index + 1 - offset, 0) % self.dsa_indexer_topk_freq == 0
+        top-k; every layer without sharing (`computes_topk`)."""
+        return computes_topk(index, self.dsa_indexer_topk_freq, self.dsa_indexer_skip_topk_offset)
 
-    @cached_property
+    @property
     def num_dsa_indexer_layers(self) -> int:
         """Layers with a lightning indexer of their own (0 without DSA)."""
         if not self.dsa_index_heads:
             return 0
-        return sum(self.dsa_computes_topk(i) for i in range(self.num_layers))
+        return _indexer_layer_count(self.num_layers, self.dsa_indexer_topk_freq, self.dsa_indexer_skip_topk_offset)
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether decoder layer `index` (0-based) is an MoE layer (DeepSeek's first_k_dense_replace rule; the

@@ -192,8 +192,12 @@ def dsa_share_splits(model: ModelSpec, pp: int, vpp: int) -> List[Tuple[int, int
     L = model.num_layers
     pairs = [(f, la) for f in range(vpp, L, vpp) for la in range(vpp, L - f + 1, vpp)
              if uneven_split_problem(L, pp, vpp, f, la) is None and dsa_share_problem(model, pp, vpp, f, la) is None]
+    def largest(pair):  # the most layers any rank holds
+        middle = (L - pair[0] - pair[1]) / (pp - 2) if pp > 2 else 0
+        return max(pair[0], pair[1], middle)
+
     even = L / pp
-    return sorted(pairs, key=lambda p: (abs(p[0] - even) + abs(p[1] - even), p))
+    return sorted(pairs, key=lambda p: (largest(p), abs(p[0] - even) + abs(p[1] - even), p))
 
 
 def priced_as_end_ranks(counts: List[int]) -> Optional[Tuple[int, int]]:

@@ -311,8 +311,13 @@ def _fixed_split_unchecked(problem: Problem, pp: int, vpp: int, one) -> List[Spl
         per = (L + emb + loss) // pp
         return [(per - emb, per - loss, emb + 2 * loss, None)]
     first, last = one("first_stage_layers"), one("last_stage_layers")
-    return [(a, b, 0, None) for a, b in stage_splits(L, pp, vpp, True)
-            if a >= 0 and first in (None, a) and last in (None, b)]
+    pairs = stage_splits(L, pp, vpp, True)
+    if first is not None and last is not None and uneven_split_problem(L, pp, vpp, first, last) is None:
+        pairs = pairs + [(first, last)]  # both given and legal: taken as written, however far from even
+    if m.dsa_indexer_topk_freq > 1:  # the end-rank counts a model sharing DSA top-k splits at (validate's advice)
+        pairs = pairs + PS.dsa_share_splits(m, pp, vpp)
+    return list(dict.fromkeys((a, b, 0, None) for a, b in pairs
+                              if a >= 0 and first in (None, a) and last in (None, b)))
 
 
 def structural_points(problem: Problem) -> List[Dict[str, int]]:

@@ -93,15 +93,18 @@ def stage_layers(m: ModelSpec, lay: Layouts, stage: np.ndarray) -> StageLayers:
 
 def _indexer_layers(m: ModelSpec, lay: Layouts, start_i, end_i, layers) -> np.ndarray:
     """Layers with a DSA lightning indexer of their own on each rank. Exact for a contiguous range (vpp 1). With
-    interleaving a rank holds vpp separate chunks: in each, the indexer layers of a periodic pattern (one in every
-    dsa_indexer_topk_freq) number at most one more than the chunk's even share, so the count of the contiguous
-    range plus vpp bounds the rank's from above (memory is never under-counted)."""
+    interleaving a rank holds vpp separate chunks: in each, the indexer layers of the periodic part (one in every
+    dsa_indexer_topk_freq) number at most one more than the chunk's even share, and the leading run of indexer
+    layers (the first max(offset, 1)) may sit in another rank's chunk than the contiguous range puts it, so the
+    count of the contiguous range plus vpp plus that run less one bounds the rank's from above (memory is never
+    under-counted)."""
     if not m.dsa_index_heads:
         return np.zeros_like(layers)
     flags = np.array([m.dsa_computes_topk(i) for i in range(m.num_layers)], dtype=bool)
     prefix = _prefix(flags)
     count = (prefix[end_i] - prefix[start_i]).astype(float)
     if m.dsa_indexer_topk_freq > 1:
-        count = np.minimum(count + np.where(lay.vpp > 1, lay.vpp, 0), layers)
+        lead = max(m.dsa_indexer_skip_topk_offset, 1) - 1
+        count = np.minimum(count + np.where(lay.vpp > 1, lay.vpp + lead, 0), layers)
     return count
 

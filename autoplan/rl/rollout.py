@@ -246,13 +246,16 @@ def state_bytes_per_layer(model: ModelSpec, tp: int) -> int:
 
 def state_tp_ok(model: ModelSpec, tp: int) -> bool:
     """Whether vLLM can split the recurrent mixers tp ways: its `divide` asserts on the value heads (and key heads)
-    of Gated DeltaNet, on Mamba-2's heads and widened conv channels."""
+    of Gated DeltaNet, on Mamba-2's heads and widened conv channels; Mamba-2's groups must split tp ways or be one
+    (model_executor/layers/mamba/mamba_mixer2.py: "If tensor parallel world size does not divide num_groups, then
+    num_groups must equal 1")."""
     if model.linear_attention_layers:
         return model.gdn_num_value_heads % tp == 0 and model.gdn_num_key_heads % tp == 0
     if not state_layers(model):
         return True
     groups = model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
     return (model.mamba_num_heads % tp == 0 and groups > 0
+            and (model.mamba_num_groups % tp == 0 or model.mamba_num_groups == 1)
             and (model.mamba_d_inner + 2 * groups * model.mamba_state_dim) % tp == 0)
 
 
@@ -368,13 +371,16 @@ def cuda_graph_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
-    """KV-cache bytes per GPU (see module doc; negative = the weights do not fit in the requested memory)."""
+    """KV-cache bytes per GPU (see module doc; negative = the weights do not fit in the requested memory). Under
+    DSA vLLM's model also holds an int32 [max_num_batched_tokens, index_topk] buffer of top-k indices from its
+    construction (model_executor/models/deepseek_v2.py DeepseekV2Model `topk_indices_buffer`)."""
     requested = layout.gpu_memory_utilization * hw.capacity_bytes
     weights = engine_weights(model, layout).total
     context = CUDA_CONTEXT_GIB * GIB
     if layout.engine == "sglang":
         return requested - weights - context
-    return requested - weights - context - profile_activation_bytes(model, layout)
+    topk_buffer = MAX_NUM_BATCHED_TOKENS * model.dsa_index_topk * 4 if model.dsa_index_heads else 0
+    return requested - weights - context - profile_activation_bytes(model, layout) - topk_buffer
 
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination

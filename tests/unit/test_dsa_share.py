@@ -104,3 +104,33 @@ def test_rank_indexer_counts_bound_the_layers_megatron_builds(pp, vpp, first, la
     else:
         assert all(p >= r for p, r in zip(priced, real))
     assert sum(real) == 21
+
+
+def test_a_copy_with_other_sharing_counts_its_own_indexers():
+    assert GLM52.num_dsa_indexer_layers == 21
+    assert GLM52.model_copy(update={"dsa_indexer_topk_freq": 1, "dsa_indexer_skip_topk_offset": 0}
+                            ).num_dsa_indexer_layers == 78
+    assert GLM52.model_copy(update={"num_layers": 40}).num_dsa_indexer_layers == 3 + len(range(6, 40, 4))
+
+
+def test_rank_counts_bound_a_long_leading_run_of_indexer_layers():
+    """With interleaving the first max(offset, 1) layers, all with an indexer, may sit in another rank's chunk than
+    the contiguous range puts them (freq 4, offset 20, pp 2, vpp 2, 8 + 70 layers: Megatron builds 5 and 29)."""
+    m = GLM52.model_copy(update={"dsa_indexer_skip_topk_offset": 20})
+    pp, vpp, first, last = 2, 2, 8, 70
+    counts = PS.chunk_layer_counts(78, pp, vpp, first, last)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    real = [0] * pp
+    for k, n in enumerate(counts):
+        real[k % pp] += sum(m.dsa_computes_topk(i) for i in range(starts[k], starts[k] + n))
+    lay = layouts_from_strategies([Strategy(pp=pp, vpp=vpp, first_stage_layers=first, last_stage_layers=last)], pp)
+    priced = [float(stage_layers(m, lay, np.array([r])).dsa[0]) for r in range(pp)]
+    assert all(p >= r for p, r in zip(priced, real)), (priced, real)
+
+
+def test_the_split_validate_suggests_is_one_the_search_takes_when_fixed():
+    for pp in (2, 8):
+        first, last = PS.dsa_share_splits(GLM52, pp, 1)[0]
+        problem = Problem(GLM52, load_cluster("h100", 1024), WL,
+                          fixed={"pp": pp, "vpp": 1, "first_stage_layers": first, "last_stage_layers": last})
+        assert solve(problem, "enumerate", top_k=1).plans, (pp, first, last)

@@ -861,3 +861,20 @@ def test_cli_plans_dsa_rollouts_on_vllm(capsys):
     assert code == 0, err
     best = json.loads(out)["plans"][0]
     assert best["rollout"]["engine"] == "vllm" and best["estimate"]["fits"]
+
+
+def test_rollout_tp_must_split_mamba_groups_or_they_must_be_one():
+    """vLLM mamba_mixer2.py: 'If tensor parallel world size does not divide num_groups, then num_groups must equal
+    1' (Nemotron-3 Nano: 8 groups)."""
+    nano = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"), ())
+    assert [t for t in (1, 2, 4, 8, 16, 32) if R.state_tp_ok(nano, t)] == [1, 2, 4, 8]
+
+
+def test_vllm_holds_dsa_topk_indices_outside_the_cache():
+    """DeepseekV2Model's topk_indices_buffer: int32 [max_num_batched_tokens, index_topk]."""
+    v32 = load_model(str(HF / "deepseek_v3_2.json"), ())
+    v3 = v32.model_copy(update={"dsa_index_heads": 0, "dsa_index_head_dim": 0, "dsa_index_topk": 0})
+    lay = RolloutLayout(engine="vllm", tp=8, dp=1, ep=8, engines=1, gpu_memory_utilization=0.9)
+    dsa_weights = R.engine_weights(v32, lay).total - R.engine_weights(v3, lay).total
+    assert R.kv_cache_bytes(v3, lay, H100_NODE) - R.kv_cache_bytes(v32, lay, H100_NODE) == \
+        pytest.approx(dsa_weights + R.MAX_NUM_BATCHED_TOKENS * 2048 * 4)
