@@ -140,33 +140,49 @@ MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chun
 
 def rollout_blocker(model: ModelSpec, engine: str = "vllm") -> Optional[str]:
     """What this model's decode state has no price for on `engine`, named; None when it is priced: softmax
-    attention's per-token KV cache (MHA / GQA, or MLA) on either engine, and on vLLM beside it Mamba-2 or Gated
-    DeltaNet state (`CachePages`) and DeepSeek sparse attention's caches (`DSA_LATENT_BYTES`). SGLang sizes a
-    hybrid's state pool by its own rules (mamba_full_memory_ratio and per-strategy extra state slots, sglang/srt/
-    mem_cache/kv_cache_configurator.py) and lays out DSA's caches by attention backend and GPU (page size 64 x the
-    index-key pool, fp8 rows with or without per-block scales, kv_cache_configurator.py
-    `calculate_mla_kv_cache_dim`), neither priced here."""
-    if engine == "vllm":
-        return None
-    if state_layers(model):
+    attention's per-token KV cache (MHA / GQA, or MLA) and DeepSeek sparse attention's caches
+    (`dsa_latent_bytes`) on either engine, and on vLLM Mamba-2 or Gated DeltaNet state beside attention
+    (`CachePages`). SGLang sizes a hybrid's state pool by rules that resolve at start-up (the state pool's share
+    mamba_full_memory_ratio, extra state slots per request chosen from the scheduler strategy and attention
+    backend, the SSM state's dtype from the model's config; sglang/srt/mem_cache/kv_cache_configurator.py,
+    srt/configs/mamba_utils.py), not priced here."""
+    if engine != "vllm" and state_layers(model):
         return (f"{model.name} keeps Mamba-2 / Gated DeltaNet state per sequence ({state_layers(model)} layers), "
                 f"which is priced for vLLM's hybrid KV cache only; SGLang's hybrid state pool is not (use "
                 f"--engine vllm / --emit verl)")
-    if model.dsa_index_heads:
-        return (f"{model.name} has DeepSeek sparse attention, whose latent and indexer key caches are priced as vLLM "
-                f"lays them out; SGLang's DSA cache layout is not (use --engine vllm / --emit verl)")
     return None
 
 
-# vLLM 0.11 stores DeepSeek-V3.2's MLA latent as "fp8_ds_mla" by default (model_executor/models/config.py
-# DeepseekV32ForCausalLM.verify_and_update_config: cache_dtype "auto" -> "fp8_ds_mla"): 656 bytes per token and
-# layer (v1/kv_cache_interface.py MLAAttentionSpec.page_size_bytes; FlashMLA's layout: 512 fp8 latent values, 4
-# fp32 scales, 64 bf16 rope values), on every tp rank. Its lightning indexer keeps its own key cache per layer
-# (model_executor/models/deepseek_v2.py DeepseekV32IndexerCache, uint8): index_head_dim fp8 values and one fp32
-# scale per 128 (`quant_block_size`), head_dim + head_dim // 128 * 4 bytes per token. Both are MLAAttentionSpecs, one
-# group of uniform type (kv_cache_utils `_get_kv_cache_groups_uniform_type`): a token takes both in every layer.
-DSA_LATENT_BYTES = 656
+# DeepSeek sparse attention's MLA latent cache, bytes per token and layer, on every tp rank:
+# - vLLM 0.11 stores it as "fp8_ds_mla" by default (model_executor/models/config.py
+#   DeepseekV32ForCausalLM.verify_and_update_config: cache_dtype "auto" -> "fp8_ds_mla"): 656 bytes
+#   (v1/kv_cache_interface.py MLAAttentionSpec.page_size_bytes; FlashMLA's layout: 512 fp8 latent values, 4 fp32
+#   scales, 64 bf16 rope values);
+# - SGLang 0.5.23 takes an fp8_e4m3 cache on Blackwell (compute capability >= 10) and bf16 elsewhere for DSA models
+#   (srt/arg_groups/overrides.py: kv_cache_dtype "auto" -> "fp8_e4m3" if major >= 10 else "bfloat16"), with the
+#   trtllm (Blackwell) or flashmla_sparse / fa3 (Hopper) backends, whose rows are the raw kv_lora_rank +
+#   qk_rope_head_dim values (mem_cache/kv_cache_configurator.py calculate_mla_kv_cache_dim): 576 x 1 or 2 bytes.
+#   Blackwell is told by the GPU's FP4 tensor cores (Hardware.peak_flops_fp4 > 0: sm100 parts, none before).
+# Its lightning indexer keeps its own key cache in each layer with an indexer, fp8 values and one fp32 scale per 128
+# (vLLM model_executor/models/deepseek_v2.py DeepseekV32IndexerCache, uint8; SGLang mem_cache/memory_pool.py
+# DSATokenToKVPool quant_block_size 128, model_executor/pool_configurator.py `_compute_dsa_indexer_cell_size`, elided
+# in the layers that reuse another's top-k). vLLM holds both as MLAAttentionSpecs of one group of uniform type
+# (kv_cache_utils `_get_kv_cache_groups_uniform_type`): a token takes both in every layer.
+DSA_LATENT_BYTES_VLLM = 656
 DSA_INDEX_QUANT_BLOCK = 128
+
+
+def dsa_latent_bytes(model: ModelSpec, engine: str, blackwell: bool) -> int:
+    """Bytes of DSA's MLA latent cache per token and layer on `engine` (see above)."""
+    if engine == "vllm":
+        return DSA_LATENT_BYTES_VLLM
+    return (model.kv_lora_rank + model.qk_pos_emb_head_dim) * (1 if blackwell else BF16)
+
+
+def is_blackwell(hw: Hardware) -> bool:
+    """Compute capability >= 10, told by FP4 tensor cores: every FP4 part of the catalogue (profiles/gpus) is an
+    NVIDIA Blackwell (sm100), and none before it has them; a datasheet GPU with FP4 is taken as one."""
+    return hw.peak_flops_fp4 > 0
 
 
 def dsa_index_bytes_per_token_layer(model: ModelSpec) -> int:
@@ -208,11 +224,11 @@ def kv_bytes_per_token_layer(model: ModelSpec, tp: int) -> float:
     return 2 * max(1, model.num_query_groups // tp) * model.kv_channels * BF16
 
 
-def kv_bytes_per_token(model: ModelSpec, tp: int) -> float:
-    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all attention layers; under DSA
-    vLLM's fp8 latent in every layer and the indexer's keys in each layer with an indexer of its own."""
+def kv_bytes_per_token(model: ModelSpec, tp: int, engine: str = "vllm", blackwell: bool = False) -> float:
+    """KV-cache bytes one token takes on one GPU of a tp-way attention group, all attention layers; under DSA the
+    engine's latent in every layer and the indexer's keys in each layer with an indexer of its own."""
     if model.dsa_index_heads:
-        return model.num_layers * DSA_LATENT_BYTES + \
+        return model.num_layers * dsa_latent_bytes(model, engine, blackwell) + \
             model.num_dsa_indexer_layers * dsa_index_bytes_per_token_layer(model)
     return attention_layers(model) * kv_bytes_per_token_layer(model, tp)
 
@@ -299,11 +315,11 @@ class CachePages:
 
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
-def cache_pages(model: ModelSpec, tp: int) -> CachePages:
+def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm", blackwell: bool = False) -> CachePages:
     n_attn, n_state = attention_layers(model), state_layers(model)
     per_token = kv_bytes_per_token_layer(model, tp)
     if not n_state:  # one group of uniform type: a token's bytes over every layer
-        return CachePages(1, kv_bytes_per_token(model, tp), 1, 1, 0)
+        return CachePages(1, kv_bytes_per_token(model, tp, engine, blackwell), 1, 1, 0)
     state = state_bytes_per_layer(model, tp)
     if not n_attn:
         return CachePages(1, state, n_state, 0, 1)
@@ -386,12 +402,13 @@ def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> flo
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
     """Tokens the KV cache of one attention group (tp GPUs) holds (`CachePages.tokens`)."""
-    return cache_pages(model, layout.tp).tokens(kv_cache_bytes(model, layout, hw))
+    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw)).tokens(kv_cache_bytes(model, layout, hw))
 
 
 def sequences_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: int) -> int:
     """Sequences of `tokens` tokens each that one attention group's cache holds at once (`CachePages`)."""
-    return cache_pages(model, layout.tp).sequences(kv_cache_bytes(model, layout, hw), tokens)
+    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw)).sequences(kv_cache_bytes(model, layout, hw),
+                                                                                  tokens)
 
 
 def engine_nccl_groups(layout: RolloutLayout) -> int:
@@ -514,7 +531,8 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
         idx_layers = model.num_dsa_indexer_layers
         attn = 2.0 * idx_layers * model.dsa_index_heads * model.dsa_index_head_dim
         topk = model.dsa_index_topk
-        per_seq = max(topk * model.num_layers * DSA_LATENT_BYTES / (hw.hbm_bytes_per_s * HBM_EFFICIENCY),
+        latent = dsa_latent_bytes(model, layout.engine, is_blackwell(hw))
+        per_seq = max(topk * model.num_layers * latent / (hw.hbm_bytes_per_s * HBM_EFFICIENCY),
                       4.0 * topk * model.num_layers * model.num_attention_heads * d / layout.tp /
                       (hw.peak_flops_bf16 * hw.gemm_eff_bf16))
         sparse = per_seq * tokens_group

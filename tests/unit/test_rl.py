@@ -715,10 +715,9 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 @pytest.mark.parametrize("config, engine, named", [
     ("nemotron_3_nano_30b_a3b.json", "sglang", "SGLang's hybrid state pool"),
     ("qwen3_next_80b_a3b.json", "sglang", "SGLang's hybrid state pool"),
-    ("glm5.json", "sglang", "SGLang's DSA cache layout"),
 ])
 def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, engine, named):
-    """SGLang sizes a hybrid's state pool and lays out DSA's caches by rules not priced here."""
+    """SGLang sizes a hybrid's state pool by rules not priced here."""
     args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--engine", engine]
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == ""
@@ -852,6 +851,20 @@ def test_dsa_decode_reads_indexer_keys_per_token_and_topk_latents_per_sequence()
     assert sm.sparse_attention[64] == pytest.approx(64 * sm.sparse_attention[1]) and sm.sparse_attention[1] > 0
     short, long = sm.time(64, 64 * 8192), sm.time(64, 64 * 16384)
     assert long - short == pytest.approx(sm.per_context_token * 64 * 8192)
+
+
+def test_sglang_dsa_cache_is_fp8_on_blackwell_and_bf16_before():
+    """SGLang 0.5.23 (srt/arg_groups/overrides.py): a DSA model's "auto" KV cache is fp8_e4m3 on compute capability
+    >= 10 and bfloat16 elsewhere, raw kv_lora_rank + rope rows (calculate_mla_kv_cache_dim), beside the indexer's
+    132 bytes per token in each indexer layer (elided where top-k is reused)."""
+    glm52 = load_model(str(HF / "glm5_2.json"), ())
+    b200 = hardware_of(load_cluster("b200", 32))
+    lay = RolloutLayout(engine="sglang", tp=8, dp=4, ep=32, engines=1, gpu_memory_utilization=0.9)
+    assert R.is_blackwell(b200) and not R.is_blackwell(H100_NODE)
+    assert R.kv_bytes_per_token(glm52, 8, "sglang", False) == 78 * 576 * 2 + 21 * 132
+    assert R.kv_bytes_per_token(glm52, 8, "sglang", True) == 78 * 576 + 21 * 132
+    cache = R.kv_cache_bytes(glm52, lay, b200)
+    assert cache > 0 and R.kv_tokens_per_group(glm52, lay, b200) == cache // (78 * 576 + 21 * 132)
 
 
 def test_cli_plans_dsa_rollouts_on_vllm(capsys):
