@@ -127,18 +127,12 @@ def account_problem(num_layers: int, pp: int, vpp: int, emb: int, loss: int) -> 
 
 
 def rank_layer_counts(strategy: Strategy, num_layers: int) -> List[int]:
-    """Decoder layers on each pipeline rank as Megatron builds them (assumes the split is legal)."""
+    """Decoder layers on each pipeline rank as Megatron builds them (assumes the split is legal): its virtual
+    stages' (`chunk_layer_counts`) summed."""
     s, pp = strategy, strategy.pp
-    if s.pipeline_layout:
-        return layout_rank_counts(s.pipeline_layout, pp)
-    emb, loss = account_units(s)
-    if emb or loss:
-        per = (num_layers + emb + loss) // pp
-        counts = [per] * pp
-        counts[0] -= emb
-        counts[-1] -= loss
-        return counts
-    return stage_layer_counts(num_layers, pp, s.first_stage_layers, s.last_stage_layers)
+    chunks = chunk_layer_counts(num_layers, pp, s.vpp, s.first_stage_layers, s.last_stage_layers,
+                                *account_units(s), s.pipeline_layout)
+    return [sum(chunks[r::pp]) for r in range(pp)]
 
 
 def chunk_layer_counts(num_layers: int, pp: int, vpp: int, first: Optional[int] = None,
@@ -159,7 +153,9 @@ def chunk_layer_counts(num_layers: int, pp: int, vpp: int, first: Optional[int] 
         counts[-1] -= loss
         return counts
     ranks = stage_layer_counts(num_layers, pp, first, last)
-    return [ranks[k % pp] // vpp for k in range(stages)]
+    # a legal split gives each rank a multiple of vpp; any remainder goes to its first chunks, so that the chunks
+    # always sum to the rank's count
+    return [ranks[k % pp] // vpp + (k // pp < ranks[k % pp] % vpp) for k in range(stages)]
 
 
 def dsa_share_problem(model: ModelSpec, pp: int, vpp: int, first: Optional[int] = None, last: Optional[int] = None,
