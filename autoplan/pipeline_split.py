@@ -242,7 +242,26 @@ def _even(num_layers: int, pp: int, vpp: int) -> bool:
 def bridge_split(model: ModelSpec, pp: int, vpp: int) -> Optional[Tuple[Dict[str, object], str]]:
     """(strategy keys, note) of the stage split Megatron-Bridge uses for `model` at (pp, vpp) when Megatron cannot
     split the layers evenly; None when the even split works or no split fits. Models without a Bridge recipe get
-    the account flags when they divide, else end-rank counts (vpp=1), else a balanced layout string."""
+    the account flags when they divide, else end-rank counts (vpp=1), else a balanced layout string. A split whose
+    stages do not all start on a layer with its own DSA indexer (`dsa_share_problem`) is passed over."""
+    found = _bridge_split(model, pp, vpp)
+    if found is None:
+        return None
+    keys = found[0]
+    problem = dsa_share_problem(model, pp, vpp, keys.get("first_stage_layers"), keys.get("last_stage_layers"),
+                                int(bool(keys.get("account_for_embedding"))), int(bool(keys.get("account_for_loss"))),
+                                keys.get("pipeline_layout"))
+    if problem is None:
+        return found
+    pairs = dsa_share_splits(model, pp, vpp)
+    if not pairs:
+        return None
+    return ({"first_stage_layers": pairs[0][0], "last_stage_layers": pairs[0][1]},
+            f"stage split: first_stage_layers={pairs[0][0]}, last_stage_layers={pairs[0][1]} (every stage starts on "
+            f"a layer with its own DSA indexer)")
+
+
+def _bridge_split(model: ModelSpec, pp: int, vpp: int) -> Optional[Tuple[Dict[str, object], str]]:
     L, key = model.num_layers, model.name.lower()
     if pp < 2 or _even(L, pp, vpp):
         return None

@@ -134,3 +134,12 @@ def test_the_split_validate_suggests_is_one_the_search_takes_when_fixed():
         problem = Problem(GLM52, load_cluster("h100", 1024), WL,
                           fixed={"pp": pp, "vpp": 1, "first_stage_layers": first, "last_stage_layers": last})
         assert solve(problem, "enumerate", top_k=1).plans, (pp, first, last)
+
+
+def test_the_bridge_split_offered_for_a_sharing_model_starts_stages_on_indexer_layers():
+    """Megatron-Bridge's account flags would start GLM-5.2's stages on reusing layers at pp 4; the split offered
+    (and the one `estimate` fills in) keeps to indexer layers."""
+    keys, note = PS.bridge_split(GLM52, 4, 1)
+    assert keys == {"first_stage_layers": 18, "last_stage_layers": 20} and "DSA indexer" in note
+    every = GLM52.model_copy(update={"dsa_indexer_topk_freq": 1, "dsa_indexer_skip_topk_offset": 0})
+    assert "account_for_embedding" in PS.bridge_split(every, 4, 1)[0]
