@@ -167,7 +167,9 @@ def rollout_blocker(model: ModelSpec, engine: str = "vllm") -> Optional[str]:
 # (vLLM model_executor/models/deepseek_v2.py DeepseekV32IndexerCache, uint8; SGLang mem_cache/memory_pool.py
 # DSATokenToKVPool quant_block_size 128, model_executor/pool_configurator.py `_compute_dsa_indexer_cell_size`, elided
 # in the layers that reuse another's top-k). vLLM holds both as MLAAttentionSpecs of one group of uniform type
-# (kv_cache_utils `_get_kv_cache_groups_uniform_type`): a token takes both in every layer.
+# (kv_cache_utils `_get_kv_cache_groups_uniform_type`): a token takes both in every layer. vLLM 0.11 has no GLM-5
+# class: GLM-5 / 5.2 are priced with DeepSeek-V3.2's layout (the same MLA + DSA blocks), the indexer keys in the
+# layers that hold an indexer, as SGLang keeps them.
 DSA_LATENT_BYTES_VLLM = 656
 DSA_INDEX_QUANT_BLOCK = 128
 
