@@ -20,6 +20,7 @@ from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, 
 from autoplan.hf_fields import sliding_window_all_layers
 from autoplan.hf_families import FAMILIES
 from autoplan.hf_recent import FAMILIES as RECENT_FAMILIES
+from autoplan.model import computes_topk
 
 
 def _llama(c: _Config) -> Dict[str, Any]:
@@ -208,7 +209,7 @@ def _dsa_sharing(c: _Config, layers: int) -> Dict[str, Any]:
     offsets = ([given] if isinstance(given, int) and given >= 0 else []) + list(range(layers + 1))
     for freq in range(2, layers + 1):
         for offset in offsets:
-            megatron = [max(i + 1 - max(offset, 1), 0) % freq == 0 for i in range(layers)]
+            megatron = [computes_topk(i, freq, offset) for i in range(layers)]
             if megatron == full:
                 return {"dsa_indexer_topk_freq": freq, "dsa_indexer_skip_topk_offset": offset}
     first = next(i for i, f in enumerate(full) if not f)

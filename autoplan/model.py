@@ -1,9 +1,8 @@
 """`ModelSpec`: the architecture of a transformer language model, dense or MoE, as the cost model needs it."""
 from __future__ import annotations
 
-from functools import lru_cache
-
 import math
+from functools import lru_cache
 from typing import List, Literal, Optional, Tuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

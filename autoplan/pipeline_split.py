@@ -179,6 +179,12 @@ def dsa_share_problem(model: ModelSpec, pp: int, vpp: int, first: Optional[int] 
     return None
 
 
+def strategy_dsa_share_problem(model: ModelSpec, s: Strategy) -> Optional[str]:
+    """`dsa_share_problem` for the split a strategy's keys give."""
+    return dsa_share_problem(model, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers, *account_units(s),
+                             s.pipeline_layout)
+
+
 @lru_cache(maxsize=256)
 def dsa_share_splits(model: ModelSpec, pp: int, vpp: int) -> List[Tuple[int, int]]:
     """(first_stage_layers, last_stage_layers) pairs Megatron accepts at (pp, vpp) whose stages all start on a
@@ -247,11 +253,7 @@ def bridge_split(model: ModelSpec, pp: int, vpp: int) -> Optional[Tuple[Dict[str
     found = _bridge_split(model, pp, vpp)
     if found is None:
         return None
-    keys = found[0]
-    problem = dsa_share_problem(model, pp, vpp, keys.get("first_stage_layers"), keys.get("last_stage_layers"),
-                                int(bool(keys.get("account_for_embedding"))), int(bool(keys.get("account_for_loss"))),
-                                keys.get("pipeline_layout"))
-    if problem is None:
+    if strategy_dsa_share_problem(model, Strategy(pp=pp, vpp=vpp, **found[0])) is None:
         return found
     pairs = dsa_share_splits(model, pp, vpp)
     if not pairs:

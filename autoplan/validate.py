@@ -275,9 +275,7 @@ def _dsa_index_share(c: Case) -> Optional[str]:
     s = c.strategy
     if c.engine != "megatron":
         return None
-    emb, loss = PS.account_units(s)
-    problem = PS.dsa_share_problem(c.model, s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers, emb, loss,
-                                   s.pipeline_layout)
+    problem = PS.strategy_dsa_share_problem(c.model, s)
     if problem is None:
         return None
     pairs = PS.dsa_share_splits(c.model, s.pp, s.vpp)

@@ -203,21 +203,6 @@ def all_stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[
     preference: even, account_for_* (Megatron-Bridge's split for Llama-3.1-405B and Qwen3-235B), first/last rank
     counts, then (vpp > 1, for the models whose Bridge recipes give layouts: DeepSeek-V3, Kimi-K2) balanced layout
     strings as Megatron-Bridge writes them. Any other layout is taken when fixed (--fix pipeline_layout=...)."""
-    return [sp for sp in _stage_splits(model, pp, vpp, uneven) if _dsa_share_ok(model, pp, vpp, sp)]
-
-
-def _dsa_share_ok(model: ModelSpec, pp: int, vpp: int, split: Split) -> bool:
-    """Whether every virtual stage of the split starts on a layer with its own DSA indexer, where the model shares
-    DSA top-k between layers (validate._dsa_index_share; pipeline_split.dsa_share_problem)."""
-    if model.dsa_indexer_topk_freq <= 1:
-        return True
-    first, last, bits, layout = split
-    emb, loss = (bits & 1, (bits & 2) >> 1) if bits else (0, 0)
-    ends = (None, None) if bits or layout or first < 0 else (first, last)
-    return PS.dsa_share_problem(model, pp, vpp, *ends, emb, loss, layout) is None
-
-
-def _stage_splits(model: ModelSpec, pp: int, vpp: int, uneven: bool) -> List[Split]:
     L = model.num_layers
     even = [(-1, -1, 0, None)] if pp == 1 or _even_split(L, pp, vpp) else []
     if pp == 1 or not uneven:
@@ -293,10 +278,6 @@ def _fixed_split(problem: Problem, pp: int, vpp: int) -> List[Split]:
     def one(key):
         return _one(f.get(key))
 
-    return [sp for sp in _fixed_split_unchecked(problem, pp, vpp, one) if _dsa_share_ok(problem.model, pp, vpp, sp)]
-
-
-def _fixed_split_unchecked(problem: Problem, pp: int, vpp: int, one) -> List[Split]:
     m, L = problem.model, problem.model.num_layers
     text = one("pipeline_layout")
     if text is not None:  # exactly that layout, where Megatron takes it and the cost model prices it
@@ -320,6 +301,17 @@ def _fixed_split_unchecked(problem: Problem, pp: int, vpp: int, one) -> List[Spl
                               if a >= 0 and first in (None, a) and last in (None, b)))
 
 
+def _dsa_share_ok(model: ModelSpec, pp: int, vpp: int, split: Split) -> bool:
+    """Whether every virtual stage of the split starts on a layer with its own DSA indexer, where the model shares
+    DSA top-k between layers (validate._dsa_index_share; pipeline_split.dsa_share_problem)."""
+    if model.dsa_indexer_topk_freq <= 1:
+        return True
+    first, last, bits, layout = split
+    emb, loss = (bits & 1, (bits & 2) >> 1) if bits else (0, 0)
+    ends = (None, None) if bits or layout or first < 0 else (first, last)
+    return PS.dsa_share_problem(model, pp, vpp, *ends, emb, loss, layout) is None
+
+
 def structural_points(problem: Problem) -> List[Dict[str, int]]:
     """(tp, cp, pp, vpp, first, last, ep, etp, dp) combinations that satisfy the layout rules."""
     m, world = problem.model, problem.cluster.num_gpus
@@ -341,6 +333,7 @@ def structural_points(problem: Problem) -> List[Dict[str, int]]:
                         splits = _fixed_split(problem, pp, vpp)
                     else:
                         splits = all_stage_splits(m, pp, vpp, uneven=problem.engine == "megatron")
+                    splits = [sp for sp in splits if _dsa_share_ok(m, pp, vpp, sp)]
                     for ep, etp in _expert_choices(problem, tp, pp, cp, dp):
                         for first, last, account, text in splits:
                             points.append(dict(tp=tp, cp=cp, pp=pp, vpp=vpp, first=first, last=last, ep=ep,

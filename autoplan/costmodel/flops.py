@@ -9,7 +9,7 @@ from __future__ import annotations
 from autoplan.costmodel.layers.mamba import ssd_flops_per_token
 from autoplan.costmodel.layers.mixers import (chunked_keys, dsa_indexer_flops_per_token, dsa_keys,
                                               gate_flops_per_token, gdn_flops_per_token)
-from autoplan.costmodel.params import mamba_in_proj_width
+from autoplan.costmodel.params import dsa_indexer_share, mamba_in_proj_width
 from autoplan.model import ModelSpec
 
 
@@ -36,8 +36,8 @@ def attention_core_flops_per_token(m: ModelSpec, seq_len: int, window: float = 0
     else:
         dims = 2 * m.kv_channels
     if m.dsa_index_heads:  # the indexer runs in the layers with one of their own (a mean over the layers)
-        indexed = m.num_dsa_indexer_layers / m.num_layers
-        return 2.0 * a * dims * dsa_keys(m.dsa_index_topk, seq_len) + indexed * dsa_indexer_flops_per_token(m, seq_len)
+        return 2.0 * a * dims * dsa_keys(m.dsa_index_topk, seq_len) + \
+            dsa_indexer_share(m) * dsa_indexer_flops_per_token(m, seq_len)
     # `window` counts the query itself (HF sliding_window = Megatron --window-size left + 1), as the kernel attends.
     keys = seq_len / 2.0 if not window else min(float(window), seq_len / 2.0)
     return 2.0 * a * dims * keys

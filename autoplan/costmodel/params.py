@@ -77,6 +77,12 @@ def dsa_indexer_params(m: ModelSpec) -> int:
     return m.q_lora_rank * heads * d + m.hidden_size * d + 2 * d + m.hidden_size * heads
 
 
+def dsa_indexer_share(m: ModelSpec) -> float:
+    """The share of the layers that run a DSA lightning indexer of their own (ModelSpec.dsa_computes_topk): the
+    mean per layer, exact over the model; a pipeline rank's own count is costmodel/stages.py's."""
+    return m.num_dsa_indexer_layers / m.num_layers
+
+
 def gdn_key_dim(m: ModelSpec) -> int:
     return m.gdn_num_key_heads * m.gdn_key_head_dim
 
@@ -195,9 +201,7 @@ def layer_params(m: ModelSpec, moe: bool) -> LayerParams:
         return hybrid_layer_params(m, moe)
     attention = mixer_params(m)
     norms = norms_per_layer(m) * norm_params(m)
-    # a layer's mean share of the lightning indexers (exact in total): with DSA top-k sharing only some layers have
-    # one (ModelSpec.dsa_computes_topk); per pipeline rank the count is the rank's (costmodel/stages.py)
-    indexer = dsa_indexer_params(m) * m.num_dsa_indexer_layers / m.num_layers
+    indexer = dsa_indexer_params(m) * dsa_indexer_share(m)
     if not moe:
         return LayerParams(attention, norms, mlp_params(m, m.ffn_hidden_size, m.add_bias_linear), 0, 0, 0, 0,
                            indexer)

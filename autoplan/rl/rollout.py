@@ -235,13 +235,19 @@ def kv_bytes_per_token(model: ModelSpec, tp: int, engine: str = "vllm", blackwel
     return attention_layers(model) * kv_bytes_per_token_layer(model, tp)
 
 
+def mamba_groups(model: ModelSpec, tp: int) -> int:
+    """Mamba-2's B/C groups on one GPU's shard, widened to shard with the heads when tp does not divide them (vLLM
+    mamba_utils.py `extra_groups_for_head_shards`: + tp - G)."""
+    return model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
+
+
 def state_elements(model: ModelSpec, tp: int) -> tuple:
     """Elements of one layer's recurrent state of one sequence on one GPU of a tp-way group: (conv state, temporal
     state), as vLLM 0.11 shapes them (model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator).
     Gated DeltaNet (`gated_delta_net_state_shape`, qwen3_next.py): conv (kernel - 1) x (2 key dim + value dim) / tp,
     temporal value heads / tp x key head dim x value head dim. Mamba-2 (`mamba2_state_shape`, nemotron_h.py):
     conv (kernel - 1) x (d_inner + 2 G' N) / tp with G' the groups widened to shard with the heads
-    (`extra_groups_for_head_shards`: + tp - G when tp does not divide G), temporal heads / tp x head dim x N."""
+    (`mamba_groups`), temporal heads / tp x head dim x N."""
     if model.linear_attention_layers:
         conv_dim = 2 * model.gdn_num_key_heads * model.gdn_key_head_dim + \
             model.gdn_num_value_heads * model.gdn_value_head_dim
@@ -249,8 +255,7 @@ def state_elements(model: ModelSpec, tp: int) -> tuple:
         return conv, model.gdn_num_value_heads // tp * model.gdn_key_head_dim * model.gdn_value_head_dim
     if not state_layers(model):
         return 0, 0
-    groups = model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
-    conv_dim = model.mamba_d_inner + 2 * groups * model.mamba_state_dim
+    conv_dim = model.mamba_d_inner + 2 * mamba_groups(model, tp) * model.mamba_state_dim
     conv = (model.mamba_conv_kernel - 1) * (conv_dim // tp)
     return conv, model.mamba_num_heads // tp * model.mamba_head_dim * model.mamba_state_dim
 
@@ -271,7 +276,7 @@ def state_tp_ok(model: ModelSpec, tp: int) -> bool:
         return model.gdn_num_value_heads % tp == 0 and model.gdn_num_key_heads % tp == 0
     if not state_layers(model):
         return True
-    groups = model.mamba_num_groups + (0 if model.mamba_num_groups % tp == 0 else tp - model.mamba_num_groups)
+    groups = mamba_groups(model, tp)
     return (model.mamba_num_heads % tp == 0 and groups > 0
             and (model.mamba_num_groups % tp == 0 or model.mamba_num_groups == 1)
             and (model.mamba_d_inner + 2 * groups * model.mamba_state_dim) % tp == 0)
@@ -404,13 +409,16 @@ def kv_cache_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> flo
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
 def kv_tokens_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
     """Tokens the KV cache of one attention group (tp GPUs) holds (`CachePages.tokens`)."""
-    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw)).tokens(kv_cache_bytes(model, layout, hw))
+    return _group_pages(model, layout, hw).tokens(kv_cache_bytes(model, layout, hw))
 
 
 def sequences_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: int) -> int:
     """Sequences of `tokens` tokens each that one attention group's cache holds at once (`CachePages`)."""
-    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw)).sequences(kv_cache_bytes(model, layout, hw),
-                                                                                  tokens)
+    return _group_pages(model, layout, hw).sequences(kv_cache_bytes(model, layout, hw), tokens)
+
+
+def _group_pages(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> CachePages:
+    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw))
 
 
 def engine_nccl_groups(layout: RolloutLayout) -> int:
@@ -518,28 +526,28 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
     else:
         mem_fixed = np.full_like(n, w.dense)
     flops_fixed = 2.0 * active_params_per_token(model) * n / gpus
+    hbm, flops = hw.hbm_bytes_per_s * HBM_EFFICIENCY, hw.peak_flops_bf16 * hw.gemm_eff_bf16
     if model.multi_latent_attention:  # absorbed MLA decode: every head attends over the latent (+ rope) per token
         d = model.kv_lora_rank + model.qk_pos_emb_head_dim
     else:
         d = model.kv_channels
-    attn = 4.0 * attention_layers(model) * model.num_attention_heads * d / layout.tp
     tokens_group = n / layout.dp
-    sparse = np.zeros_like(n)
     if model.dsa_index_heads:
         # DSA decode: the indexer scores every cached token (its key bytes and 2 x heads x dim FLOPs per token and
         # indexer layer, the index heads whole on every rank), and the attention reads and attends the top-k
         # tokens only: priced per running sequence at index_topk tokens (an upper bound once a context is shorter)
-        # as the larger of its fp8 latent bytes and absorbed-MLA FLOPs, not per token of context.
+        # as the larger of its latent bytes and absorbed-MLA FLOPs, not per token of context.
         idx_layers = model.num_dsa_indexer_layers
+        kv_read = idx_layers * dsa_index_bytes_per_token_layer(model)
         attn = 2.0 * idx_layers * model.dsa_index_heads * model.dsa_index_head_dim
-        topk = model.dsa_index_topk
-        latent = dsa_latent_bytes(model, layout.engine, is_blackwell(hw))
-        per_seq = max(topk * model.num_layers * latent / (hw.hbm_bytes_per_s * HBM_EFFICIENCY),
-                      4.0 * topk * model.num_layers * model.num_attention_heads * d / layout.tp /
-                      (hw.peak_flops_bf16 * hw.gemm_eff_bf16))
+        topk, latent = model.dsa_index_topk, dsa_latent_bytes(model, layout.engine, is_blackwell(hw))
+        per_seq = max(topk * model.num_layers * latent / hbm,
+                      4.0 * topk * model.num_layers * model.num_attention_heads * d / layout.tp / flops)
         sparse = per_seq * tokens_group
-    kv_read = kv_bytes_per_token(model, layout.tp) if not model.dsa_index_heads else \
-        model.num_dsa_indexer_layers * dsa_index_bytes_per_token_layer(model)
+    else:
+        kv_read = kv_bytes_per_token(model, layout.tp)
+        attn = 4.0 * attention_layers(model) * model.num_attention_heads * d / layout.tp
+        sparse = np.zeros_like(n)
     # A recurrent mixer's decode step reads each sequence's state and writes it back (vLLM
     # selective_state_update for Mamba-2, fused_recurrent_gated_delta_rule for Gated DeltaNet: a few FLOPs per
     # state element, so bound by its bytes).
@@ -560,9 +568,7 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
     return StepModel(mem_fixed=np.asarray(mem_fixed), kv_read_per_token=kv_read,
                      flops_fixed=flops_fixed, attn_flops_per_token=attn, comm=np.asarray(comm),
                      state_bytes=np.asarray(state), sparse_attention=np.asarray(sparse), launch=launch,
-                     overhead=overhead,
-                     hbm=hw.hbm_bytes_per_s * HBM_EFFICIENCY, flops=hw.peak_flops_bf16 * hw.gemm_eff_bf16,
-                     dp=layout.dp)
+                     overhead=overhead, hbm=hbm, flops=flops, dp=layout.dp)
 
 
 def prefill_seconds(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: float) -> float:

@@ -30,7 +30,7 @@ from autoplan.costmodel.layers.base import (BF16, FP32, LayerTime, Layouts, Shar
                                             gemm_time, norm_linear_input_bytes)
 from autoplan.costmodel.layers.dense import attention_core_time
 from autoplan.costmodel.layers.mamba import mamba_activation_bytes, mamba_mixer_time
-from autoplan.costmodel.params import gdn_conv_channels, gdn_key_dim, gdn_value_dim
+from autoplan.costmodel.params import dsa_indexer_share, gdn_conv_channels, gdn_key_dim, gdn_value_dim
 from autoplan.model import ModelSpec
 
 GDN_CHUNK = 64  # fla/ops/gated_delta_rule/chunk.py: chunk size BT = 64
@@ -170,7 +170,7 @@ def mixer_layer_time(m: ModelSpec, sh: Shard, lay: Layouts, seq_len: int, hw: Ha
         elementwise = elementwise + elementwise_time(3 * BF16 * sh.tokens * sh.heads * m.kv_channels, hw, cal, 1)
     if m.dsa_index_heads:
         (g, ci, ei), (ca, ea) = dsa_time(m, sh, lay, hw, cal)
-        indexed = m.num_dsa_indexer_layers / m.num_layers  # the layers that run their own indexer
+        indexed = dsa_indexer_share(m)  # the layers that run their own indexer
         attn_gemm, attn_core = attn_gemm + indexed * g, indexed * ci + ca
         elementwise = elementwise + indexed * ei + ea
     if chunked:
