@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Mapping
 from autoplan.errors import InputError
 from autoplan.hf_fields import Config as _Config
 from autoplan.hf_fields import count_sliding_layers, gate_activation, head_dim, llama_like, moe_routing, rope_scaling
-from autoplan.hf_fields import sliding_window_all_layers
+from autoplan.hf_fields import sliding_window_all_layers, ssm_state_dtype
 from autoplan.hf_families import FAMILIES
 from autoplan.hf_recent import FAMILIES as RECENT_FAMILIES
 from autoplan.model import computes_topk
@@ -245,7 +245,7 @@ def _gated_deltanet(c: _Config, num_layers: int) -> Dict[str, Any]:
             "gdn_num_value_heads": c.int_req("linear_num_value_heads"),
             "gdn_key_head_dim": c.int_req("linear_key_head_dim"),
             "gdn_value_head_dim": c.int_req("linear_value_head_dim"),
-            "gdn_conv_kernel": c.int_opt("linear_conv_kernel_dim", 4)}
+            "gdn_conv_kernel": c.int_opt("linear_conv_kernel_dim", 4), **ssm_state_dtype(c)}
 
 
 def _qwen3_next(c: _Config) -> Dict[str, Any]:

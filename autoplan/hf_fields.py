@@ -92,6 +92,22 @@ class Config:
         return float(value)
 
 
+# The values SGLang's mamba2_state_dtype takes from a config's mamba_ssm_dtype (sglang/srt/configs/mamba_utils.py,
+# SGLang 0.5.23: dtype_map).
+SSM_STATE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def ssm_state_dtype(c: Config) -> Dict[str, Any]:
+    """The config's `mamba_ssm_dtype` (ModelSpec.mamba_ssm_dtype), when it states one."""
+    value = c.get("mamba_ssm_dtype", None)
+    if value is None:
+        return {}
+    if value not in SSM_STATE_DTYPES:
+        raise InputError(f"{c.where}: mamba_ssm_dtype={value!r} is not one of {', '.join(SSM_STATE_DTYPES)}; fix the "
+                         f"config")
+    return {"mamba_ssm_dtype": value}
+
+
 def head_dim(c: Config, hidden: int, heads: int) -> int:
     """Explicit `head_dim` when given (Qwen3, gpt-oss, Gemma, Mistral-Nemo), else hidden / heads."""
     value = c.int_opt("head_dim", None)

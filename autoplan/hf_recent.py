@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from autoplan.errors import InputError
-from autoplan.hf_fields import Config, gate_activation, head_dim, llama_like, moe_routing, text_model
+from autoplan.hf_fields import Config, gate_activation, head_dim, llama_like, moe_routing, ssm_state_dtype, text_model
 
 
 def _olmo2(c: Config) -> Dict[str, Any]:
@@ -184,6 +184,7 @@ def _falcon_h1(c: Config) -> Dict[str, Any]:
         "mamba_num_groups": c.int_opt("mamba_n_groups", 1),
         "mamba_conv_kernel": c.int_opt("mamba_d_conv", 4),
         "mamba_gated_norm": bool(c.get("mamba_rms_norm", False)),
+        **ssm_state_dtype(c),
     }
 
 
@@ -244,7 +245,7 @@ def _nemotron_h(c: Config) -> Dict[str, Any]:
         tie_embeddings=bool(c.get("tie_word_embeddings", False)), hidden_dropout=c.num("hidden_dropout", 0.0),
         mamba_num_heads=mamba_heads, mamba_head_dim=c.int_opt("mamba_head_dim", 64),
         mamba_state_dim=c.int_opt("ssm_state_size", 128), mamba_num_groups=c.int_opt("n_groups", 8),
-        mamba_conv_kernel=c.int_opt("conv_kernel", 4))
+        mamba_conv_kernel=c.int_opt("conv_kernel", 4), **ssm_state_dtype(c))
     if "E" in pattern:
         # NemotronHTopkRouter: sigmoid scores, e_score_correction_bias added for the choice (DeepSeek-V3's noaux_tc).
         routing = c.derived(fixed={"scoring_func": "sigmoid", "topk_method": "noaux_tc"})

@@ -225,6 +225,11 @@ class ModelSpec(BaseModel):
     mamba_state_dim: int = Field(128, gt=0, description="Mamba-2 SSM state size N (--mamba-state-dim).")
     mamba_num_groups: int = Field(8, gt=0, description="Mamba-2 B/C groups G (--mamba-num-groups).")
     mamba_conv_kernel: int = Field(4, gt=0, description="Depthwise causal conv width (Megatron MambaMixer d_conv).")
+    mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(None, description=(
+        "The checkpoint config's mamba_ssm_dtype (Qwen3.5's text_config sets float32): the dtype SGLang keeps each "
+        "Mamba-2 / Gated DeltaNet layer's temporal state in while it generates (sglang/srt/configs/mamba_utils.py "
+        "mamba2_state_dtype; unset: SGLang's float32). vLLM 0.11 keeps it in the model dtype whatever this says, "
+        "and training keeps no such state."))
     moe_latent_size: int = Field(0, ge=0, description=(
         "Latent MoE (Megatron --moe-latent-size): routed experts run on this width, with one h->latent and one "
         "latent->h projection per token; 0 = experts run on hidden_size."))

@@ -88,11 +88,6 @@ def rl_cmd(
     if critic and algo != "ppo":
         raise InputError("--critic is for --algo ppo (GRPO trains no critic); drop --critic or pass --algo ppo")
     m = load_model(model, sets or ())
-    from autoplan.rl.rollout import rollout_blocker
-
-    blocker = rollout_blocker(m, engine)  # the actor generates the rollouts; a critic only scores them
-    if blocker:
-        raise InputError(f"--model {model}: {blocker}; autoplan rl cannot plan its rollout")
     c = load_cluster(cluster, gpus)
     if prompt_len + longest > m.max_position_embeddings:
         raise InputError(f"--prompt-len + --max-response-len = {prompt_len + longest} exceeds "

@@ -16,7 +16,8 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
   state, `state_elements`), in pages of the attention page's size, the attention block enlarged to hold one
   layer's state (`CachePages`: vLLM `HybridAttentionMambaModelConfig`, `kv_cache_utils`
   `_get_kv_cache_groups_uniform_page_size` / `get_num_blocks`, `MambaSpec`). Every decode step reads and writes
-  each running sequence's state. SGLang sizes a hybrid's state pool by other rules (`rollout_blocker`).
+  each running sequence's state. SGLang cuts its budget into a state pool of fixed slots and a token pool for the
+  attention layers, and caps the running requests by the slots (`SglangHybridPools`).
 - KV capacity: vLLM `Worker.determine_available_memory` (`vllm/v1/worker/gpu_worker.py`): requested memory =
   total * gpu_memory_utilization, KV cache = requested - (weights + peak activation of the profiling run + memory
   not allocated by torch); the worker refuses to start when free memory is below the requested memory, so what
@@ -94,7 +95,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from statistics import NormalDist
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import numpy as np
 
@@ -128,6 +129,11 @@ WEIGHTS_ON_HOST_ASLEEP = {"vllm": False, "sglang": True}
 # Engine limits (verl rollout config defaults: max_num_seqs 1024, max_num_batched_tokens 8192).
 MAX_NUM_SEQS = 1024
 MAX_NUM_BATCHED_TOKENS = 8192
+# Requests in flight per engine: verl's vLLM takes max_num_seqs of them; slime holds at most
+# --sglang-server-concurrency (default 512) per engine in flight (slime/rollout/sglang_rollout.py line 94 at
+# 624b824a: asyncio.Semaphore(args.sglang_server_concurrency * get_rollout_num_engines(args)), the router spreading
+# them over the engines; slime/backends/sglang_utils/arguments.py line 47).
+ENGINE_CONCURRENCY = {"vllm": MAX_NUM_SEQS, "sglang": 512}
 # Engine memory outside the requested fraction (ENGINE_RUNTIME in the module doc).
 NCCL_GIB_PER_GROUP = DEFAULT_CALIBRATION.nccl_gib_per_group  # one NCCL communicator, as the training cost model
 CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)  # vLLM/SGLang CustomAllreduce._SUPPORTED_WORLD_SIZES
@@ -136,21 +142,6 @@ CUSTOM_AR_MAX_BYTES = 8192 * 1024  # vLLM CustomAllreduce max_size default; SGLa
 # (the GPU's compute capability is not part of Hardware; the larger never counts less).
 SYMM_MEM_MAX_BYTES = {2: 64 * 2**20, 4: 32 * 2**20, 6: 128 * 2**20, 8: 128 * 2**20}
 MLA_WORKSPACE_TOKENS = 64 * 1024  # vLLM MLACommonMetadataBuilder.determine_chunked_prefill_workspace_size cap
-
-
-def rollout_blocker(model: ModelSpec, engine: str = "vllm") -> Optional[str]:
-    """What this model's decode state has no price for on `engine`, named; None when it is priced: softmax
-    attention's per-token KV cache (MHA / GQA, or MLA) and DeepSeek sparse attention's caches
-    (`dsa_latent_bytes`) on either engine, and on vLLM Mamba-2 or Gated DeltaNet state beside attention
-    (`CachePages`). SGLang sizes a hybrid's state pool by rules that resolve at start-up (the state pool's share
-    mamba_full_memory_ratio, extra state slots per request chosen from the scheduler strategy and attention
-    backend, the SSM state's dtype from the model's config; sglang/srt/mem_cache/kv_cache_configurator.py,
-    srt/configs/mamba_utils.py), not priced here."""
-    if engine != "vllm" and state_layers(model):
-        return (f"{model.name} keeps Mamba-2 / Gated DeltaNet state per sequence ({state_layers(model)} layers), "
-                f"which is priced for vLLM's hybrid KV cache only; SGLang's hybrid state pool is not (use "
-                f"--engine vllm / --emit verl)")
-    return None
 
 
 # DeepSeek sparse attention's MLA latent cache, bytes per token and layer, on every tp rank:
@@ -260,11 +251,25 @@ def state_elements(model: ModelSpec, tp: int) -> tuple:
     return conv, model.mamba_num_heads // tp * model.mamba_head_dim * model.mamba_state_dim
 
 
-def state_bytes_per_layer(model: ModelSpec, tp: int) -> int:
-    """Bytes of one layer's recurrent state of one sequence on one GPU (vLLM MambaSpec.page_size_bytes unpadded):
-    both states in the model dtype (vLLM 0.11 mamba_cache_dtype / mamba_ssm_cache_dtype default 'auto', the model's
-    bf16; mamba_utils.py `_mamba_state_dtype`, `gated_delta_net_state_dtype`)."""
-    return sum(state_elements(model, tp)) * BF16
+# SGLang 0.5.23's temporal (SSM) state dtypes by name (configs/mamba_utils.py mamba2_state_dtype: dtype_map).
+SSM_STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def ssm_state_bytes(model: ModelSpec, engine: str = "vllm") -> int:
+    """Bytes of one temporal-state element: vLLM 0.11 keeps it in the model dtype (mamba_ssm_cache_dtype default
+    'auto', the model's bf16; mamba_utils.py `_mamba_state_dtype`, `gated_delta_net_state_dtype`), SGLang 0.5.23 in
+    the config's mamba_ssm_dtype, else float32 (configs/mamba_utils.py mamba2_state_dtype, "Default 'float32'")."""
+    if engine == "vllm":
+        return BF16
+    return SSM_STATE_BYTES[model.mamba_ssm_dtype or "float32"]
+
+
+def state_bytes_per_layer(model: ModelSpec, tp: int, engine: str = "vllm") -> int:
+    """Bytes of one layer's recurrent state of one sequence on one GPU (vLLM MambaSpec.page_size_bytes unpadded;
+    SGLang BaseLinearStateParams.mamba_cache_per_req per layer): the conv state in bf16 (both engines: vLLM's model
+    dtype, SGLang's SGLANG_MAMBA_CONV_DTYPE default bfloat16), the temporal state at `ssm_state_bytes`."""
+    conv, temporal = state_elements(model, tp)
+    return conv * BF16 + temporal * ssm_state_bytes(model, engine)
 
 
 def state_tp_ok(model: ModelSpec, tp: int) -> bool:
@@ -321,12 +326,65 @@ class CachePages:
         return float(self.blocks(cache_bytes) // (self.attention_groups + self.state_groups) * self.block_tokens)
 
 
+# SGLang 0.5.23 on a hybrid (sglang/srt/mem_cache/kv_cache_configurator.py; the defaults of a launch that sets none
+# of --max-mamba-cache-size, --mamba-full-memory-ratio, --mamba-radix-cache-strategy, --disable-radix-cache, as
+# slime's): the state pool's share of the budget r / (1 + r) with r = mamba_full_memory_ratio, default 0.9
+# (arg_groups/fields/schedule.py, fallback=0.9); state slots per running request 3 + 2 (`_calculate_mamba_ratio`:
+# MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO 3 plus allocation_sizing.get_mamba_tracking_slots 2 for the
+# extra_buffer strategy under the overlap scheduler, which arg_groups/overrides.py `_mamba_radix_cache_resolution`
+# picks for Qwen3-Next / Qwen3.5, Nemotron-H and Falcon-H1 with the radix cache and overlap scheduler on, SGLang's
+# defaults); token pages of 64 on Blackwell (trtllm_mha: model_overrides/qwen3_5.py, nemotron_h.py,
+# overrides.py `_mla_backend_page_constraints`), of 1 before (fa3).
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+SGLANG_STATE_SLOTS_PER_REQUEST = 5
+SGLANG_BLACKWELL_PAGE_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class SglangHybridPools:
+    """How SGLang 0.5.23 cuts one attention group's budget (mem_fraction_static's share left after the weights) for
+    a hybrid: first a pool of fixed state slots, each one request's conv + temporal state in every state layer
+    (`_handle_max_mamba_cache`, auto branch: K = int((budget x r / (1 + r) - slot) // slot) slots, K + 1 allocated
+    with MambaPool's padding slot and charged), then the rest to the attention layers' KV, token by token in pages
+    (DefaultPoolConfigurator.calculate_pool_sizes: rest // cell // page x page, the cell over the full-attention
+    layers only). The running requests are at most min(tokens // 2, K // 5) (`resolve_max_num_reqs`; its own
+    estimate, at least 2048, lies above the frameworks' concurrency, `ENGINE_CONCURRENCY`)."""
+
+    slot_bytes: float  # one request's recurrent state, every state layer, one GPU
+    token_bytes: float  # one token's KV, every attention layer, one GPU
+    page_tokens: int
+
+    def slots(self, cache_bytes: float) -> int:
+        budget = cache_bytes * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
+        return max(int((budget - self.slot_bytes) // self.slot_bytes), 0)
+
+    def tokens(self, cache_bytes: float) -> float:
+        """The token pool's size (SGLang's max_total_num_tokens); no token bound without attention layers."""
+        rest = cache_bytes - (self.slots(cache_bytes) + 1) * self.slot_bytes
+        if not self.token_bytes:
+            return math.inf
+        return float(max(int(rest // self.token_bytes), 0) // self.page_tokens * self.page_tokens)
+
+    def running(self, cache_bytes: float) -> int:
+        """SGLang's max_running_requests; 0 when the engine would refuse to start (no slot, no token)."""
+        slots = self.slots(cache_bytes) // SGLANG_STATE_SLOTS_PER_REQUEST
+        return int(min(self.tokens(cache_bytes) // 2, slots))
+
+    def sequences(self, cache_bytes: float, tokens: int) -> int:
+        """Requests of `tokens` tokens each that run at once: the token pool's share, at most `running`."""
+        return int(min(self.tokens(cache_bytes) // tokens, self.running(cache_bytes)))
+
+
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
-def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm", blackwell: bool = False) -> CachePages:
+def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm",
+                blackwell: bool = False) -> Union[CachePages, SglangHybridPools]:
     n_attn, n_state = attention_layers(model), state_layers(model)
     per_token = kv_bytes_per_token_layer(model, tp)
     if not n_state:  # one group of uniform type: a token's bytes over every layer
         return CachePages(1, kv_bytes_per_token(model, tp, engine, blackwell), 1, 1, 0)
+    if engine == "sglang":
+        return SglangHybridPools(n_state * state_bytes_per_layer(model, tp, engine), n_attn * per_token,
+                                 SGLANG_BLACKWELL_PAGE_TOKENS if blackwell else 1)
     state = state_bytes_per_layer(model, tp)
     if not n_attn:
         return CachePages(1, state, n_state, 0, 1)
@@ -417,7 +475,20 @@ def sequences_per_group(model: ModelSpec, layout: RolloutLayout, hw: Hardware, t
     return _group_pages(model, layout, hw).sequences(kv_cache_bytes(model, layout, hw), tokens)
 
 
-def _group_pages(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> CachePages:
+def cache_shortfall(model: ModelSpec, layout: RolloutLayout, hw: Hardware, tokens: int) -> Optional[str]:
+    """Why one attention group's cache cannot run a single request of `tokens` tokens, or None when it can."""
+    if sequences_per_group(model, layout, hw, tokens) >= 1:
+        return None
+    pools, budget = _group_pages(model, layout, hw), kv_cache_bytes(model, layout, hw)
+    if isinstance(pools, SglangHybridPools) and pools.running(budget) < 1 <= pools.tokens(budget) // tokens:
+        return (f"SGLang's state pool of one attention group holds {pools.slots(budget)} slots of "
+                f"{pools.slot_bytes / GIB:.2f} GiB, fewer than the {SGLANG_STATE_SLOTS_PER_REQUEST} one running "
+                f"request takes")
+    return (f"the KV cache of one attention group holds {kv_tokens_per_group(model, layout, hw):,.0f} tokens, not "
+            f"one prompt + the longest response ({tokens:,})")
+
+
+def _group_pages(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> Union[CachePages, SglangHybridPools]:
     return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw))
 
 
@@ -551,7 +622,7 @@ def step_model(model: ModelSpec, layout: RolloutLayout, hw: Hardware, max_batch:
     # A recurrent mixer's decode step reads each sequence's state and writes it back (vLLM
     # selective_state_update for Mamba-2, fused_recurrent_gated_delta_rule for Gated DeltaNet: a few FLOPs per
     # state element, so bound by its bytes).
-    state = 2.0 * state_layers(model) * state_bytes_per_layer(model, layout.tp) * tokens_group
+    state = 2.0 * state_layers(model) * state_bytes_per_layer(model, layout.tp, layout.engine) * tokens_group
     act_bytes = tokens_group * model.hidden_size * BF16
     # one all-reduce after each tp-split block: attention and MLP of a decoder layer (2), one per layer of a
     # hybrid pattern, whose every layer is a single mixer or MLP block (vLLM nemotron_h.py: one row-parallel output
@@ -715,7 +786,7 @@ def simulate(model: ModelSpec, layout: RolloutLayout, hw: Hardware, job: RLJob, 
     per_engine = math.ceil(job.sequences / layout.engines)
     kv_tokens = kv_tokens_per_group(model, layout, hw) * layout.dp
     admitted = sequences_per_group(model, layout, hw, job.prompt_len + job.response_len) * layout.dp
-    slots = int(min(MAX_NUM_SEQS, admitted, per_engine))
+    slots = int(min(ENGINE_CONCURRENCY[layout.engine], admitted, per_engine))
     if slots < 1:
         return RolloutTime(math.inf, math.inf, math.inf, 0, kv_tokens, 0.0)
     # the timeline depends on the memory setting only through the slots: layouts that differ in it alone share it

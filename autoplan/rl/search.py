@@ -369,7 +369,8 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
     ranks = min(cluster.gpu.gpus_per_node, pl.train_gpus)
     host = host_rank * ranks / GIB
     longest = job.prompt_len + job.max_response_len
-    kv_ok = R.sequences_per_group(model, lay, hw, longest) >= 1
+    shortfall = R.cache_shortfall(model, lay, hw, longest)
+    kv_ok = shortfall is None
     fits = (peak <= hw.capacity_bytes / GIB and host <= job.host_mem_gib and kv_ok and sim.batch > 0
             and math.isfinite(step))
     details = {"rollout_batch_per_engine": sim.batch, "kv_tokens_per_engine": float(sim.kv_tokens),
@@ -378,9 +379,7 @@ def _assemble(model, cluster, hw, job: RLJob, pl: Placement, s: Strategy, off: s
                "refit_method": method,
                "refit_s_by_method": refits, "timeline": _timeline(phases, job.mode)}
     if not kv_ok:
-        details["why_not"] = (f"the KV cache of one attention group holds "
-                              f"{R.kv_tokens_per_group(model, lay, hw):,.0f} tokens, not one prompt + the "
-                              f"longest response ({longest:,})")
+        details["why_not"] = shortfall
     sps = job.sequences / step if step > 0 and math.isfinite(step) else 0.0
     return RLPlan(placement=pl, strategy=s, offload=off, rollout=lay, phases=phases, step_time_s=float(step),
                   samples_per_s=sps, peak_mem_gib=peak, memory_gib=mem, host_mem_gib=host, fits=fits,

@@ -324,3 +324,16 @@ def test_nemotron_h_layer_kinds_outside_the_pattern_are_refused():
     with pytest.raises(InputError) as e:
         from_hf_config(cfg, "x")
     assert "layers_block_type has ['sliding_attention']" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["qwen3_next_80b_a3b", "nemotron_3_nano_30b_a3b", "falcon_h1_7b"])
+def test_the_ssm_state_dtype_sglang_reads_is_carried(name):
+    """A config's mamba_ssm_dtype (Qwen3.5's text_config sets float32) is the dtype SGLang keeps the recurrent
+    state in (sglang/srt/configs/mamba_utils.py mamba2_state_dtype): carried as stated, None when absent, and a
+    value SGLang does not know refused in one line."""
+    assert from_hf_config(hf(name), "x").mamba_ssm_dtype is None
+    for dtype in ("float32", "bfloat16", "float16"):
+        assert from_hf_config({**hf(name), "mamba_ssm_dtype": dtype}, "x").mamba_ssm_dtype == dtype
+    with pytest.raises(InputError) as e:
+        from_hf_config({**hf(name), "mamba_ssm_dtype": "fp8"}, "x")
+    assert "mamba_ssm_dtype='fp8'" in str(e.value) and "\n" not in str(e.value)

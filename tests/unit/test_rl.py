@@ -712,16 +712,98 @@ def test_cli_async_streaming_settings_are_priced_and_emitted(tmp_path, capsys):
 HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
 
-@pytest.mark.parametrize("config, engine, named", [
-    ("nemotron_3_nano_30b_a3b.json", "sglang", "SGLang's hybrid state pool"),
-    ("qwen3_next_80b_a3b.json", "sglang", "SGLang's hybrid state pool"),
-])
-def test_cli_refuses_models_whose_decode_state_the_rollout_model_does_not_price(capsys, config, engine, named):
-    """SGLang sizes a hybrid's state pool by rules not priced here."""
-    args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--engine", engine]
-    code, out, err = run_cli(args, capsys)
-    assert code == 2 and out == ""
-    assert len(err.strip().splitlines()) == 1 and named in err and "rollout" in err
+# ---- hybrid models on SGLang: a state pool of slots beside the attention layers' token pool ----------------------
+
+def _sglang_pools(rest_gib, slot, cell, page=1, ratio=5, r=0.9):
+    """SGLang 0.5.23, as written there (mem_cache/kv_cache_configurator.py): `_handle_max_mamba_cache`'s auto branch
+    (mamba_budget = rest x r / (1 + r) GiB; max_mamba_cache_size = int((budget_bytes - per_slot) // per_slot); K + 1
+    slots charged), DefaultPoolConfigurator.calculate_pool_sizes (bytes // cell // page x page) and
+    `resolve_max_num_reqs` (min(estimated, tokens // 2), then the mamba cap K // ratio). Returns (K, tokens,
+    max running requests)."""
+    budget = rest_gib * r / (1 + r) * (1 << 30)
+    k = int((budget - slot) // slot)
+    left = rest_gib - (k + 1) * slot / (1 << 30)
+    tokens = int(left * (1 << 30)) // cell // page * page
+    return k, tokens, min(tokens // 2, k // ratio)
+
+
+def test_sglang_hybrid_pools_follow_sglang():
+    """Qwen3-Next-80B-A3B at tp 4: 36 Gated DeltaNet layers, each slot a bf16 conv state of (2 x 16 x 128 + 32 x
+    128) / 4 x 3 elements and a float32 temporal state of 32 / 4 x 128 x 128 (SGLang's default without a
+    mamba_ssm_dtype in the config); 12 attention layers of one KV head (2 of 16 heads at tp 4: one per rank) x
+    (256 + 256) bf16 values. With 15.3 GiB of budget (0.7 x 79 GiB free - 40 GiB of weights) SGLang keeps 401 slots,
+    704,990 tokens and runs at most 80 requests (401 // 5: extra_buffer with the overlap scheduler)."""
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    assert m.mamba_ssm_dtype is None
+    slot = 36 * ((2 * 16 * 128 + 32 * 128) // 4 * 3 * 2 + 32 // 4 * 128 * 128 * 4)
+    cell = 12 * 1 * (256 + 256) * 2
+    assert (slot, cell) == (19_316_736, 12_288)
+    pools = R.cache_pages(m, 4, "sglang", False)
+    assert pools == R.SglangHybridPools(slot, cell, 1)
+    rest = 15.3 * GIB
+    assert _sglang_pools(15.3, slot, cell) == (401, 704_990, 80)
+    assert (pools.slots(rest), pools.tokens(rest), pools.running(rest)) == (401, 704_990, 80)
+    for gib in (2.0, 9.7, 33.3):
+        k, tokens, running = _sglang_pools(gib, slot, cell)
+        assert (pools.slots(gib * GIB), pools.tokens(gib * GIB), pools.running(gib * GIB)) == (k, tokens, running)
+        assert pools.sequences(gib * GIB, 5120) == min(tokens // 5120, running)
+    # --set mamba_ssm_dtype=bfloat16 (what a config's mamba_ssm_dtype says) halves the temporal state
+    bf16 = R.cache_pages(m.model_copy(update={"mamba_ssm_dtype": "bfloat16"}), 4, "sglang", False)
+    assert bf16.slot_bytes == 36 * ((2 * 16 * 128 + 32 * 128) // 4 * 3 * 2 + 32 // 4 * 128 * 128 * 2)
+    assert (bf16.slots(rest), bf16.running(rest)) == _sglang_pools(15.3, bf16.slot_bytes, cell)[::2]
+    # Blackwell: trtllm_mha's 64-token pages
+    assert R.cache_pages(m, 4, "sglang", True).tokens(rest) == _sglang_pools(15.3, slot, cell, page=64)[1]
+    # vLLM keeps the temporal state in the model dtype whatever the config says
+    assert R.state_bytes_per_layer(m, 4, "vllm") == R.state_bytes_per_layer(bf16_m := m.model_copy(
+        update={"mamba_ssm_dtype": "float32"}), 4, "vllm") == bf16.slot_bytes // 36
+    assert R.state_bytes_per_layer(bf16_m, 4, "sglang") == slot // 36
+
+
+def test_sglang_hybrid_decode_streams_its_float32_state():
+    """A decode step reads and writes each running request's state at SGLang's dtype: the temporal state in float32
+    doubles its bytes against vLLM's bf16."""
+    m = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"), ())
+    lays = {e: RolloutLayout(engine=e, tp=2, dp=1, ep=1, engines=4, gpu_memory_utilization=0.8)
+            for e in ("vllm", "sglang")}
+    conv, temporal = R.state_elements(m, 2)
+    got = {e: R.step_model(m, lay, H100_NODE, 64).state_bytes[64] for e, lay in lays.items()}
+    assert got["vllm"] == pytest.approx(64 * 2 * R.state_layers(m) * (conv + temporal) * 2)
+    assert got["sglang"] == pytest.approx(64 * 2 * R.state_layers(m) * (conv * 2 + temporal * 4))
+
+
+def test_cli_plans_hybrid_rollouts_on_sglang_within_its_state_slots(capsys, tmp_path):
+    """slime + SGLang plans Qwen3-Next and Nemotron-3 Nano; the batch an engine runs is at most its state pool's
+    slots // 5 per attention group, and at most slime's 512 requests in flight per engine."""
+    hw = hardware_of(load_cluster("h100", 16))
+    for config in ("nemotron_3_nano_30b_a3b.json", "qwen3_next_80b_a3b.json"):
+        m = load_model(str(HF / config), ())
+        args = ["rl", "--model", str(HF / config)] + BASE[3:] + ["--json", "--emit", "slime", "--out",
+                                                                  str(tmp_path / config)]
+        code, out, err = run_cli(args, capsys)
+        assert code == 0, err
+        best = json.loads(out)["plans"][0]
+        r = best["rollout"]
+        assert r["engine"] == "sglang" and best["estimate"]["fits"]
+        lay = RolloutLayout(**r)
+        pools = R.cache_pages(m, lay.tp, "sglang", False)
+        budget = R.kv_cache_bytes(m, lay, hw)
+        assert 1 <= best["estimate"]["rollout_batch_per_engine"] <= min(pools.running(budget) * lay.dp, 512)
+        assert (tmp_path / config / "run_slime.sh").exists()
+
+
+def test_an_sglang_state_pool_without_room_for_one_request_is_named():
+    """Too little budget for 5 slots: SGLang would cap the running requests at 0 (it refuses to start), named."""
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    lay = RolloutLayout(engine="sglang", tp=4, dp=1, ep=1, engines=2, gpu_memory_utilization=0.5)
+    left = 0.2 * GIB  # a budget of 0.2 GiB after the weights and the CUDA context: 4 slots of 18.4 MiB
+    util = (R.engine_weights(m, lay).total + R.CUDA_CONTEXT_GIB * GIB + left) / H100_NODE.capacity_bytes
+    lay = lay.model_copy(update={"gpu_memory_utilization": util})
+    pools = R.cache_pages(m, 4, "sglang", False)
+    budget = R.kv_cache_bytes(m, lay, H100_NODE)
+    assert budget == pytest.approx(left)
+    assert pools.running(budget) == 0 and pools.tokens(budget) >= 5120
+    why = R.cache_shortfall(m, lay, H100_NODE, 5120)
+    assert "SGLang's state pool" in why and f"{pools.slots(budget)} slots" in why
 
 
 # ---- hybrid models: vLLM's hybrid KV cache (Mamba-2 / Gated DeltaNet state beside attention KV) ----------------
