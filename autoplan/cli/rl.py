@@ -170,6 +170,9 @@ def _fixed(train_strategy, rollout, placement, gpus: int, engine: str):
         f.placement = S.parse_placement(placement, gpus)
     pool = f.placement.rollout_gpus if f.placement else None
     r = f.rollout
+    if r.get("radix_cache") is False and engine != "sglang":
+        raise InputError("--rollout radix_cache=false is SGLang's --disable-radix-cache; vLLM (verl) has no such "
+                         "setting: drop it or pass --engine sglang / --emit slime")
     if pool and all(k in r for k in ("tp", "dp", "engines")) and r["tp"] * r["dp"] * r["engines"] != pool:
         raise InputError(f"--rollout tp*dp*engines = {r['tp'] * r['dp'] * r['engines']} but the rollout pool has "
                          f"{pool} GPUs; make engines = {pool} / (tp*dp)")
@@ -187,7 +190,8 @@ def _print(result) -> None:
         e, t, r, pl = p["estimate"], p["train"], p["rollout"], p["placement"]
         console.print(f"{i}. {pl['kind']} train {pl['train_gpus']} / rollout {pl['rollout_gpus']} GPUs | train "
                       f"tp{t['tp']} pp{t['pp']} ep{t['ep']} offload={t['offload']} | {r['engine']} tp{r['tp']} "
-                      f"dp{r['dp']} ep{r['ep']} x{r['engines']} util {r['gpu_memory_utilization']}")
+                      f"dp{r['dp']} ep{r['ep']} x{r['engines']} util {r['gpu_memory_utilization']}"
+                      f"{'' if r.get('radix_cache', True) else ' radix-cache off'}")
         phases = ", ".join(f"{k} {v:.1f}s" for k, v in e["phase_times_s"].items())
         console.print(f"   step {e['step_time_s']:.1f}s, {e['samples_per_s']:.2f} samples/s; {phases}; GPU "
                       f"{e['peak_mem_gib']:.1f} GiB, host {e['host_mem_gib']:.0f} GiB/node, fits={e['fits']}")

@@ -59,6 +59,8 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
         a += ["--sglang-ep-size", str(lay.ep)]
     if not lay.cuda_graphs:
         a.append("--sglang-disable-cuda-graph")
+    if not lay.radix_cache:
+        a.append("--sglang-disable-radix-cache")
     return a
 
 

@@ -347,12 +347,15 @@ class SglangHybridPools:
     (`_handle_max_mamba_cache`, auto branch: K = int((budget x r / (1 + r) - slot) // slot) slots, K + 1 allocated
     with MambaPool's padding slot and charged), then the rest to the attention layers' KV, token by token in pages
     (DefaultPoolConfigurator.calculate_pool_sizes: rest // cell // page x page, the cell over the full-attention
-    layers only). The running requests are at most min(tokens // 2, K // 5) (`resolve_max_num_reqs`; its own
-    estimate, at least 2048, lies above the frameworks' concurrency, `ENGINE_CONCURRENCY`)."""
+    layers only). The running requests are at most min(tokens // 2, K // slots per request)
+    (`resolve_max_num_reqs`; its own estimate, at least 2048, lies above the frameworks' concurrency,
+    `ENGINE_CONCURRENCY`): 5 with the radix cache, 1 without (`_calculate_mamba_ratio`: "if disable_radix_cache:
+    return 1")."""
 
     slot_bytes: float  # one request's recurrent state, every state layer, one GPU
     token_bytes: float  # one token's KV, every attention layer, one GPU
     page_tokens: int
+    slots_per_request: int = SGLANG_STATE_SLOTS_PER_REQUEST
 
     def slots(self, cache_bytes: float) -> int:
         budget = cache_bytes * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
@@ -367,7 +370,7 @@ class SglangHybridPools:
 
     def running(self, cache_bytes: float) -> int:
         """SGLang's max_running_requests; 0 when the engine would refuse to start (no slot, no token)."""
-        slots = self.slots(cache_bytes) // SGLANG_STATE_SLOTS_PER_REQUEST
+        slots = self.slots(cache_bytes) // self.slots_per_request
         return int(min(self.tokens(cache_bytes) // 2, slots))
 
     def sequences(self, cache_bytes: float, tokens: int) -> int:
@@ -376,15 +379,16 @@ class SglangHybridPools:
 
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
-def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm",
-                blackwell: bool = False) -> Union[CachePages, SglangHybridPools]:
+def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm", blackwell: bool = False,
+                radix_cache: bool = True) -> Union[CachePages, SglangHybridPools]:
     n_attn, n_state = attention_layers(model), state_layers(model)
     per_token = kv_bytes_per_token_layer(model, tp)
     if not n_state:  # one group of uniform type: a token's bytes over every layer
         return CachePages(1, kv_bytes_per_token(model, tp, engine, blackwell), 1, 1, 0)
     if engine == "sglang":
         return SglangHybridPools(n_state * state_bytes_per_layer(model, tp, engine), n_attn * per_token,
-                                 SGLANG_BLACKWELL_PAGE_TOKENS if blackwell else 1)
+                                 SGLANG_BLACKWELL_PAGE_TOKENS if blackwell else 1,
+                                 SGLANG_STATE_SLOTS_PER_REQUEST if radix_cache else 1)
     state = state_bytes_per_layer(model, tp)
     if not n_attn:
         return CachePages(1, state, n_state, 0, 1)
@@ -482,14 +486,14 @@ def cache_shortfall(model: ModelSpec, layout: RolloutLayout, hw: Hardware, token
     pools, budget = _group_pages(model, layout, hw), kv_cache_bytes(model, layout, hw)
     if isinstance(pools, SglangHybridPools) and pools.running(budget) < 1 <= pools.tokens(budget) // tokens:
         return (f"SGLang's state pool of one attention group holds {pools.slots(budget)} slots of "
-                f"{pools.slot_bytes / GIB:.2f} GiB, fewer than the {SGLANG_STATE_SLOTS_PER_REQUEST} one running "
-                f"request takes")
+                f"{pools.slot_bytes / GIB:.2f} GiB, fewer than the {pools.slots_per_request} one running request "
+                f"takes")
     return (f"the KV cache of one attention group holds {kv_tokens_per_group(model, layout, hw):,.0f} tokens, not "
             f"one prompt + the longest response ({tokens:,})")
 
 
 def _group_pages(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> Union[CachePages, SglangHybridPools]:
-    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw))
+    return cache_pages(model, layout.tp, layout.engine, is_blackwell(hw), layout.radix_cache)
 
 
 def engine_nccl_groups(layout: RolloutLayout) -> int:

@@ -20,6 +20,8 @@ one-step-overlap async: step = wait_prev_gen + old_log_prob + update_actor"):
   update waits for the slowest engine's tail (details["trainer_wait_s"]: the trainer's waits)."""
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -119,6 +121,11 @@ def rollout_layouts(model: ModelSpec, gpus: int, fixed: Fixed) -> List[RolloutLa
                   if model.num_attention_heads % t == 0 and R.state_tp_ok(model, t)} | (
         {f["tp"]} if "tp" in f else set()))
     dps = (1, 2, 4, 8) if model.is_moe else (1,)
+    # SGLang's radix cache decides a hybrid's state slots per running request (`SglangHybridPools`); it changes
+    # nothing else the rollout model prices (prefill is priced per response, as without prefix sharing), so it is
+    # searched only there
+    radixes = (f["radix_cache"],) if "radix_cache" in f else (True, False) if (
+        fixed.engine == "sglang" and R.state_layers(model)) else (True,)
     out = []
     for tp in tps:
         for dp in sorted(set(dps) | ({f["dp"]} if "dp" in f else set())):
@@ -129,9 +136,11 @@ def rollout_layouts(model: ModelSpec, gpus: int, fixed: Fixed) -> List[RolloutLa
             for ep in sorted(eps | ({f["ep"]} if "ep" in f else set())):
                 if size % ep:
                     continue
-                for util in (f["gpu_memory_utilization"],) if "gpu_memory_utilization" in f else UTILIZATIONS:
+                for util, radix in itertools.product(
+                        (f["gpu_memory_utilization"],) if "gpu_memory_utilization" in f else UTILIZATIONS, radixes):
                     values = {"engine": fixed.engine, "tp": tp, "dp": dp, "ep": ep, "engines": gpus // size,
-                              "gpu_memory_utilization": util, "cuda_graphs": f.get("cuda_graphs", True)}
+                              "gpu_memory_utilization": util, "cuda_graphs": f.get("cuda_graphs", True),
+                              "radix_cache": radix}
                     if any(values[k] != v for k, v in f.items()):
                         continue
                     out.append(RolloutLayout(**values))

@@ -92,6 +92,15 @@ class RolloutLayout(BaseModel):
     engines: int = Field(1, gt=0)
     gpu_memory_utilization: float = Field(0.85, gt=0, le=0.99)
     cuda_graphs: bool = Field(True, description="Decode replays CUDA graphs (vLLM enforce_eager=False).")
+    radix_cache: bool = Field(True, description=(
+        "SGLang's radix (prefix) cache, on by default (false: --disable-radix-cache). On a hybrid it holds 5 state "
+        "slots per running request, off 1 (autoplan/rl/rollout.py SglangHybridPools); vLLM has no such setting."))
+
+    @model_validator(mode="after")
+    def _radix_cache_is_sglangs(self) -> "RolloutLayout":
+        if not self.radix_cache and self.engine != "sglang":
+            raise ValueError("radix_cache=false is SGLang's --disable-radix-cache; vLLM (verl) has no such setting")
+        return self
 
     @property
     def gpus_per_engine(self) -> int:
@@ -103,7 +112,8 @@ class RolloutLayout(BaseModel):
 
     def to_dict(self) -> Dict[str, object]:
         return {"engine": self.engine, "tp": self.tp, "dp": self.dp, "ep": self.ep, "engines": self.engines,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "cuda_graphs": self.cuda_graphs}
+                "gpu_memory_utilization": self.gpu_memory_utilization, "cuda_graphs": self.cuda_graphs,
+                **({"radix_cache": self.radix_cache} if self.engine == "sglang" else {})}
 
 
 class Placement(BaseModel):
@@ -164,13 +174,13 @@ def parse_rollout(text: str) -> Dict[str, object]:
                 raise InputError(f"--rollout gpu_memory_utilization={value!r} must be a fraction in (0, 0.99]; "
                                  f"e.g. gpu_memory_utilization=0.6")
             out[key] = frac
-        elif key == "cuda_graphs":
+        elif key in ("cuda_graphs", "radix_cache"):
             if value.strip().lower() not in ("true", "false"):
-                raise InputError(f"--rollout cuda_graphs={value!r} must be true or false")
+                raise InputError(f"--rollout {key}={value!r} must be true or false")
             out[key] = value.strip().lower() == "true"
         else:
             raise InputError(f"--rollout key {key!r} is unknown; valid: tp, dp, ep, engines, gpu_memory_utilization, "
-                             f"cuda_graphs")
+                             f"cuda_graphs, radix_cache")
     return out
 
 

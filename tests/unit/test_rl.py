@@ -773,7 +773,8 @@ def test_sglang_hybrid_decode_streams_its_float32_state():
 
 def test_cli_plans_hybrid_rollouts_on_sglang_within_its_state_slots(capsys, tmp_path):
     """slime + SGLang plans Qwen3-Next and Nemotron-3 Nano; the batch an engine runs is at most its state pool's
-    slots // 5 per attention group, and at most slime's 512 requests in flight per engine."""
+    slots // 5 per attention group (// 1 without the radix cache), and at most slime's 512 requests in flight per
+    engine."""
     hw = hardware_of(load_cluster("h100", 16))
     for config in ("nemotron_3_nano_30b_a3b.json", "qwen3_next_80b_a3b.json"):
         m = load_model(str(HF / config), ())
@@ -785,7 +786,7 @@ def test_cli_plans_hybrid_rollouts_on_sglang_within_its_state_slots(capsys, tmp_
         r = best["rollout"]
         assert r["engine"] == "sglang" and best["estimate"]["fits"]
         lay = RolloutLayout(**r)
-        pools = R.cache_pages(m, lay.tp, "sglang", False)
+        pools = R.cache_pages(m, lay.tp, "sglang", False, lay.radix_cache)
         budget = R.kv_cache_bytes(m, lay, hw)
         assert 1 <= best["estimate"]["rollout_batch_per_engine"] <= min(pools.running(budget) * lay.dp, 512)
         assert (tmp_path / config / "run_slime.sh").exists()
@@ -973,3 +974,27 @@ def test_vllm_holds_dsa_topk_indices_outside_the_cache():
     dsa_weights = R.engine_weights(v32, lay).total - R.engine_weights(v3, lay).total
     assert R.kv_cache_bytes(v3, lay, H100_NODE) - R.kv_cache_bytes(v32, lay, H100_NODE) == \
         pytest.approx(dsa_weights + R.MAX_NUM_BATCHED_TOKENS * 2048 * 4)
+
+
+def test_sglang_radix_cache_decides_a_hybrids_slots_per_request(capsys, tmp_path):
+    """Without the radix cache SGLang gives a running request one state slot instead of five
+    (`_calculate_mamba_ratio`), the pools themselves unchanged; the search tries both on a hybrid, the chosen
+    setting is emitted (--sglang-disable-radix-cache), and vLLM refuses the setting by name."""
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    on, off = R.cache_pages(m, 4, "sglang", False), R.cache_pages(m, 4, "sglang", False, radix_cache=False)
+    rest = 15.3 * GIB
+    assert (off.slots(rest), off.tokens(rest)) == (on.slots(rest), on.tokens(rest))
+    assert (on.running(rest), off.running(rest)) == (401 // 5, 401)
+    assert parse_rollout("radix_cache=false") == {"radix_cache": False}
+    args = ["rl", "--model", str(HF / "qwen3_next_80b_a3b.json")] + BASE[3:]
+    code, out, err = run_cli(args + ["--rollout", "radix_cache=false"], capsys)
+    assert code == 2 and out == "" and "radix_cache=false" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(args + ["--engine", "sglang", "--top", "50", "--json"], capsys)
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert {p["rollout"]["radix_cache"] for p in plans} == {True, False}
+    code, out, err = run_cli(args + ["--emit", "slime", "--rollout", "radix_cache=false", "--out", str(tmp_path),
+                                     "--json"], capsys)
+    assert code == 0, err
+    assert all(not p["rollout"]["radix_cache"] for p in json.loads(out)["plans"])
+    assert "--sglang-disable-radix-cache" in (tmp_path / "slime_args.txt").read_text().split()
