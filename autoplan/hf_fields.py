@@ -98,13 +98,14 @@ SSM_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def ssm_state_dtype(c: Config) -> Dict[str, Any]:
-    """The config's `mamba_ssm_dtype` (ModelSpec.mamba_ssm_dtype), when it states one."""
+    """The config's `mamba_ssm_dtype` (ModelSpec.mamba_ssm_dtype), when it states one SGLang knows."""
     value = c.get("mamba_ssm_dtype", None)
     if value is None:
         return {}
-    if value not in SSM_STATE_DTYPES:
-        raise InputError(f"{c.where}: mamba_ssm_dtype={value!r} is not one of {', '.join(SSM_STATE_DTYPES)}; fix the "
-                         f"config")
+    if value not in SSM_STATE_DTYPES:  # SGLang warns and keeps its float32 default (mamba2_state_dtype)
+        c.notes.append(f"mamba_ssm_dtype={value!r} is none of {', '.join(SSM_STATE_DTYPES)}: SGLang ignores it and keeps "
+                       f"the recurrent state in float32, as priced")
+        return {}
     return {"mamba_ssm_dtype": value}
 
 

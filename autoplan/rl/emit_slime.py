@@ -9,6 +9,7 @@ from typing import Dict, List
 from autoplan import keys as K
 from autoplan.errors import InputError
 from autoplan.model import ModelSpec
+from autoplan.rl.rollout import state_layers
 from autoplan.rl.spec import RLJob
 
 
@@ -61,6 +62,10 @@ def arguments(plan, model: ModelSpec, job: RLJob, model_path: str, gpus_per_node
         a.append("--sglang-disable-cuda-graph")
     if not lay.radix_cache:
         a.append("--sglang-disable-radix-cache")
+    if model.mamba_ssm_dtype and state_layers(model):
+        # the recurrent state's dtype the rollout was priced with (autoplan/rl/rollout.py ssm_state_bytes): SGLang
+        # reads the checkpoint config's mamba_ssm_dtype itself, the flag carries a value set with --set too
+        a += ["--sglang-mamba-ssm-dtype", model.mamba_ssm_dtype]
     return a
 
 

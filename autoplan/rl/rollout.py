@@ -251,14 +251,15 @@ def state_elements(model: ModelSpec, tp: int) -> tuple:
     return conv, model.mamba_num_heads // tp * model.mamba_head_dim * model.mamba_state_dim
 
 
-# SGLang 0.5.23's temporal (SSM) state dtypes by name (configs/mamba_utils.py mamba2_state_dtype: dtype_map).
+# SGLang's temporal (SSM) state dtypes by name (configs/mamba_utils.py mamba2_state_dtype: dtype_map; 0.5.15.post1
+# and 0.5.23 alike).
 SSM_STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def ssm_state_bytes(model: ModelSpec, engine: str = "vllm") -> int:
     """Bytes of one temporal-state element: vLLM 0.11 keeps it in the model dtype (mamba_ssm_cache_dtype default
-    'auto', the model's bf16; mamba_utils.py `_mamba_state_dtype`, `gated_delta_net_state_dtype`), SGLang 0.5.23 in
-    the config's mamba_ssm_dtype, else float32 (configs/mamba_utils.py mamba2_state_dtype, "Default 'float32'")."""
+    'auto', the model's bf16; mamba_utils.py `_mamba_state_dtype`, `gated_delta_net_state_dtype`), SGLang in the
+    config's mamba_ssm_dtype (or --mamba-ssm-dtype, which the slime emitter writes when it is set), else float32 (configs/mamba_utils.py mamba2_state_dtype, "Default 'float32'")."""
     if engine == "vllm":
         return BF16
     return SSM_STATE_BYTES[model.mamba_ssm_dtype or "float32"]
@@ -326,56 +327,71 @@ class CachePages:
         return float(self.blocks(cache_bytes) // (self.attention_groups + self.state_groups) * self.block_tokens)
 
 
-# SGLang 0.5.23 on a hybrid (sglang/srt/mem_cache/kv_cache_configurator.py; the defaults of a launch that sets none
-# of --max-mamba-cache-size, --mamba-full-memory-ratio, --mamba-radix-cache-strategy, --disable-radix-cache, as
-# slime's): the state pool's share of the budget r / (1 + r) with r = mamba_full_memory_ratio, default 0.9
-# (arg_groups/fields/schedule.py, fallback=0.9); state slots per running request 3 + 2 (`_calculate_mamba_ratio`:
-# MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO 3 plus allocation_sizing.get_mamba_tracking_slots 2 for the
-# extra_buffer strategy under the overlap scheduler, which arg_groups/overrides.py `_mamba_radix_cache_resolution`
-# picks for Qwen3-Next / Qwen3.5, Nemotron-H and Falcon-H1 with the radix cache and overlap scheduler on, SGLang's
-# defaults); token pages of 64 on Blackwell (trtllm_mha: model_overrides/qwen3_5.py, nemotron_h.py,
-# overrides.py `_mla_backend_page_constraints`), of 1 before (fa3).
+# SGLang on a hybrid, as slime runs it: SGLang 0.5.15.post1, the image slime 624b824a builds on (docker/Dockerfile
+# SGLANG_IMAGE_TAG=v0.5.15.post1-cu129; docker/README.md), read in that wheel's sources
+# (sglang/srt/model_executor/model_runner_kv_cache_mixin.py, server_args.py, arg_groups/overrides.py), with the
+# defaults of a launch that sets none of --max-mamba-cache-size, --mamba-full-memory-ratio,
+# --mamba-scheduler-strategy, --max-running-requests: the state pool's share of the budget r / (1 + r) with
+# r = mamba_full_memory_ratio 0.9 (server_args.py); state slots per running request 3 + 2
+# (`_calculate_mamba_ratio`: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO 3 + MAMBA_CACHE_V2_ADDITIONAL_RATIO_OVERLAP 2
+# for the extra_buffer strategy under the overlap scheduler, which overrides.py `_mamba_radix_cache_resolution`
+# picks for Qwen3-Next / Qwen3.5, Nemotron-H and Falcon-H1 with the radix cache and the overlap scheduler on, the
+# defaults; 1 with --disable-radix-cache); token pages of 64 for Qwen3-Next / Qwen3.5 on Blackwell
+# (`_qwen3_5_hybrid_overrides`: trtllm_mha, page_size 64), of 1 otherwise (Nemotron-H flashinfer, Falcon-H1
+# triton on Blackwell; fa3 on Hopper; `_page_size_default`).
 SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
 SGLANG_STATE_SLOTS_PER_REQUEST = 5
-SGLANG_BLACKWELL_PAGE_TOKENS = 64
+SGLANG_TRTLLM_PAGE_TOKENS = 64
+# SGLang's own cap on running requests before the state slots (`_resolve_max_num_reqs`): tokens / context x 512,
+# clamped to [2048, 4096], and at most half the token pool.
+SGLANG_RUNNING_PER_CONTEXT = 512
+SGLANG_RUNNING_CLAMP = (2048, 4096)
 
 
 @dataclass(frozen=True)
 class SglangHybridPools:
-    """How SGLang 0.5.23 cuts one attention group's budget (mem_fraction_static's share left after the weights) for
-    a hybrid: first a pool of fixed state slots, each one request's conv + temporal state in every state layer
-    (`_handle_max_mamba_cache`, auto branch: K = int((budget x r / (1 + r) - slot) // slot) slots, K + 1 allocated
-    with MambaPool's padding slot and charged), then the rest to the attention layers' KV, token by token in pages
-    (DefaultPoolConfigurator.calculate_pool_sizes: rest // cell // page x page, the cell over the full-attention
-    layers only). The running requests are at most min(tokens // 2, K // slots per request)
-    (`resolve_max_num_reqs`; its own estimate, at least 2048, lies above the frameworks' concurrency,
-    `ENGINE_CONCURRENCY`): 5 with the radix cache, 1 without (`_calculate_mamba_ratio`: "if disable_radix_cache:
-    return 1")."""
+    """How SGLang cuts one attention group's budget (mem_fraction_static's share left after the weights) for a
+    hybrid (0.5.15.post1, see above): first a pool of state slots, each one request's conv + temporal state in every
+    state layer (`handle_max_mamba_cache`, ratio branch: K = int(budget x r / (1 + r) // slot), K x slot charged to
+    the budget; MambaPool allocates K + 1, its padding slot outside the budget, `engine_runtime_bytes`), then the
+    rest to the attention layers' KV, token by token in pages (PoolConfigurator.calculate_pool_sizes: rest // cell //
+    page x page, the cell over the full-attention layers only). The running requests are at most
+    min(SGLang's estimate, tokens // 2, K // slots per request) (`_resolve_max_num_reqs`)."""
 
     slot_bytes: float  # one request's recurrent state, every state layer, one GPU
     token_bytes: float  # one token's KV, every attention layer, one GPU
     page_tokens: int
+    context: int  # SGLang's context_len: the model's max_position_embeddings
     slots_per_request: int = SGLANG_STATE_SLOTS_PER_REQUEST
 
     def slots(self, cache_bytes: float) -> int:
         budget = cache_bytes * SGLANG_MAMBA_FULL_MEMORY_RATIO / (1.0 + SGLANG_MAMBA_FULL_MEMORY_RATIO)
-        return max(int((budget - self.slot_bytes) // self.slot_bytes), 0)
+        return max(int(budget // self.slot_bytes), 0)
 
     def tokens(self, cache_bytes: float) -> float:
         """The token pool's size (SGLang's max_total_num_tokens); no token bound without attention layers."""
-        rest = cache_bytes - (self.slots(cache_bytes) + 1) * self.slot_bytes
+        rest = cache_bytes - self.slots(cache_bytes) * self.slot_bytes
         if not self.token_bytes:
             return math.inf
         return float(max(int(rest // self.token_bytes), 0) // self.page_tokens * self.page_tokens)
 
     def running(self, cache_bytes: float) -> int:
         """SGLang's max_running_requests; 0 when the engine would refuse to start (no slot, no token)."""
-        slots = self.slots(cache_bytes) // self.slots_per_request
-        return int(min(self.tokens(cache_bytes) // 2, slots))
+        return min(sglang_max_running(self.tokens(cache_bytes), self.context),
+                   self.slots(cache_bytes) // self.slots_per_request)
 
     def sequences(self, cache_bytes: float, tokens: int) -> int:
         """Requests of `tokens` tokens each that run at once: the token pool's share, at most `running`."""
         return int(min(self.tokens(cache_bytes) // tokens, self.running(cache_bytes)))
+
+
+def sglang_max_running(tokens: float, context: int) -> int:
+    """SGLang's max_running_requests of a token pool without state slots (`_resolve_max_num_reqs`, no
+    --max-running-requests): min(clamp(int(tokens / context x 512), 2048, 4096), tokens // 2)."""
+    if not math.isfinite(tokens):
+        return SGLANG_RUNNING_CLAMP[1]
+    low, high = SGLANG_RUNNING_CLAMP
+    return int(min(max(min(int(tokens / context * SGLANG_RUNNING_PER_CONTEXT), high), low), tokens // 2))
 
 
 @lru_cache(maxsize=4096)  # pure, of frozen inputs; the search asks again for every combination
@@ -386,9 +402,9 @@ def cache_pages(model: ModelSpec, tp: int, engine: str = "vllm", blackwell: bool
     if not n_state:  # one group of uniform type: a token's bytes over every layer
         return CachePages(1, kv_bytes_per_token(model, tp, engine, blackwell), 1, 1, 0)
     if engine == "sglang":
-        return SglangHybridPools(n_state * state_bytes_per_layer(model, tp, engine), n_attn * per_token,
-                                 SGLANG_BLACKWELL_PAGE_TOKENS if blackwell else 1,
-                                 SGLANG_STATE_SLOTS_PER_REQUEST if radix_cache else 1)
+        page = SGLANG_TRTLLM_PAGE_TOKENS if blackwell and model.linear_attention_layers else 1
+        return SglangHybridPools(n_state * state_bytes_per_layer(model, tp, engine), n_attn * per_token, page,
+                                 model.max_position_embeddings, SGLANG_STATE_SLOTS_PER_REQUEST if radix_cache else 1)
     state = state_bytes_per_layer(model, tp)
     if not n_attn:
         return CachePages(1, state, n_state, 0, 1)
@@ -527,6 +543,23 @@ def mla_workspace_bytes(model: ModelSpec, layout: RolloutLayout) -> float:
     return MLA_WORKSPACE_TOKENS * (model.kv_lora_rank + model.qk_pos_emb_head_dim) * BF16
 
 
+def sglang_pools_outside_budget(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> float:
+    """What SGLang (0.5.15.post1) allocates for its pools beyond mem_fraction_static's budget, per GPU: the request
+    table, (max running requests + 1) rows of context + 4 int32 token indices (mem_cache/memory_pool.py
+    ReqToTokenPool: `_alloc_size = size + 1`, `torch.zeros((self._alloc_size, max_context_len), dtype=torch.int32)`;
+    model_runner_kv_cache_mixin.py: max_context_len = context_len + extra_max_context_len 4), which the budget does
+    not charge; and on a hybrid MambaPool's padding slot (`size + 1` slots, K charged). 0 on vLLM."""
+    if layout.engine != "sglang":
+        return 0.0
+    pools, budget = _group_pages(model, layout, hw), kv_cache_bytes(model, layout, hw)
+    context = model.max_position_embeddings
+    if isinstance(pools, SglangHybridPools):
+        running, padding = pools.running(budget), pools.slot_bytes
+    else:
+        running, padding = sglang_max_running(pools.tokens(budget), context), 0.0
+    return (max(running, 0) + 1) * (context + 4) * 4.0 + padding
+
+
 def engine_runtime_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) -> Dict[str, float]:
     """The engine's memory outside gpu_memory_utilization / mem_fraction_static, per GPU, by kind (see
     ENGINE_RUNTIME in the module doc)."""
@@ -536,6 +569,7 @@ def engine_runtime_bytes(model: ModelSpec, layout: RolloutLayout, hw: Hardware) 
         "custom_all_reduce": custom_all_reduce_bytes(layout, hw),
         "mla_workspace": mla_workspace_bytes(model, layout),
         "cuda_graphs": cuda_graph_bytes(model, layout),
+        "sglang_pools": sglang_pools_outside_budget(model, layout, hw),
     }
 
 

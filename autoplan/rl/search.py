@@ -123,7 +123,7 @@ def rollout_layouts(model: ModelSpec, gpus: int, fixed: Fixed) -> List[RolloutLa
     dps = (1, 2, 4, 8) if model.is_moe else (1,)
     # SGLang's radix cache decides a hybrid's state slots per running request (`SglangHybridPools`); it changes
     # nothing else the rollout model prices (prefill is priced per response, as without prefix sharing), so it is
-    # searched only there
+    # searched only there (and kept off only where it admits more requests: `search`)
     radixes = (f["radix_cache"],) if "radix_cache" in f else (True, False) if (
         fixed.engine == "sglang" and R.state_layers(model)) else (True,)
     out = []
@@ -235,6 +235,12 @@ def search(model: ModelSpec, cluster: ClusterSpec, job: RLJob, fixed: Fixed, top
                              f"{pl.kind}:{pl.train_gpus}: tp*dp*engines must equal {pl.rollout_gpus}, tp divide "
                              f"the {model.num_attention_heads} attention heads and ep divide tp*dp")
         sims = {lay: R.simulate(model, lay, hw, job) for lay in layouts}
+        # SGLang without its radix cache loses the prompt prefix the samples of a prompt share, which the rollout
+        # model does not price (it prefills every response's prompt); so that setting is offered only where it
+        # runs more requests at once than the same layout with the cache
+        with_cache = {lay: lay.model_copy(update={"radix_cache": True}) for lay in layouts if not lay.radix_cache}
+        layouts = [lay for lay in layouts if lay.radix_cache or with_cache[lay] not in sims
+                   or sims[lay].batch > sims[with_cache[lay]].batch]
         for i in keep:
             s, off = rows[i]
             for lay in layouts:

@@ -714,49 +714,84 @@ HF = Path(__file__).parents[1] / "data" / "hf_configs"
 
 # ---- hybrid models on SGLang: a state pool of slots beside the attention layers' token pool ----------------------
 
-def _sglang_pools(rest_gib, slot, cell, page=1, ratio=5, r=0.9):
-    """SGLang 0.5.23, as written there (mem_cache/kv_cache_configurator.py): `_handle_max_mamba_cache`'s auto branch
-    (mamba_budget = rest x r / (1 + r) GiB; max_mamba_cache_size = int((budget_bytes - per_slot) // per_slot); K + 1
-    slots charged), DefaultPoolConfigurator.calculate_pool_sizes (bytes // cell // page x page) and
-    `resolve_max_num_reqs` (min(estimated, tokens // 2), then the mamba cap K // ratio). Returns (K, tokens,
-    max running requests)."""
-    budget = rest_gib * r / (1 + r) * (1 << 30)
-    k = int((budget - slot) // slot)
-    left = rest_gib - (k + 1) * slot / (1 << 30)
-    tokens = int(left * (1 << 30)) // cell // page * page
-    return k, tokens, min(tokens // 2, k // ratio)
+def _sglang_pools(rest_gib, per_req, cell, page=1, ratio=5, r=0.9, context=262144):
+    """SGLang 0.5.15.post1 (slime's image), transcribed from model_runner_kv_cache_mixin.py in its own float GiB
+    arithmetic: `handle_max_mamba_cache` (mamba_budget = rest x r / (1 + r); max_mamba_cache_size =
+    int(mamba_budget_bytes // per_req); rest - max_mamba_cache_size x per_req / 2**30), the pool configurator's
+    int(rest x 2**30) // cell // page x page, `_resolve_max_num_reqs` (min(clamp(int(tokens / context x 512), 2048,
+    4096), tokens // 2, max_mamba_cache_size // ratio)). Returns (slots, tokens, max running requests)."""
+    mamba_budget_bytes = rest_gib * r / (1 + r) * (1 << 30)
+    slots = int(mamba_budget_bytes // per_req)
+    rest = rest_gib - slots * per_req / (1 << 30)
+    tokens = int(rest * (1 << 30)) // cell // page * page
+    estimated = max(min(int(tokens / context * 512), 4096), 2048)
+    return slots, tokens, min(estimated, tokens // 2, slots // ratio)
 
 
 def test_sglang_hybrid_pools_follow_sglang():
     """Qwen3-Next-80B-A3B at tp 4: 36 Gated DeltaNet layers, each slot a bf16 conv state of (2 x 16 x 128 + 32 x
     128) / 4 x 3 elements and a float32 temporal state of 32 / 4 x 128 x 128 (SGLang's default without a
     mamba_ssm_dtype in the config); 12 attention layers of one KV head (2 of 16 heads at tp 4: one per rank) x
-    (256 + 256) bf16 values. With 15.3 GiB of budget (0.7 x 79 GiB free - 40 GiB of weights) SGLang keeps 401 slots,
-    704,990 tokens and runs at most 80 requests (401 // 5: extra_buffer with the overlap scheduler)."""
+    (256 + 256) bf16 values. With 15.3 GiB of budget (0.7 x 79 GiB free - 40 GiB of weights) SGLang keeps 402 slots
+    and 704,990 tokens and runs at most 80 requests (402 // 5: extra_buffer with the overlap scheduler); 402 without
+    the radix cache; bf16 state 787 slots, 704,186 tokens, 157 requests; Blackwell's 64-token pages 704,960 tokens
+    (hand-computed from the formulas of `_sglang_pools`)."""
     m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
     assert m.mamba_ssm_dtype is None
     slot = 36 * ((2 * 16 * 128 + 32 * 128) // 4 * 3 * 2 + 32 // 4 * 128 * 128 * 4)
     cell = 12 * 1 * (256 + 256) * 2
     assert (slot, cell) == (19_316_736, 12_288)
     pools = R.cache_pages(m, 4, "sglang", False)
-    assert pools == R.SglangHybridPools(slot, cell, 1)
+    assert pools == R.SglangHybridPools(slot, cell, 1, 262144)
     rest = 15.3 * GIB
-    assert _sglang_pools(15.3, slot, cell) == (401, 704_990, 80)
-    assert (pools.slots(rest), pools.tokens(rest), pools.running(rest)) == (401, 704_990, 80)
-    for gib in (2.0, 9.7, 33.3):
+    assert _sglang_pools(15.3, slot, cell) == (402, 704_990, 80)
+    assert (pools.slots(rest), pools.tokens(rest), pools.running(rest)) == (402, 704_990, 80)
+    for gib in (2.0, 9.7, 33.3, 70.1):
         k, tokens, running = _sglang_pools(gib, slot, cell)
         assert (pools.slots(gib * GIB), pools.tokens(gib * GIB), pools.running(gib * GIB)) == (k, tokens, running)
         assert pools.sequences(gib * GIB, 5120) == min(tokens // 5120, running)
+    assert R.cache_pages(m, 4, "sglang", False, radix_cache=False).running(rest) == 402
     # --set mamba_ssm_dtype=bfloat16 (what a config's mamba_ssm_dtype says) halves the temporal state
     bf16 = R.cache_pages(m.model_copy(update={"mamba_ssm_dtype": "bfloat16"}), 4, "sglang", False)
-    assert bf16.slot_bytes == 36 * ((2 * 16 * 128 + 32 * 128) // 4 * 3 * 2 + 32 // 4 * 128 * 128 * 2)
-    assert (bf16.slots(rest), bf16.running(rest)) == _sglang_pools(15.3, bf16.slot_bytes, cell)[::2]
-    # Blackwell: trtllm_mha's 64-token pages
-    assert R.cache_pages(m, 4, "sglang", True).tokens(rest) == _sglang_pools(15.3, slot, cell, page=64)[1]
+    assert bf16.slot_bytes == 9_879_552
+    assert (bf16.slots(rest), bf16.tokens(rest), bf16.running(rest)) == (787, 704_186, 157)
+    # Blackwell: trtllm_mha's 64-token pages (Qwen3-Next / Qwen3.5 only)
+    assert R.cache_pages(m, 4, "sglang", True).tokens(rest) == 704_960
     # vLLM keeps the temporal state in the model dtype whatever the config says
-    assert R.state_bytes_per_layer(m, 4, "vllm") == R.state_bytes_per_layer(bf16_m := m.model_copy(
-        update={"mamba_ssm_dtype": "float32"}), 4, "vllm") == bf16.slot_bytes // 36
-    assert R.state_bytes_per_layer(bf16_m, 4, "sglang") == slot // 36
+    f32 = m.model_copy(update={"mamba_ssm_dtype": "float32"})
+    assert R.state_bytes_per_layer(m, 4, "vllm") == R.state_bytes_per_layer(f32, 4, "vllm") == 9_879_552 // 36
+    assert R.state_bytes_per_layer(f32, 4, "sglang") == slot // 36
+
+
+def test_sglang_falcon_h1_state_in_every_layer():
+    """Falcon-H1-7B runs Mamba-2 beside attention in all 44 layers; at tp 2 a slot holds, per layer, the bf16 conv
+    state of 3 x (3072 + 2 x 2 x 256) / 2 channels (its one group widened to 2) and the float32 temporal state of
+    12 heads x 128 x 256; a token 2 bytes x (128 + 128) x 1 KV head (2 of them over tp 2) in every layer. Triton
+    attention on Blackwell keeps 1-token pages."""
+    m = load_model(str(HF / "falcon_h1_7b.json"), ())
+    pools = R.cache_pages(m, 2, "sglang", False)
+    assert pools.slot_bytes == 44 * (3 * 2048 * 2 + 12 * 128 * 256 * 4) == 69_746_688
+    assert pools.token_bytes == 44 * 2 * 128 * 2 == 22_528
+    assert R.cache_pages(m, 2, "sglang", True).page_tokens == 1
+    assert (pools.slots(20 * GIB), pools.tokens(20 * GIB), pools.running(20 * GIB)) == \
+        _sglang_pools(20.0, 69_746_688, 22_528)
+
+
+def test_sglang_allocates_a_request_table_beyond_its_budget():
+    """SGLang's request table, (max running requests + 1) x (context + 4) int32, and a hybrid's padding state slot
+    lie outside mem_fraction_static's budget: counted in the engine's runtime memory. Llama3-8B (8,192-token
+    context) at tp 1: the estimate int(tokens / 8192 x 512) clamped to [2048, 4096]."""
+    dense = load_model("llama3-8b", ())
+    lay = RolloutLayout(engine="sglang", tp=1, dp=1, ep=1, engines=8, gpu_memory_utilization=0.8)
+    tokens = R.kv_tokens_per_group(dense, lay, H100_NODE)
+    running = max(min(int(tokens / 8192 * 512), 4096), 2048)
+    assert R.engine_runtime_bytes(dense, lay, H100_NODE)["sglang_pools"] == (running + 1) * (8192 + 4) * 4
+    assert R.engine_runtime_bytes(dense, lay.model_copy(update={"engine": "vllm"}), H100_NODE)["sglang_pools"] == 0
+    m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
+    lay = RolloutLayout(engine="sglang", tp=4, dp=1, ep=1, engines=2, gpu_memory_utilization=0.7)
+    pools, budget = R.cache_pages(m, 4, "sglang", False), R.kv_cache_bytes(m, lay, H100_NODE)
+    assert R.engine_runtime_bytes(m, lay, H100_NODE)["sglang_pools"] == \
+        (pools.running(budget) + 1) * (262144 + 4) * 4 + 19_316_736
 
 
 def test_sglang_hybrid_decode_streams_its_float32_state():
@@ -796,7 +831,7 @@ def test_an_sglang_state_pool_without_room_for_one_request_is_named():
     """Too little budget for 5 slots: SGLang would cap the running requests at 0 (it refuses to start), named."""
     m = load_model(str(HF / "qwen3_next_80b_a3b.json"), ())
     lay = RolloutLayout(engine="sglang", tp=4, dp=1, ep=1, engines=2, gpu_memory_utilization=0.5)
-    left = 0.2 * GIB  # a budget of 0.2 GiB after the weights and the CUDA context: 4 slots of 18.4 MiB
+    left = 0.15 * GIB  # a budget of 0.15 GiB after the weights and the CUDA context: 3 slots of 18.4 MiB
     util = (R.engine_weights(m, lay).total + R.CUDA_CONTEXT_GIB * GIB + left) / H100_NODE.capacity_bytes
     lay = lay.model_copy(update={"gpu_memory_utilization": util})
     pools = R.cache_pages(m, 4, "sglang", False)
@@ -984,7 +1019,7 @@ def test_sglang_radix_cache_decides_a_hybrids_slots_per_request(capsys, tmp_path
     on, off = R.cache_pages(m, 4, "sglang", False), R.cache_pages(m, 4, "sglang", False, radix_cache=False)
     rest = 15.3 * GIB
     assert (off.slots(rest), off.tokens(rest)) == (on.slots(rest), on.tokens(rest))
-    assert (on.running(rest), off.running(rest)) == (401 // 5, 401)
+    assert (on.running(rest), off.running(rest)) == (402 // 5, 402)
     assert parse_rollout("radix_cache=false") == {"radix_cache": False}
     args = ["rl", "--model", str(HF / "qwen3_next_80b_a3b.json")] + BASE[3:]
     code, out, err = run_cli(args + ["--rollout", "radix_cache=false"], capsys)
@@ -993,8 +1028,22 @@ def test_sglang_radix_cache_decides_a_hybrids_slots_per_request(capsys, tmp_path
     assert code == 0, err
     plans = json.loads(out)["plans"]
     assert {p["rollout"]["radix_cache"] for p in plans} == {True, False}
+    # off only where it runs more requests than the same layout with the cache (the prefix reuse it loses is not
+    # priced)
+    for p in plans:
+        if not p["rollout"]["radix_cache"]:
+            on = RolloutLayout(**{**p["rollout"], "radix_cache": True})
+            assert p["estimate"]["rollout_batch_per_engine"] > R.simulate(
+                m, on, hardware_of(load_cluster("h100", 16)), _job(prompts=64, samples=8, prompt_len=512,
+                                                                  response_len=1024, max_response_len=4096)).batch
     code, out, err = run_cli(args + ["--emit", "slime", "--rollout", "radix_cache=false", "--out", str(tmp_path),
                                      "--json"], capsys)
     assert code == 0, err
     assert all(not p["rollout"]["radix_cache"] for p in json.loads(out)["plans"])
     assert "--sglang-disable-radix-cache" in (tmp_path / "slime_args.txt").read_text().split()
+    code, out, err = run_cli(args + ["--emit", "slime", "--rollout", "radix_cache=true", "--out", str(tmp_path / "on"),
+                                     "--set", "mamba_ssm_dtype=bfloat16"], capsys)
+    assert code == 0, err
+    emitted = (tmp_path / "on" / "slime_args.txt").read_text().split()
+    assert "--sglang-disable-radix-cache" not in emitted
+    assert emitted[emitted.index("--sglang-mamba-ssm-dtype") + 1] == "bfloat16"  # the dtype it was priced with
