@@ -29,6 +29,11 @@ Sources (the engines' own code, read at vLLM v0.11 / SGLang v0.5 era):
 - CUDA graphs: captured for batch sizes up to 512 (vLLM `CompilationConfig.max_cudagraph_capture_size` default 512;
   graphs of all sizes share one memory pool, sized by the largest capture), so their memory is one decode step's
   activations at that batch.
+- SGLang versions: slime 624b824a runs SGLang 0.5.15.post1 (docker/Dockerfile SGLANG_IMAGE_TAG); the hybrid pools
+  (`SglangHybridPools`) and the request table (`sglang_pools_outside_budget`) are read in that wheel, the rest in
+  0.5.23's, whose rules used here are the same in 0.5.15.post1 (the budget, `_profile_available_bytes`; the MLA and
+  DSA cell, `calculate_mla_kv_cache_dim` with the DSA defaults of arg_groups/overrides.py: fp8_e4m3 and trtllm on
+  Blackwell, bf16 with fa3 before; the state dtype, configs/mamba_utils.py).
 - ENGINE_RUNTIME: what an engine holds outside its requested memory (gpu_memory_utilization, mem_fraction_static).
   Sources: vLLM 0.11.0 (the PyPI wheel's sources) and SGLang 0.5.23 (the PyPI wheel's sources); the line numbers
   are of those files. vLLM `vllm/v1/worker/gpu_worker.py` `Worker.init_device` (lines 165-183) builds the
