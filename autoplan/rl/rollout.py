@@ -282,7 +282,8 @@ def state_tp_ok(model: ModelSpec, tp: int) -> bool:
     """Whether vLLM can split the recurrent mixers tp ways: its `divide` asserts on the value heads (and key heads)
     of Gated DeltaNet, on Mamba-2's heads and widened conv channels; Mamba-2's groups must split tp ways or be one
     (model_executor/layers/mamba/mamba_mixer2.py: "If tensor parallel world size does not divide num_groups, then
-    num_groups must equal 1")."""
+    num_groups must equal 1"). SGLang asserts the same on its attention-tp size (srt/layers/attention/mamba/mamba.py
+    MambaMixer2)."""
     if model.linear_attention_layers:
         return model.gdn_num_value_heads % tp == 0 and model.gdn_num_key_heads % tp == 0
     if not state_layers(model):

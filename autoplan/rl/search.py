@@ -115,8 +115,8 @@ def rollout_layouts(model: ModelSpec, gpus: int, fixed: Fixed) -> List[RolloutLa
     if "tp" in f and not R.state_tp_ok(model, f["tp"]):
         heads = (f"its {model.gdn_num_key_heads} key and {model.gdn_num_value_heads} value heads"
                  if model.linear_attention_layers else f"its {model.mamba_num_heads} Mamba heads and conv channels")
-        raise InputError(f"--rollout tp={f['tp']} does not split {model.name}'s recurrent mixers (vLLM divides their "
-                         f"heads tp ways); pick a tp dividing {heads}")
+        raise InputError(f"--rollout tp={f['tp']} does not split {model.name}'s recurrent mixers (vLLM and SGLang "
+                         f"divide their heads tp ways); pick a tp dividing {heads}")
     tps = sorted({t for t in (1, 2, 4, 8, 16, 32, 64)
                   if model.num_attention_heads % t == 0 and R.state_tp_ok(model, t)} | (
         {f["tp"]} if "tp" in f else set()))

@@ -763,6 +763,15 @@ def test_sglang_hybrid_pools_follow_sglang():
     assert R.state_bytes_per_layer(f32, 4, "sglang") == slot // 36
 
 
+def test_sglang_nemotron_slot_by_hand():
+    """Nemotron-3 Nano at tp 4: 23 Mamba-2 layers, each a bf16 conv state of 3 x (64 x 64 + 2 x 8 x 128) / 4 and a
+    float32 temporal state of 64 / 4 heads x 64 x 128 (its config's mamba_ssm_cache_dtype is not the key SGLang
+    reads); 6 attention layers of one KV head (2 over tp 4) x (128 + 128) bf16 values."""
+    m = load_model(str(HF / "nemotron_3_nano_30b_a3b.json"), ())
+    pools = R.cache_pages(m, 4, "sglang", True)
+    assert (pools.slot_bytes, pools.token_bytes, pools.page_tokens) == (12_270_592, 6 * 256 * 2, 1)
+
+
 def test_sglang_falcon_h1_state_in_every_layer():
     """Falcon-H1-7B runs Mamba-2 beside attention in all 44 layers; at tp 2 a slot holds, per layer, the bf16 conv
     state of 3 x (3072 + 2 x 2 x 256) / 2 channels (its one group widened to 2) and the float32 temporal state of
