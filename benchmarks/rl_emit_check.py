@@ -73,6 +73,12 @@ CASES = [  # name, autoplan rl arguments
                                                   "--cluster", "h100", "--gpus", "32", "--prompts", "256",
                                                   "--samples", "8", "--prompt-len", "1024", "--response-len", "4096",
                                                   "--max-response-len", "16384"]),
+    ("nemotron-3-nano (hybrid, bf16 state) grpo 16xh100", ["--model",
+                                                           "tests/data/hf_configs/nemotron_3_nano_30b_a3b.json",
+                                                           "--set", "mamba_ssm_dtype=bfloat16", "--cluster", "h100",
+                                                           "--gpus", "16", "--prompts", "128", "--samples", "8",
+                                                           "--prompt-len", "1024", "--response-len", "2048",
+                                                           "--max-response-len", "8192"]),
     ("qwen2.5-math-7b ppo colocated 16xh20", ["--model", "qwen2.5-math-7b", "--set", "max_position_embeddings=32768",
                                               "--cluster", "h20", "--gpus", "16", "--host-mem-gib", "2048", "--algo",
                                               "ppo", "--prompts", "128", "--samples", "4", "--prompt-len", "256",
@@ -242,6 +248,12 @@ def _sglang_flags(src: Path) -> Set[str]:
     flags = {f[2:] for f in _flags_in(src / "sglang" / "srt", r'"(--[a-z0-9][a-z0-9-]*)"')}
     for path in (src / "sglang" / "srt" / "arg_groups" / "fields").glob("*.py"):
         for name in re.findall(r"^\s+([a-z][a-z0-9_]*)\s*:", path.read_text(encoding="utf-8"), flags=re.M):
+            flags.add(name.replace("_", "-"))
+    # SGLang 0.5.15.post1 (slime's image) declares the ServerArgs fields in server_args.py itself, one per line at
+    # the class body's indent, each a --flag of its name
+    server_args = src / "sglang" / "srt" / "server_args.py"
+    if server_args.exists():
+        for name in re.findall(r"^    ([a-z][a-z0-9_]*)\s*:", server_args.read_text(encoding="utf-8"), flags=re.M):
             flags.add(name.replace("_", "-"))
     return flags
 
