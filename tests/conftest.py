@@ -60,9 +60,11 @@ def workload(seq=2048, gbs=32) -> Workload:
 # during a session (other jobs start), so the measurement is repeated when the last one is older than
 # STARTUP_REMEASURE_S, and the largest seen is used: a deadline never shrinks below what this session has observed.
 # Deadlines are multiples of it (`deadline_s`), each multiple stated where it is used.
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 STARTUP_REMEASURE_S = 120.0
 _startup = {"at": None, "max_s": 0.0}
@@ -122,3 +124,52 @@ def call_within(seconds, fn, what="fn()"):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+# DeepSpeed's CPU all-reduce, in a run its own launcher starts on one node (it sets LOCAL_SIZE, which torchrun and
+# the probes' launchers do not), makes one shared-memory file per rank,
+# /dev/shm/deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank>, 66 MB each (deepspeed/ops/csrc/cpu/
+# comm/shm_interface.cpp `initialize`, shm.cpp `shm_initialize` / `shared_create`), and never unlinks it (its
+# `shared_close` is not called). The tests that run an emitted launch.sh on 2 CPU ranks would leave 132 MB of memory
+# behind each, until a busy machine that runs the suite again and again runs out of it.
+DS_SHM_DIR = Path("/dev/shm")
+DS_SHM_PREFIX = "deepspeed_allreduce_buffer"
+
+
+def remove_deepspeed_shm(since: float, folder: Path = DS_SHM_DIR) -> int:
+    """Remove this user's DeepSpeed all-reduce files (DS_SHM_PREFIX) in `folder` modified at or after `since`
+    (time.time()) that no live process maps (/proc/<pid>/maps), so that a run still going beside (another
+    pytest worker's) keeps its own; how many were removed."""
+    found = []
+    for path in folder.glob(f"{DS_SHM_PREFIX}_{os.getuid()}_*"):
+        try:
+            if path.stat().st_mtime >= since:
+                found.append(path)
+        except FileNotFoundError:
+            pass
+    if not found:
+        return 0
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        mapped.update(p for p in found if str(p) in text)
+    removed = 0
+    for path in found:
+        if path not in mapped:
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+@pytest.fixture(autouse=True)
+def _no_deepspeed_shm_left():
+    """After each test, the DeepSpeed all-reduce files its runs made (DS_SHM_PREFIX) are removed."""
+    started = time.time() - 1.0  # file times are whole ticks: a second's margin
+    yield
+    remove_deepspeed_shm(started)

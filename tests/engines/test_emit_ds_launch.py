@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -13,7 +14,7 @@ from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed, hostfile_text, node_slots
 from autoplan.integrations.extlocks import with_own_build_folder
 from engine_checks.plans import LLAMA_8B, TINY, make_plan
-from conftest import deadline_s
+from conftest import DS_SHM_DIR, DS_SHM_PREFIX, deadline_s, remove_deepspeed_shm
 
 FAKE_DEEPSPEED = """#!/usr/bin/env bash
 # Records the runner's argv and the hostfile it was given, one JSON object.
@@ -123,7 +124,33 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
     records = [json.loads(line.split("AUTOPLAN_ITER ", 1)[1]) for line in log.splitlines() if "AUTOPLAN_ITER " in line]
     assert sorted((r["rank"], r["iteration"]) for r in records) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert {r["world_size"] for r in records} == {2}
+    # DeepSpeed's launcher left its ranks' CPU all-reduce files behind (tests/conftest.py DS_SHM_PREFIX), one per
+    # rank, which the suite's fixture removes after the test
+    left = sorted(DS_SHM_DIR.glob(f"{DS_SHM_PREFIX}_{os.getuid()}_127.0.0.1_{env['MASTER_PORT']}_*"))
+    assert [p.name[-2:] for p in left] == ["_0", "_1"]
     assert not (bin_dir / "ssh-was-called").exists()
+
+
+def test_deepspeed_shm_cleanup_keeps_what_a_live_run_maps(tmp_path):
+    """The suite's cleanup (tests/conftest.py remove_deepspeed_shm) removes a recent file no process maps and keeps
+    one a live process maps (a run of another pytest worker), an older one and another user's."""
+    uid = os.getuid()
+    names = {k: tmp_path / f"{DS_SHM_PREFIX}_{u}_127.0.0.1_{port}_{r}" for k, (u, port, r) in {
+        "ended": (uid, 4001, 0), "live": (uid, 4001, 1), "old": (uid, 4002, 0), "other": (uid + 1, 4003, 0)}.items()}
+    for path in names.values():
+        path.write_bytes(b"x" * 4096)
+    os.utime(names["old"], (time.time() - 3600, time.time() - 3600))
+    holder = subprocess.Popen([sys.executable, "-c", "import mmap, sys; f = open(sys.argv[1], 'r+b'); "
+                               "m = mmap.mmap(f.fileno(), 0); print('mapped', flush=True); sys.stdin.read()",
+                               str(names["live"])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        assert remove_deepspeed_shm(time.time() - 600, tmp_path) == 1
+        assert {k for k, p in names.items() if p.exists()} == {"live", "old", "other"}
+    finally:
+        holder.communicate("")
+    assert remove_deepspeed_shm(time.time() - 600, tmp_path) == 1  # its holder gone, that file goes too
+    assert {k for k, p in names.items() if p.exists()} == {"old", "other"}
 
 
 def test_training_run_asks_for_its_data_and_model(tmp_path):
