@@ -139,7 +139,8 @@ DS_SHM_PREFIX = "deepspeed_allreduce_buffer"
 def remove_deepspeed_shm(since: float, folder: Path = DS_SHM_DIR) -> int:
     """Remove this user's DeepSpeed all-reduce files (DS_SHM_PREFIX) in `folder` modified at or after `since`
     (time.time()) that no live process maps (/proc/<pid>/maps), so that a run still going beside (another
-    pytest worker's) keeps its own; how many were removed."""
+    pytest worker's, or another suite's) keeps its own; how many were removed. The files of ended runs go whoever
+    made them: a test cannot count on finding its run's files after the run."""
     found = []
     for path in folder.glob(f"{DS_SHM_PREFIX}_{os.getuid()}_*"):
         try:

@@ -14,7 +14,7 @@ from autoplan.errors import InputError
 from autoplan.integrations.deepspeed import emit_deepspeed, hostfile_text, node_slots
 from autoplan.integrations.extlocks import with_own_build_folder
 from engine_checks.plans import LLAMA_8B, TINY, make_plan
-from conftest import DS_SHM_DIR, DS_SHM_PREFIX, deadline_s, remove_deepspeed_shm
+from conftest import DS_SHM_PREFIX, deadline_s, remove_deepspeed_shm
 
 FAKE_DEEPSPEED = """#!/usr/bin/env bash
 # Records the runner's argv and the hostfile it was given, one JSON object.
@@ -124,10 +124,6 @@ def test_one_node_launch_trains_two_cpu_ranks_without_ssh(tmp_path):
     records = [json.loads(line.split("AUTOPLAN_ITER ", 1)[1]) for line in log.splitlines() if "AUTOPLAN_ITER " in line]
     assert sorted((r["rank"], r["iteration"]) for r in records) == [(0, 1), (0, 2), (1, 1), (1, 2)]
     assert {r["world_size"] for r in records} == {2}
-    # DeepSpeed's launcher left its ranks' CPU all-reduce files behind (tests/conftest.py DS_SHM_PREFIX), one per
-    # rank, which the suite's fixture removes after the test
-    left = sorted(DS_SHM_DIR.glob(f"{DS_SHM_PREFIX}_{os.getuid()}_127.0.0.1_{env['MASTER_PORT']}_*"))
-    assert [p.name[-2:] for p in left] == ["_0", "_1"]
     assert not (bin_dir / "ssh-was-called").exists()
 
 
