@@ -7,6 +7,7 @@ import math
 from typing import Any, Callable, Dict, List, Mapping
 
 from autoplan.errors import InputError
+from autoplan.model import SSM_STATE_DTYPES
 
 _MISSING = object()
 
@@ -90,11 +91,6 @@ class Config:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise InputError(f"{self.where}: {key}={value!r} must be a number in (0, 1]; fix the config")
         return float(value)
-
-
-# The values SGLang's mamba2_state_dtype takes from a config's mamba_ssm_dtype (sglang/srt/configs/mamba_utils.py,
-# SGLang 0.5.23: dtype_map).
-SSM_STATE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def ssm_state_dtype(c: Config) -> Dict[str, Any]:

@@ -41,6 +41,11 @@ def _indexer_layer_count(num_layers: int, freq: int, offset: int) -> int:
     return sum(computes_topk(i, freq, offset) for i in range(num_layers))
 
 
+# The dtypes SGLang takes from a config's mamba_ssm_dtype (sglang/srt/configs/mamba_utils.py mamba2_state_dtype:
+# dtype_map, 0.5.15.post1 and 0.5.23 alike).
+SSM_STATE_DTYPES = ("float32", "bfloat16", "float16")
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Sizes are counts (not bytes); all are per model, not per rank."""
 
@@ -225,7 +230,7 @@ class ModelSpec(BaseModel):
     mamba_state_dim: int = Field(128, gt=0, description="Mamba-2 SSM state size N (--mamba-state-dim).")
     mamba_num_groups: int = Field(8, gt=0, description="Mamba-2 B/C groups G (--mamba-num-groups).")
     mamba_conv_kernel: int = Field(4, gt=0, description="Depthwise causal conv width (Megatron MambaMixer d_conv).")
-    mamba_ssm_dtype: Optional[Literal["float32", "bfloat16", "float16"]] = Field(None, description=(
+    mamba_ssm_dtype: Optional[Literal[SSM_STATE_DTYPES]] = Field(None, description=(
         "The checkpoint config's mamba_ssm_dtype (Qwen3.5's text_config sets float32): the dtype SGLang keeps each "
         "Mamba-2 / Gated DeltaNet layer's temporal state in while it generates (sglang/srt/configs/mamba_utils.py "
         "mamba2_state_dtype; unset: SGLang's float32). vLLM 0.11 keeps it in the model dtype whatever this says, "

@@ -170,9 +170,8 @@ def _fixed(train_strategy, rollout, placement, gpus: int, engine: str):
         f.placement = S.parse_placement(placement, gpus)
     pool = f.placement.rollout_gpus if f.placement else None
     r = f.rollout
-    if r.get("radix_cache") is False and engine != "sglang":
-        raise InputError("--rollout radix_cache=false is SGLang's --disable-radix-cache; vLLM (verl) has no such "
-                         "setting: drop it or pass --engine sglang / --emit slime")
+    if r.get("radix_cache") is False and engine != "sglang":  # RolloutLayout's rule, before any layout is made
+        raise InputError(f"--rollout {S.RADIX_CACHE_IS_SGLANGS}: drop it or pass --engine sglang / --emit slime")
     if pool and all(k in r for k in ("tp", "dp", "engines")) and r["tp"] * r["dp"] * r["engines"] != pool:
         raise InputError(f"--rollout tp*dp*engines = {r['tp'] * r['dp'] * r['engines']} but the rollout pool has "
                          f"{pool} GPUs; make engines = {pool} / (tp*dp)")

@@ -79,6 +79,9 @@ class RLJob(BaseModel):
         return self.prompt_len + self.response_len
 
 
+RADIX_CACHE_IS_SGLANGS = "radix_cache=false is SGLang's --disable-radix-cache; vLLM (verl) has no such setting"
+
+
 class RolloutLayout(BaseModel):
     """The rollout engines: `engines` copies of one engine of tp x dp GPUs; attention is split tp ways in each of
     dp attention groups (SGLang --enable-dp-attention, vLLM data_parallel_size), the experts ep ways."""
@@ -99,7 +102,7 @@ class RolloutLayout(BaseModel):
     @model_validator(mode="after")
     def _radix_cache_is_sglangs(self) -> "RolloutLayout":
         if not self.radix_cache and self.engine != "sglang":
-            raise ValueError("radix_cache=false is SGLang's --disable-radix-cache; vLLM (verl) has no such setting")
+            raise ValueError(RADIX_CACHE_IS_SGLANGS)
         return self
 
     @property
